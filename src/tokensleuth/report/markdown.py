@@ -1,0 +1,84 @@
+"""Markdown tables in llama-bench's style, ready to paste into an issue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.results import PARAM_FIELDS, Cell
+from tokensleuth.stats import summarize
+
+_SHORT = {"n_threads": "threads", "n_gpu_layers": "ngl", "n_batch": "n_batch",
+          "n_ubatch": "n_ubatch", "flash_attn": "fa", "type_k": "type_k", "type_v": "type_v",
+          "poll": "poll", "n_cpu_moe": "n_cpu_moe", "cpu_mask": "cpu_mask", "split_mode": "sm"}
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if r else c.ljust(w)
+                                 for c, w, r in zip(cells, widths, right)) + " |"
+    sep = "| " + " | ".join(("-" * (w - 1) + ":") if r else "-" * w
+                            for w, r in zip(widths, right)) + " |"
+    return "\n".join([line(headers), sep, *(line(r) for r in rows)])
+
+
+def model_label(meta: dict[str, Any], path: str) -> str:
+    return str(meta.get("model_type") or Path(path).stem)
+
+
+def size_label(meta: dict[str, Any]) -> str:
+    size = meta.get("model_size")
+    return f"{int(size) / (1 << 30):.2f} GiB" if size not in (None, "") else "?"
+
+
+def params_label(meta: dict[str, Any]) -> str:
+    n = meta.get("model_n_params")
+    if n in (None, ""):
+        return "?"
+    n = int(n)
+    if n >= 1e9:
+        return f"{n / 1e9:.2f} B"
+    return f"{n / 1e6:.2f} M"
+
+
+def varying_params(cells: Sequence[Cell]) -> list[str]:
+    """ngl and threads always (as llama-bench shows), other parameters when they vary."""
+    out = ["n_gpu_layers", "n_threads"]
+    for f in PARAM_FIELDS:
+        if f not in out and len({str(c.meta.get(f)) for c in cells}) > 1:
+            out.append(f)
+    return out
+
+
+def fmt_ts(values: Sequence[float], avg: float | None = None, sd: float | None = None) -> str:
+    if values:
+        s = summarize(values)
+        return f"{s.mean:.2f} ± {s.sd:.2f}"
+    if avg is not None:
+        return f"{avg:.2f} ± {(sd or 0):.2f}"
+    return "—"
+
+
+def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
+                 resources: bool = False) -> str:
+    params = varying_params(cells)
+    headers = ["model", "size", "params", "backend", *(_SHORT[p] for p in params), "test", "t/s",
+               "n", "CPU ms/tok", "busy cores"]
+    right = [False, True, True, False, *([True] * len(params)), True, True, True, True, True]
+    rows = []
+    for c in cells:
+        res = c.resources()
+        cpu = res["cpu_ms_per_token"]
+        busy = res["busy_cores"]
+        rows.append([
+            model_label(c.meta, c.model), size_label(c.meta), params_label(c.meta),
+            str(c.meta.get("backends") or "?"), *(str(c.meta.get(p, "")) for p in params),
+            c.test, fmt_ts(c.tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.tokens_per_s)),
+            "—" if cpu is None else f"{cpu:.3f}", "—" if busy is None else f"{busy:.2f}",
+        ])
+    commit = engine.get("commit") or "unknown"
+    number = engine.get("build_number")
+    foot = f"build: {commit[:9]} ({number if number is not None else '?'}) · engine {engine.get('source')}"
+    return "\n".join([table(headers, rows, right), "", foot, f"study: {study_id}"])

