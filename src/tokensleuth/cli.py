@@ -92,11 +92,11 @@ def trial_printer(total_hint: str = "") -> Any:
         n_samples = sum(len(r.samples) for r in o.results)
         dur = (o.t1_ns - o.t0_ns) / 1e9
         if o.status == "done":
-            err.print(f"  trial {i}/{n} [{arm}] done: {n_samples} samples in {dur:.1f} s")
+            err.print(f"  trial {i}/{n} [{arm}] done: {n_samples} samples in {dur:.1f} s", markup=False)
         else:
             tail = o.stderr_tail.strip().splitlines()[-1:] if o.stderr_tail else []
             extra = f" — last stderr: {tail[0][:120]}" if tail else ""
-            err.print(f"  trial {i}/{n} [{arm}] {o.status.upper()}: {o.message}{extra}")
+            err.print(f"  trial {i}/{n} [{arm}] {o.status.upper()}: {o.message}{extra}", markup=False)
     return on_trial
 
 

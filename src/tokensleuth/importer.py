@@ -55,10 +55,10 @@ def _row(idx: int, obj: dict[str, Any]) -> ResultRow:
     if obj.get("samples_ns"):
         return result_row(idx, obj)
     # SQL output has no per-repetition samples: keep llama-bench's mean and sd.
-    from tokensleuth.engines.llamabench import test_name
+    from tokensleuth.engines.llamabench import bench_test_name
 
     n_p, n_g, n_d = (int(obj.get(k) or 0) for k in ("n_prompt", "n_gen", "n_depth"))
-    return ResultRow(idx, test_name(n_p, n_g, n_d), n_p, n_g, n_d,
+    return ResultRow(idx, bench_test_name(n_p, n_g, n_d), n_p, n_g, n_d,
                      float(obj["avg_ts"]) if obj.get("avg_ts") not in (None, "") else None,
                      float(obj["stddev_ts"]) if obj.get("stddev_ts") not in (None, "") else None,
                      obj, ())

@@ -62,7 +62,7 @@ def parse_progress(line: str) -> Progress | None:
     return Progress(test, "gen", int(m.group("grep")))
 
 
-def test_name(n_prompt: int, n_gen: int, n_depth: int) -> str:
+def bench_test_name(n_prompt: int, n_gen: int, n_depth: int) -> str:
     """llama-bench's name for a test: pp512, tg128, pp512+tg128, with @d4096 when deep."""
     if n_prompt and n_gen:
         name = f"pp{n_prompt}+tg{n_gen}"
@@ -122,7 +122,7 @@ def result_row(idx: int, obj: Mapping[str, Any]) -> ResultRow:
         raise MalformedOutput("result has a non-positive sample duration")
     return ResultRow(
         test_idx=idx,
-        test=test_name(n_prompt, n_gen, n_depth),
+        test=bench_test_name(n_prompt, n_gen, n_depth),
         n_prompt=n_prompt,
         n_gen=n_gen,
         n_depth=n_depth,

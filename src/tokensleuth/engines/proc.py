@@ -62,17 +62,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
 
 
 def cpu_time_probe(pid: int) -> float | None:
-    """User+system CPU seconds of the process and its children (threads included)."""
-    try:
-        p = psutil.Process(pid)
-        t = p.cpu_times()
-        total = t.user + t.system
-        for c in p.children(recursive=True):
-            ct = c.cpu_times()
-            total += ct.user + ct.system
-        return float(total)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+    """CPU seconds of the engine's process tree (ns precision via schedstat)."""
+    from tokensleuth.monitor.cpu import process_tree_cpu_s
+
+    return process_tree_cpu_s(pid)
 
 
 def run_process(

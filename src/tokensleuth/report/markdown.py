@@ -15,7 +15,7 @@ _SHORT = {"n_threads": "threads", "n_gpu_layers": "ngl", "n_batch": "n_batch",
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    widths = [max(3, len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c.rjust(w) if r else c.ljust(w)
                                  for c, w, r in zip(cells, widths, right)) + " |"

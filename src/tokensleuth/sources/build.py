@@ -379,7 +379,9 @@ def _bench_version(bench: Path) -> tuple[str | None, int | None]:
         out = subprocess.run([str(bench), "--version"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return None, None
-    m = re.search(r"version: (\d+) \(([0-9a-f]+|unknown)\)", out.stdout + out.stderr)
+    text = out.stdout + out.stderr
+    # "version: 0.6.0-dev (build 11434, commit unknown)" (newer) or "version: 6901 (8da3c0e2)"
+    m = re.search(r"build (\d+), commit (\w+)", text) or re.search(r"version: (\d+) \((\w+)\)", text)
     if not m:
         return None, None
     return (None if m.group(2) == "unknown" else m.group(2)), int(m.group(1))

@@ -1,0 +1,116 @@
+"""llama-bench output parsers, on golden files captured from a real b11434 run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import GOLDEN
+from tokensleuth.engines.llamabench import (
+    MalformedOutput,
+    check_flags,
+    extract_windows,
+    known_flags,
+    outcome_from,
+    parse_jsonl,
+    parse_progress,
+    parse_workload,
+    bench_test_name,
+    workload_flags,
+)
+from tokensleuth.engines.proc import Line, ProcResult
+from tokensleuth.errors import UserError
+
+
+def test_progress_lines_parse() -> None:
+    p = parse_progress("llama-bench: benchmark 3/4: depth run 2/2 (cached)\n")
+    assert (p.test, p.kind, p.rep) == (3, "depth", 2)
+    p = parse_progress("llama-bench: benchmark 2/4: generation run 1/5")
+    assert (p.test, p.kind, p.rep) == (2, "gen", 1)
+    assert parse_progress("llama-bench: benchmark 1/4: warmup prompt run").kind == "warmup"
+    assert parse_progress("load_tensors: CPU_Mapped model buffer size") is None
+
+
+def test_jsonl_golden_has_samples() -> None:
+    objs = parse_jsonl((GOLDEN / "b11434-jsonl.stdout").read_text())
+    assert [bench_test_name(o["n_prompt"], o["n_gen"], o["n_depth"]) for o in objs] == [
+        "pp64", "tg16", "pp64@d64", "tg16@d64"]
+    assert all(len(o["samples_ns"]) == 2 for o in objs)
+
+
+def test_jsonl_rejects_garbage() -> None:
+    with pytest.raises(MalformedOutput):
+        parse_jsonl("hello world\n")
+    with pytest.raises(MalformedOutput):
+        parse_jsonl('{"no": "samples"}\n')
+
+
+def _replay(step_ns: int = 1000) -> ProcResult:
+    """Interleave the golden stderr and stdout the way llama-bench emits them."""
+    err = (GOLDEN / "b11434-jsonl.stderr").read_text().splitlines(keepends=True)
+    out = (GOLDEN / "b11434-jsonl.stdout").read_text().splitlines(keepends=True)
+    lines, t, n_out = [], 0, 0
+    for e in err:
+        if e.startswith("llama-bench: benchmark") and "starting" in e and n_out < len(out):
+            # a new test starts only after the previous test's JSON line
+            if t > 0:
+                t += step_ns
+                lines.append(Line("out", t, out[n_out], probe=t / 1e9))
+                n_out += 1
+        t += step_ns
+        lines.append(Line("err", t, e, probe=t / 1e9))
+    t += step_ns
+    lines.append(Line("out", t, out[n_out], probe=t / 1e9))
+    return ProcResult(("llama-bench",), 0, False, 0, t + step_ns, 0.0, 1.0, lines)
+
+
+def test_windows_cover_each_repetition() -> None:
+    res = _replay()
+    wins = extract_windows(res)
+    assert [(w.test_idx, w.rep) for w in wins] == [(i, r) for i in range(4) for r in range(2)]
+    assert all(0 < w.start_ns < w.end_ns <= res.t1_ns for w in wins)
+    # A depth-run line closes the previous repetition: the depth prefill is not timed.
+    assert all(w.end_ns - w.start_ns == 1000 for w in wins)
+    # the probe (here: fake CPU seconds = time) becomes cpu_ms over the window
+    assert all(w.cpu_ms == pytest.approx(1e-3) for w in wins)
+
+
+def test_outcome_done_from_replay() -> None:
+    o = outcome_from(_replay(), {}, {})
+    assert o.status == "done" and o.message == ""
+    assert sum(len(r.samples) for r in o.results) == len(o.windows) == 8
+
+
+def test_outcome_statuses() -> None:
+    base = dict(argv=("x",), t0_ns=0, t1_ns=10, started_at=0.0, ended_at=1.0)
+    crash = ProcResult(returncode=-11, timed_out=False, lines=[Line("err", 5, "boom\n")], **base)
+    assert outcome_from(crash, {}, {}).status == "crashed"
+    assert "SIGSEGV" in outcome_from(crash, {}, {}).message
+    hang = ProcResult(returncode=-9, timed_out=True, **base)
+    assert outcome_from(hang, {}, {}).status == "timeout"
+    garbage = ProcResult(returncode=0, timed_out=False, lines=[Line("out", 5, "garbage\n")], **base)
+    o = outcome_from(garbage, {}, {})
+    assert o.status == "failed" and "malformed" in o.message and o.results == ()
+
+
+def test_known_flags_from_help() -> None:
+    flags = known_flags((GOLDEN / "llama-bench-help-b11434.txt").read_text())
+    assert {"-p", "-n", "-d", "-pg", "-t", "--poll", "-ngl", "-fa", "-ot", "--override-tensor",
+            "-hfr", "-ub", "-r"} <= flags
+
+
+def test_check_flags() -> None:
+    help_text = (GOLDEN / "llama-bench-help-b11434.txt").read_text()
+    check_flags(["-p", "512", "-n", "128", "-d", "0,4096", "-ngl", "-1"], help_text)
+    with pytest.raises(UserError, match="does not know the flag --bogus"):
+        check_flags(["--bogus", "1"], help_text)
+    with pytest.raises(UserError, match="set by tokensleuth"):
+        check_flags(["-o", "md"], help_text)
+
+
+def test_workloads() -> None:
+    assert parse_workload("pp2048@d4096") == (2048, 0, 4096)
+    assert parse_workload("tg128") == (0, 128, 0)
+    assert parse_workload("pp512+tg128") == (512, 128, 0)
+    assert workload_flags("tg128") == ["-p", "0", "-n", "128", "-d", "0"]
+    with pytest.raises(UserError):
+        parse_workload("xx12")
