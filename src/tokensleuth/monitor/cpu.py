@@ -30,12 +30,20 @@ def schedstat_ns(pid: int, proc_root: Path = Path("/proc")) -> int | None:
     return total
 
 
-def process_tree_cpu_s(pid: int, proc_root: Path = Path("/proc")) -> float | None:
-    """CPU seconds of ``pid`` and its children (schedstat, psutil as a fallback)."""
-    try:
-        pids = [pid] + [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return None
+def process_tree_cpu_s(pid: int, proc_root: Path = Path("/proc"),
+                       children: bool = False) -> float | None:
+    """CPU seconds of ``pid`` (and its children when asked; schedstat, psutil as a fallback).
+
+    Finding children scans every process of the machine (milliseconds), so it is
+    off for engines that run in one process (llama-bench); it is read at every
+    window edge, where time spent here delays the next edge's timestamp.
+    """
+    pids = [pid]
+    if children:
+        try:
+            pids += [c.pid for c in psutil.Process(pid).children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            return None
     total = 0.0
     for p in pids:
         ns = schedstat_ns(p, proc_root)
