@@ -65,25 +65,42 @@ def open_store(db: Path | None) -> Store:
 
 
 def get_build(source: str, cmake: list[str], targets: tuple[str, ...] = DEFAULT_TARGETS) -> EngineBuild:
-    """Build (or fetch from cache) with a progress bar fed by ninja's [n/m] lines."""
-    src = parse_source(source)
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[step]}"),
-                  TimeElapsedColumn(), console=err, transient=True) as prog:
-        task = prog.add_task(f"engine {source}", total=None, step="")
+    """Build (or fetch from cache) showing progress from ninja's [n/m] lines.
 
-        def log(line: str) -> None:
+    A terminal gets a progress bar; a log file gets a line at each quarter.
+    A cache hit prints nothing.
+    """
+    src = parse_source(source)
+    if not err.is_terminal:
+        marks: set[int] = set()
+
+        def plain_log(line: str) -> None:
             m = re.match(r"\[(\d+)/(\d+)\]", line)
             if m:
-                prog.update(task, completed=int(m.group(1)), total=int(m.group(2)),
-                            step=f"{m.group(1)}/{m.group(2)}")
+                q = 4 * int(m.group(1)) // int(m.group(2))
+                if q not in marks:
+                    marks.add(q)
+                    err.print(f"building {source}: {m.group(1)}/{m.group(2)}", markup=False)
             elif line.startswith("downloading"):
-                prog.update(task, step=line)
+                err.print(line, markup=False)
 
-        b = BuildCache().get(src, cmake, targets, log=log)
-    if b.cache_hit:
-        err.print(f"engine {source}: cache hit ({b.bin_dir})")
+        b = BuildCache().get(src, cmake, targets, log=plain_log)
     else:
-        err.print(f"engine {source}: built in {b.build_s:.0f} s ({b.bin_dir})")
+        with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[step]}"),
+                      TimeElapsedColumn(), console=err, transient=True) as prog:
+            task = prog.add_task(f"engine {source}", total=None, step="")
+
+            def log(line: str) -> None:
+                m = re.match(r"\[(\d+)/(\d+)\]", line)
+                if m:
+                    prog.update(task, completed=int(m.group(1)), total=int(m.group(2)),
+                                step=f"{m.group(1)}/{m.group(2)}")
+                elif line.startswith("downloading"):
+                    prog.update(task, step=line)
+
+            b = BuildCache().get(src, cmake, targets, log=log)
+    if not b.cache_hit:
+        err.print(f"engine {source}: built in {b.build_s:.0f} s ({b.bin_dir})", markup=False)
     return b
 
 
