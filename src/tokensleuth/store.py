@@ -49,6 +49,7 @@ MIGRATIONS: list[str] = [
         study_id    TEXT NOT NULL REFERENCES studies(id),
         arm_id      INTEGER NOT NULL REFERENCES arms(id),
         seq         INTEGER NOT NULL,       -- position in the plan
+        pair        INTEGER NOT NULL DEFAULT -1,  -- compare: pair index within its cell
         model       TEXT NOT NULL,
         workload    TEXT NOT NULL,          -- '' = all of the arm's llama-bench tests
         argv_json   TEXT NOT NULL,
@@ -171,6 +172,7 @@ class PlannedTrial:
     model: str
     workload: str
     argv: tuple[str, ...]
+    pair: int = -1
 
 
 class Store:
@@ -274,9 +276,10 @@ class Store:
         }
         for i, t in enumerate(plan):
             db.execute(
-                "INSERT INTO trials(study_id, arm_id, seq, model, workload, argv_json, status)"
-                " VALUES (?,?,?,?,?,?, 'planned')",
-                (study_id, arm_ids[t.arm], start_seq + i, t.model, t.workload, json.dumps(list(t.argv))),
+                "INSERT INTO trials(study_id, arm_id, seq, pair, model, workload, argv_json, status)"
+                " VALUES (?,?,?,?,?,?,?, 'planned')",
+                (study_id, arm_ids[t.arm], start_seq + i, t.pair, t.model, t.workload,
+                 json.dumps(list(t.argv))),
             )
 
     def find_resumable(self, kind: str, spec_hash: str) -> str | None:
@@ -417,6 +420,27 @@ class Store:
         return self.db.execute(
             "SELECT * FROM windows WHERE trial_id=? ORDER BY test_idx, rep", (trial_id,)
         ).fetchall()
+
+    def trial_stats(self, study_id: str) -> list[sqlite3.Row]:
+        """Per finished trial and test: mean t/s, sample count, CPU ms and tokens in windows."""
+        return self.db.execute(
+            "SELECT t.id AS trial_id, t.seq, t.pair, t.model, t.workload, t.t0_ns, t.t1_ns,"
+            " a.name AS arm, r.test, r.test_idx,"
+            " AVG(s.tokens_per_s) AS mean_ts, COUNT(s.id) AS n,"
+            " (SELECT SUM(w.cpu_ms) FROM windows w WHERE w.trial_id=t.id AND w.test_idx=r.test_idx) AS cpu_ms,"
+            " SUM(s.tokens) AS tokens"
+            " FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
+            " JOIN samples s ON s.result_id=r.id"
+            " WHERE t.study_id=? AND t.status='done' GROUP BY r.id ORDER BY t.seq, r.test_idx",
+            (study_id,),
+        ).fetchall()
+
+    def engine_seconds(self, study_id: str) -> float:
+        row = self.db.execute(
+            "SELECT COALESCE(SUM(t1_ns - t0_ns), 0) FROM trials WHERE study_id=? AND t1_ns IS NOT NULL",
+            (study_id,),
+        ).fetchone()
+        return float(row[0]) / 1e9
 
     def put_state(self, study_id: str, key: str, value: Any) -> None:
         with self.tx() as db:

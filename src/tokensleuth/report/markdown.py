@@ -82,3 +82,26 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
     number = engine.get("build_number")
     foot = f"build: {commit[:9]} ({number if number is not None else '?'}) · engine {engine.get('source')}"
     return "\n".join([table(headers, rows, right), "", foot, f"study: {study_id}"])
+
+
+def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: str) -> str:
+    """Compare table: per model x workload, both arms' t/s, ratio, 99% CI, verdict, pairs."""
+    headers = ["model", "test", "baseline", "t/s", "candidate", "t/s", "ratio", "99% CI", "verdict",
+               "pairs", "CPU ms/tok", "CPU verdict"]
+    right = [False, True, False, True, False, True, True, True, False, True, True, False]
+    rows = []
+    for c in comps:
+        e = c.estimate
+        bcpu = c.base_res.get("cpu_ms_per_token")
+        ccpu = c.cand_res.get("cpu_ms_per_token")
+        cpu = "—" if bcpu is None or ccpu is None else f"{bcpu:.3f} → {ccpu:.3f}"
+        rows.append([
+            Path(c.model).stem, c.workload, c.baseline, fmt_ts(c.base_ts), c.candidate, fmt_ts(c.cand_ts),
+            "—" if e is None else f"{e.ratio:.4f}",
+            "—" if e is None else f"[{e.lo:.4f}, {e.hi:.4f}]",
+            f"**{c.verdict}**" if c.verdict in ("faster", "slower") else c.verdict,
+            str(c.pairs), cpu, c.cpu_verdict,
+        ])
+    return "\n".join([summary, "", table(headers, rows, right), "",
+                      f"band ±{band * 100:g}% · one pair = one engine process per arm, order-balanced"
+                      f" · study: {study_id}"])

@@ -1,0 +1,265 @@
+"""The compare driver: sequential, paired A/B(/C…) verdicts per (model, workload).
+
+Orchestration only: the plan comes from :mod:`tokensleuth.plan`, trials run in
+:mod:`tokensleuth.runner`, verdicts come from :mod:`tokensleuth.stats`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokensleuth import stats
+from tokensleuth.engines.llamabench import workload_flags
+from tokensleuth.errors import UserError
+from tokensleuth.plan import pair_round
+from tokensleuth.runner import ArmRuntime, TrialCallback, execute
+from tokensleuth.sources.build import EngineBuild
+from tokensleuth.spec import CompareSpec, spec_hash
+from tokensleuth.store import Store
+
+CellKey = tuple[str, str]  # (model, workload)
+
+
+@dataclass(slots=True)
+class Comparison:
+    """One candidate vs the baseline on one (model, workload)."""
+
+    model: str
+    workload: str
+    baseline: str
+    candidate: str
+    pairs: int
+    base_ts: list[float]
+    cand_ts: list[float]
+    estimate: stats.RatioEstimate | None
+    verdict: str
+    cpu_estimate: stats.RatioEstimate | None = None
+    cpu_verdict: str = "unresolved"
+    base_res: dict[str, Any] = field(default_factory=dict)
+    cand_res: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.estimate
+        ce = self.cpu_estimate
+        return {
+            "model": self.model,
+            "workload": self.workload,
+            "baseline": self.baseline,
+            "candidate": self.candidate,
+            "ratio": e.ratio if e else None,
+            "ci": [e.lo, e.hi] if e else None,
+            "confidence": e.confidence if e else None,
+            "method": e.method if e else None,
+            "verdict": self.verdict,
+            "pairs": self.pairs,
+            "tokens_per_s": {
+                "baseline": _mean_sd(self.base_ts),
+                "candidate": _mean_sd(self.cand_ts),
+            },
+            "resources": {"baseline": self.base_res, "candidate": self.cand_res},
+            "resource_verdicts": {
+                "cpu_ms_per_token": {
+                    "ratio": ce.ratio if ce else None,
+                    "ci": [ce.lo, ce.hi] if ce else None,
+                    # a lower CPU cost per token is better, so "faster" reads "cheaper"
+                    "verdict": self.cpu_verdict,
+                }
+            },
+        }
+
+
+def _mean_sd(v: list[float]) -> dict[str, float | None]:
+    if not v:
+        return {"mean": None, "sd": None}
+    s = stats.summarize(v)
+    return {"mean": s.mean, "sd": s.sd}
+
+
+def _resources(cpu_ms: float, tokens: int, window_ms: float) -> dict[str, Any]:
+    notes = ["GPU, power and energy figures need a GPU monitor source; none on this host"]
+    return {
+        "cpu_ms_per_token": cpu_ms / tokens if tokens else None,
+        "busy_cores": cpu_ms / window_ms if window_ms else None,
+        "spinning_threads": None, "gpu_busy_pct": None, "gpu_clock_mhz": None, "power_w": None,
+        "joules_per_token": None, "tokens_per_joule": None, "peak_rss_anon_mb": None,
+        "notes": notes,
+    }
+
+
+def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
+    """Pure read of the store into comparisons (one per candidate x model x workload)."""
+    # (model, workload, arm) -> pair -> (mean t/s, cpu_ms, tokens)
+    per: dict[tuple[str, str, str], dict[int, tuple[float, float | None, int]]] = defaultdict(dict)
+    for r in store.trial_stats(study_id):
+        per[(r["model"], r["workload"], r["arm"])][int(r["pair"])] = (
+            float(r["mean_ts"]), r["cpu_ms"], int(r["tokens"]))
+    base = spec.baseline_name()
+    out = []
+    for model in spec.models:
+        for w in spec.workloads:
+            b = per.get((model, w, base), {})
+            for cand in spec.candidates():
+                c = per.get((model, w, cand), {})
+                pairs = sorted(set(b) & set(c))  # a pair with a failed member is dropped whole
+                bt = [b[p][0] for p in pairs]
+                ct = [c[p][0] for p in pairs]
+                est = stats.ratio_interval(bt, ct) if len(pairs) >= 2 else None
+                verdict = stats.verdict(est, spec.band)
+                cpu_pairs = [p for p in pairs if b[p][1] is not None and c[p][1] is not None
+                             and b[p][2] and c[p][2]]
+                cpu_est = None
+                cpu_verdict = "unresolved"
+                if len(cpu_pairs) >= 2:
+                    bc = [b[p][1] / b[p][2] for p in cpu_pairs]  # type: ignore[operator]
+                    cc = [c[p][1] / c[p][2] for p in cpu_pairs]  # type: ignore[operator]
+                    if min(bc) > 0 and min(cc) > 0:
+                        cpu_est = stats.ratio_interval(bc, cc)
+                        # more CPU per token is worse: name it like a throughput verdict
+                        v = stats.verdict(cpu_est, spec.band)
+                        cpu_verdict = {"faster": "costlier", "slower": "cheaper"}.get(v, v)
+                out.append(Comparison(
+                    model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
+                    _res(b, pairs), _res(c, pairs)))
+    return out
+
+
+def _res(d: Mapping[int, tuple[float, float | None, int]], pairs: list[int]) -> dict[str, Any]:
+    cpu = sum((d[p][1] or 0.0) for p in pairs)
+    tokens = sum(d[p][2] for p in pairs if d[p][1] is not None)
+    # window time = tokens / t/s per pair
+    wall_ms = sum(d[p][2] / d[p][0] * 1e3 for p in pairs if d[p][1] is not None and d[p][0] > 0)
+    return _resources(cpu, tokens, wall_ms)
+
+
+def run_compare(
+    store: Store,
+    spec: CompareSpec,
+    builds: Mapping[str, EngineBuild],
+    *,
+    resume: bool = False,
+    on_trial: TrialCallback | None = None,
+    on_round: Callable[[int, int], None] | None = None,
+) -> tuple[str, list[Comparison]]:
+    """Run (or resume) a compare study to its verdicts; return (study id, comparisons)."""
+    spec_json = spec.model_dump()
+    spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
+    h = spec_hash(spec_json)
+    study_id = store.find_resumable("compare", h) if resume else None
+    if resume and study_id is None:
+        raise UserError("no unfinished compare study matches this command — run it without --resume")
+    if study_id is None:
+        arms = [(a.name, a.source, builds[a.name].to_json(), a.flags, a.env) for a in spec.arms]
+        study_id = store.create_study("compare", spec_json, h, arms, [])
+    runtimes = {
+        a.name: ArmRuntime(a.name, Path(builds[a.name].bin_dir) / "llama-bench",
+                           (*a.flags, *spec.common_flags), a.env)
+        for a in spec.arms
+    }
+    names = [a.name for a in spec.arms]
+    while True:
+        execute(store, study_id, runtimes, timeout_s=spec.timeout_s, on_trial=on_trial)
+        comps = analyze(store, study_id, spec)
+        if spec.budget_s is not None and store.engine_seconds(study_id) >= spec.budget_s:
+            break
+        # cells still open: any candidate unresolved and below the pair budget
+        have = _planned_pairs(store, study_id)
+        open_cells: dict[CellKey, int] = {}
+        for c in comps:
+            key = (c.model, c.workload)
+            n_planned = have.get(key, 0)
+            if c.verdict != "unresolved":
+                continue
+            target = stats.next_pair_target(n_planned, spec.min_pairs, spec.max_pairs)
+            if target is not None:
+                open_cells[key] = max(open_cells.get(key, 0), target)
+        if not open_cells:
+            break
+        plan = []
+        for (model, w), target in open_cells.items():
+            start = have.get((model, w), 0)
+            plan += pair_round(names, model, w, tuple(workload_flags(w)), start, target)
+        plan = _interleave_cells(plan)
+        store.add_trials(study_id, plan)
+        if on_round:
+            on_round(len(open_cells), max(open_cells.values()))
+    store.finish_study(study_id)
+    return study_id, analyze(store, study_id, spec)
+
+
+def _planned_pairs(store: Store, study_id: str) -> dict[CellKey, int]:
+    """Pairs planned so far per cell (done, failed or still planned)."""
+    out: dict[CellKey, int] = {}
+    for t in store.trials(study_id):
+        key = (t["model"], t["workload"])
+        out[key] = max(out.get(key, 0), int(t["pair"]) + 1)
+    return out
+
+
+def _interleave_cells(plan: list[Any]) -> list[Any]:
+    """Order a round pair by pair across cells, so drift hits every cell alike."""
+    by_pair: dict[int, list[Any]] = defaultdict(list)
+    for t in plan:
+        by_pair[t.pair].append(t)
+    return [t for p in sorted(by_pair) for t in by_pair[p]]
+
+
+# -- rendering helpers used by cli and report -----------------------------------------
+
+
+def summary_sentence(comps: list[Comparison], band: float) -> str:
+    """One paragraph a maintainer can read first."""
+    parts = []
+    for c in comps:
+        model = Path(c.model).stem
+        e = c.estimate
+        if e is None:
+            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model}: no complete pairs")
+            continue
+        pct = (e.ratio - 1) * 100
+        ci = f"[{(e.lo - 1) * 100:+.1f}%, {(e.hi - 1) * 100:+.1f}%]"
+        if c.verdict in ("faster", "slower"):
+            parts.append(f"{c.candidate} is {abs(pct):.1f}% {c.verdict} than {c.baseline} on {c.workload} "
+                         f"for {model} {ci}")
+        elif c.verdict == "same":
+            parts.append(f"{c.candidate} is the same as {c.baseline} within ±{band * 100:g}% on {c.workload} "
+                         f"for {model} ({pct:+.1f}% {ci})")
+        else:
+            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is unresolved after "
+                         f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band)")
+    return "; ".join(parts) + "."
+
+
+def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
+                 builds: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    from tokensleuth.report.jsonout import JSON_SCHEMA_VERSION
+
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "study": study_id,
+        "band": spec.band,
+        "arms": {a.name: {"source": a.source, "flags": a.flags, "env": a.env,
+                          "engine": {k: builds[a.name].get(k) for k in
+                                     ("source", "commit", "build_number", "backends", "cmake_flags")}}
+                 for a in spec.arms},
+        "summary": summary_sentence(comps, spec.band),
+        "comparisons": [c.to_json() for c in comps],
+    }
+
+
+def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+    from tokensleuth.report.markdown import render_compare
+
+    row = store.study(study_id)
+    spec_json = json.loads(row["spec_json"])
+    spec_json.pop("build_keys", None)
+    spec = CompareSpec.model_validate(spec_json)
+    comps = analyze(store, study_id, spec)
+    engines = {a["name"]: json.loads(a["engine_json"]) for a in store.arms(study_id)}
+    md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band))
+    return md, compare_json(study_id, spec, comps, engines)
+

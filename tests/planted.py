@@ -1,0 +1,64 @@
+"""A variant of the default engine with a planted, tunable slowdown (test helper).
+
+The patch adds a busy-wait of ``TOKENSLEUTH_SPIN_US`` microseconds to every
+decode call (llama_process), so one build serves every magnitude: 0 is the
+unpatched speed. The variant is a git repository made from the default engine's
+source tree at a stable path, so its build is cached across runs.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from tokensleuth.paths import cache_dir
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import BuildCache, EngineBuild
+
+SPIN = '''
+#include <chrono>
+#include <cstdlib>
+static void tokensleuth_spin() {
+    static const long us = [] { const char * e = std::getenv("TOKENSLEUTH_SPIN_US"); return e ? std::atol(e) : 0L; }();
+    if (us <= 0) { return; }
+    const auto t0 = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(us)) {}
+}
+
+int32_t llama_process('''
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=tokensleuth-test",
+                           "-c", "user.email=test@tokensleuth.invalid", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def planted_repo() -> Path:
+    """A git repo: commit 1 = the default engine's tree, commit 2 = + the spin patch."""
+    repo = cache_dir() / "test-repos" / "planted"
+    if (repo / ".git").exists():
+        return repo
+    tmp = repo.with_name("planted.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tree = BuildCache().llama_tree(DEFAULT_ENGINE)
+    shutil.copytree(tree, tmp, ignore=shutil.ignore_patterns("*.gguf.inp", "*.gguf.out"))
+    _git(tmp, "init", "-q")
+    _git(tmp, "add", "-A")
+    _git(tmp, "commit", "-qm", "base", "--date=2026-01-01T00:00:00Z")
+    f = tmp / "src" / "llama-context.cpp"
+    text = f.read_text()
+    assert text.count("int32_t llama_process(") == 1
+    text = text.replace("int32_t llama_process(", SPIN.lstrip("\n"), 1)
+    text = text.replace("case LLAMA_PROCESS_TYPE_DECODE: return ctx->decode(*batch);",
+                        "case LLAMA_PROCESS_TYPE_DECODE: tokensleuth_spin(); return ctx->decode(*batch);", 1)
+    f.write_text(text)
+    _git(tmp, "commit", "-qam", "plant: spin TOKENSLEUTH_SPIN_US per decode call")
+    tmp.rename(repo)
+    return repo
+
+
+def planted_engine() -> tuple[str, EngineBuild]:
+    src = f"git:{planted_repo()}@HEAD"
+    return src, BuildCache().get(src)

@@ -1,0 +1,168 @@
+"""`tokensleuth compare` on the real engine: A/A, threads, a planted slowdown, resume."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import EngineBuild
+
+E = DEFAULT_ENGINE
+
+
+def compare(args: list[str], env: dict[str, str], tmp_path: Path, timeout: float = 900) -> tuple[
+        subprocess.CompletedProcess[str], dict]:
+    out = tmp_path / "c.json"
+    p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out), *args], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    return p, doc
+
+
+def test_aa_is_never_a_finding(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
+                               tmp_path: Path) -> None:
+    p, doc = compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
+                      "-w", "tg16", "-w", "pp64", "--max-pairs", "10", "--", "-r", "3"], cli_env, tmp_path)
+    assert p.returncode == 0, p.stderr
+    for c in doc["comparisons"]:
+        assert c["verdict"] in ("same", "unresolved"), c
+        assert c["ci"][0] <= c["ratio"] <= c["ci"][1]
+        assert c["pairs"] >= 5
+    assert doc["schema_version"] == 1 and doc["summary"]
+
+
+def test_one_thread_is_slower_on_tg(engine: EngineBuild, moe_model: Path, cli_env: dict[str, str],
+                                    tmp_path: Path) -> None:
+    p, doc = compare(["--arm", f"t2={E}", "--arm", f"t1={E}", "--flags", "t2=-t 2", "--flags", "t1=-t 1",
+                      "--model", str(moe_model), "-w", "tg32", "--", "-r", "3"], cli_env, tmp_path)
+    assert p.returncode == 0, p.stderr
+    (c,) = doc["comparisons"]
+    assert (c["baseline"], c["candidate"], c["verdict"]) == ("t2", "t1", "slower")
+    assert c["ci"][1] < 0.99
+    # one thread costs about one busy core, two threads about two
+    assert c["resources"]["baseline"]["busy_cores"] == pytest.approx(2.0, abs=0.35)
+    assert c["resources"]["candidate"]["busy_cores"] == pytest.approx(1.0, abs=0.25)
+    assert "slower" in p.stdout and "t1 is" in p.stdout
+    # the plan interleaved the arms: never all of one arm first
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    arms = [r[0] for r in con.execute("SELECT a.name FROM trials t JOIN arms a ON a.id=t.arm_id ORDER BY seq")]
+    assert arms[:4] == ["t2", "t1", "t1", "t2"]
+
+
+@pytest.mark.slow
+def test_planted_slowdown_is_found_with_the_true_ratio_inside(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    from tests.planted import planted_engine
+
+    src, build = planted_engine()
+    bench = Path(build.bin_dir) / "llama-bench"
+    args = ["-m", str(dense_model), "-p", "0", "-n", "32", "-o", "jsonl"]
+
+    def tps(spin: str, reps: int) -> float:
+        out = subprocess.run([str(bench), *args, "-r", str(reps)], env={**cli_env, "TOKENSLEUTH_SPIN_US": spin},
+                             capture_output=True, text=True, check=True)
+        return float(json.loads(out.stdout)["avg_ts"])
+
+    # Calibrate a spin that costs ~5% of a token, then measure the true ratio with many
+    # interleaved repetitions.
+    base = tps("0", 20)
+    spin_us = int(0.05 / base * 1e6 / 0.95)
+    truth_b, truth_c = [], []
+    for _ in range(8):
+        truth_b.append(tps("0", 10))
+        truth_c.append(tps(str(spin_us), 10))
+    import numpy as np
+
+    true_ratio = float(np.exp(np.mean(np.log(np.array(truth_c) / np.array(truth_b)))))
+    assert 0.9 < true_ratio < 0.99
+    p, doc = compare(["--arm", f"base={src}", "--arm", f"spin={src}", "--env", f"spin:TOKENSLEUTH_SPIN_US={spin_us}",
+                      "--model", str(dense_model), "-w", "tg32", "--", "-r", "5"], cli_env, tmp_path)
+    assert p.returncode == 0, p.stderr
+    (c,) = doc["comparisons"]
+    assert c["verdict"] == "slower", c
+    assert c["ci"][0] - 0.005 <= true_ratio <= c["ci"][1] + 0.005, (true_ratio, c["ci"])
+
+
+def test_resume_continues_with_its_pairs(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
+                                         tmp_path: Path) -> None:
+    import signal
+    import time
+
+    db = cli_env["TOKENSLEUTH_DB"]
+    args = [tokensleuth_bin(), "compare", "--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
+            "-w", "tg16", "--min-pairs", "5", "--max-pairs", "5", "--", "-r", "2"]
+    proc = subprocess.Popen(args, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+
+    def done() -> int:
+        try:
+            con = sqlite3.connect(db, timeout=30)
+            return int(con.execute("SELECT COUNT(*) FROM trials WHERE status='done'").fetchone()[0])
+        except sqlite3.OperationalError:
+            return 0
+
+    while done() < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = done()
+    assert 3 <= before < 10
+    p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM studies").fetchone()[0] == 1
+    rows = con.execute("SELECT pair, COUNT(*) FROM trials WHERE status='done' GROUP BY pair").fetchall()
+    assert rows == [(i, 2) for i in range(5)]
+    assert p.stderr.count(" done: ") == 10 - before
+
+
+def test_study_file(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    f = tmp_path / "study.toml"
+    f.write_text(f'''
+band = "2%"
+max_pairs = 5
+models = ["{dense_model}"]
+workloads = ["tg8"]
+common_flags = "-r 2"
+[[arms]]
+name = "base"
+source = "{E}"
+[[arms]]
+name = "alt"
+source = "{E}"
+flags = "-t 1"
+''')
+    p, doc = compare(["--study", str(f)], cli_env, tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert doc["band"] == 0.02 and doc["comparisons"][0]["candidate"] == "alt"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('band = "2%"\nmodels = []\nbogus = 1\n[[arms]]\nname = "a"\nsource = "x"\n')
+    p, _ = compare(["--study", str(bad)], cli_env, tmp_path)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["--arm", f"a={E}"], "at least two arms"),
+    (["--arm", f"a={E}", "--arm", f"a={E}"], "given twice"),
+    (["--arm", "a", "--arm", f"b={E}"], "NAME=SOURCE"),
+    (["--arm", f"a={E}", "--arm", f"b={E}", "--flags", "c=-t 1"], "--flags"),
+    (["--arm", f"a={E}", "--arm", f"b={E}", "--env", "b=X"], "NAME:VAR=VALUE"),
+    (["--arm", f"a={E}", "--arm", f"b={E}", "-w", "zz9"], "unknown workload"),
+    (["--arm", f"a={E}", "--arm", f"b={E}", "--band", "abc"], "band"),
+    (["--arm", f"a={E}", "--arm", f"b={E}", "--baseline", "c"], "--baseline"),
+    (["--arm", f"a={E}", "--arm", f"b={E}", "--", "-p", "512"], "conflicts with --workload"),
+])
+def test_bad_compare_inputs(args: list[str], msg: str, engine: EngineBuild, dense_model: Path,
+                            cli_env: dict[str, str]) -> None:
+    p = subprocess.run([tokensleuth_bin(), "compare", "--model", str(dense_model), *args], env=cli_env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr
+    assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()

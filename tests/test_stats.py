@@ -1,0 +1,96 @@
+"""Statistics on synthetic data with known truth: coverage, band edges, schedule."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from tokensleuth import stats
+from tokensleuth.plan import pair_order, pair_round
+
+
+def _pairs(rng: np.random.Generator, n: int, ratio: float, cv: float) -> tuple[list[float], list[float]]:
+    base = 100 * np.exp(rng.normal(0, cv, n))
+    cand = 100 * ratio * np.exp(rng.normal(0, cv, n))
+    return list(base), list(cand)
+
+
+def test_interval_coverage_is_near_nominal() -> None:
+    rng = np.random.default_rng(1)
+    hits = 0
+    n_studies = 2000
+    for _ in range(n_studies):
+        b, c = _pairs(rng, 8, 0.97, 0.02)
+        e = stats.ratio_interval(b, c, 0.99)
+        hits += e.lo <= 0.97 <= e.hi
+    assert 0.98 <= hits / n_studies <= 0.997  # nominal 99%
+
+
+def test_ratio_is_geometric_mean() -> None:
+    e = stats.ratio_interval([100, 200], [110, 220])
+    assert e.ratio == pytest.approx(1.1)
+    assert e.lo == pytest.approx(1.1) and e.hi == pytest.approx(1.1)  # no spread, no width
+
+
+def test_verdict_band_edges() -> None:
+    mk = lambda lo, hi: stats.RatioEstimate(5, math.sqrt(lo * hi), lo, hi, 0.99)  # noqa: E731
+    assert stats.verdict(mk(0.95, 0.985), 0.01) == "slower"
+    assert stats.verdict(mk(0.95, 0.995), 0.01) == "unresolved"  # overlaps the band
+    assert stats.verdict(mk(1.011, 1.05), 0.01) == "faster"
+    assert stats.verdict(mk(0.992, 1.008), 0.01) == "same"
+    assert stats.verdict(mk(0.98, 1.02), 0.01) == "unresolved"  # wider than the band
+    assert stats.verdict(mk(0.99, 1.01), 0.01) == "same"  # band edges are inside
+    assert stats.verdict(None, 0.01) == "unresolved"
+
+
+def test_interval_needs_two_pairs() -> None:
+    with pytest.raises(ValueError):
+        stats.ratio_interval([100.0], [99.0])
+    with pytest.raises(ValueError):
+        stats.ratio_interval([100.0, 0.0], [99.0, 98.0])
+
+
+def test_doubling_schedule() -> None:
+    seq, n = [], 0
+    while (n := stats.next_pair_target(n, 5, 40)) is not None:  # type: ignore[assignment]
+        seq.append(n)
+    assert seq == [5, 10, 20, 40]
+    assert stats.next_pair_target(10, 5, 12) == 12
+    assert stats.next_pair_target(12, 5, 12) is None
+
+
+def test_aa_false_alarms_rare_under_sequential_looks() -> None:
+    """A/A with process noise: the sequential procedure almost never says faster/slower."""
+    rng = np.random.default_rng(7)
+    alarms = 0
+    for _ in range(1000):
+        b, c = _pairs(rng, 40, 1.0, 0.03)
+        for n in (5, 10, 20, 40):
+            v = stats.verdict(stats.ratio_interval(b[:n], c[:n]), 0.01)
+            if v != "unresolved":
+                alarms += v in ("faster", "slower")
+                break
+    assert alarms / 1000 <= 0.02
+
+
+def test_three_percent_slowdown_detected() -> None:
+    rng = np.random.default_rng(3)
+    found = 0
+    for _ in range(500):
+        b, c = _pairs(rng, 40, 0.97, 0.01)
+        for n in (5, 10, 20, 40):
+            v = stats.verdict(stats.ratio_interval(b[:n], c[:n]), 0.01)
+            if v != "unresolved":
+                break
+        found += v == "slower"
+    assert found / 500 >= 0.95
+
+
+def test_pair_order_is_balanced() -> None:
+    assert [pair_order(["A", "B"], p) for p in range(4)] == [["A", "B"], ["B", "A"]] * 2
+    firsts = [pair_order(["A", "B", "C"], p)[0] for p in range(6)]
+    assert sorted(firsts) == ["A", "A", "B", "B", "C", "C"]
+    trials = pair_round(["A", "B"], "m", "tg16", ("-n", "16"), 0, 3)
+    assert [(t.arm, t.pair) for t in trials] == [("A", 0), ("B", 0), ("B", 1), ("A", 1), ("A", 2), ("B", 2)]
