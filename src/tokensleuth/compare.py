@@ -17,6 +17,7 @@ from tokensleuth import stats
 from tokensleuth.engines.llamabench import workload_flags
 from tokensleuth.errors import UserError
 from tokensleuth.plan import pair_round
+from tokensleuth.results import load_cells
 from tokensleuth.runner import ArmRuntime, TrialCallback, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
@@ -80,17 +81,6 @@ def _mean_sd(v: list[float]) -> dict[str, float | None]:
     return {"mean": s.mean, "sd": s.sd}
 
 
-def _resources(cpu_ms: float, tokens: int, window_ms: float) -> dict[str, Any]:
-    notes = ["GPU, power and energy figures need a GPU monitor source; none on this host"]
-    return {
-        "cpu_ms_per_token": cpu_ms / tokens if tokens else None,
-        "busy_cores": cpu_ms / window_ms if window_ms else None,
-        "spinning_threads": None, "gpu_busy_pct": None, "gpu_clock_mhz": None, "power_w": None,
-        "joules_per_token": None, "tokens_per_joule": None, "peak_rss_anon_mb": None,
-        "notes": notes,
-    }
-
-
 def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
     """Pure read of the store into comparisons (one per candidate x model x workload)."""
     # (model, workload, arm) -> pair -> (mean t/s, cpu_ms, tokens)
@@ -99,6 +89,12 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
         per[(r["model"], r["workload"], r["arm"])][int(r["pair"])] = (
             float(r["mean_ts"]), r["cpu_ms"], int(r["tokens"]))
     base = spec.baseline_name()
+    cells = {(c.arm, c.model, c.test): c for c in load_cells(store, study_id)}
+
+    def res(arm: str, model: str, w: str) -> dict[str, Any]:
+        c = cells.get((arm, model, w))
+        return c.resources() if c else {}
+
     out = []
     for model in spec.models:
         for w in spec.workloads:
@@ -124,16 +120,8 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
                         cpu_verdict = {"faster": "costlier", "slower": "cheaper"}.get(v, v)
                 out.append(Comparison(
                     model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
-                    _res(b, pairs), _res(c, pairs)))
+                    res(base, model, w), res(cand, model, w)))
     return out
-
-
-def _res(d: Mapping[int, tuple[float, float | None, int]], pairs: list[int]) -> dict[str, Any]:
-    cpu = sum((d[p][1] or 0.0) for p in pairs)
-    tokens = sum(d[p][2] for p in pairs if d[p][1] is not None)
-    # window time = tokens / t/s per pair
-    wall_ms = sum(d[p][2] / d[p][0] * 1e3 for p in pairs if d[p][1] is not None and d[p][0] > 0)
-    return _resources(cpu, tokens, wall_ms)
 
 
 def run_compare(

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokensleuth.monitor.attribute import window_resources
 from tokensleuth.store import Store
 
 # llama-bench result fields that tell two rows of one test apart.
@@ -32,40 +32,72 @@ class Cell:
     window_tokens: int = 0
     avg_ts: float | None = None  # imported results without samples
     stddev_ts: float | None = None
+    windows: list[dict[str, Any]] = field(default_factory=list)  # per-window resources
+    notes: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str, int]:
         return (self.model, self.test, self.test_idx)
 
     def resources(self) -> dict[str, Any]:
-        notes: list[str] = []
+        """The DESIGN.md resources object: a figure that could not be measured is None."""
+        notes = list(dict.fromkeys(self.notes))
         cpu_ms_per_token = busy = None
         if self.window_tokens and self.window_ms > 0:
             cpu_ms_per_token = self.cpu_ms / self.window_tokens
             busy = self.cpu_ms / self.window_ms
         else:
             notes.append("no timed windows with CPU counters (imported or old results)")
-        notes.append("GPU, power and energy figures need a GPU monitor source; none on this host")
+        w = self.windows
+
+        def tw_mean(key: str) -> float | None:
+            got = [(x[key], x["window_s"]) for x in w if x.get(key) is not None]
+            tot = sum(d for _, d in got)
+            return sum(v * d for v, d in got) / tot if got and tot > 0 else None
+
+        energy = []
+        cross = []
+        for x in w:
+            e = x.get("gpu_energy_counter_j")
+            i = x.get("gpu_energy_integral_j")
+            energy.append(e if e is not None else i)
+            if e and i and x["window_s"] >= 5:
+                cross.append(abs(e - i) / e)
+        tokens_with_energy = sum(x["tokens"] for x, e in zip(w, energy) if e is not None)
+        joules = sum(e for e in energy if e is not None)
+        jpt = joules / tokens_with_energy if tokens_with_energy and joules > 0 else None
+        if w and all(x.get("power_w") is None for x in w):
+            notes.append("no GPU power readings (no GPU monitor source on this host)")
+        if any(x.get("short_window") for x in w) and jpt is not None:
+            notes.append("some windows are shorter than 5 power samples: power means are coarse")
+        notes.append("peak anonymous memory is not measured yet")
         return {
             "cpu_ms_per_token": cpu_ms_per_token,
             "busy_cores": busy,
             "spinning_threads": None,
-            "gpu_busy_pct": None,
-            "gpu_clock_mhz": None,
-            "power_w": None,
-            "joules_per_token": None,
-            "tokens_per_joule": None,
+            "gpu_busy_pct": tw_mean("busy_pct"),
+            "gpu_clock_mhz": tw_mean("sm_clock_mhz"),
+            "gpu_clock_max_mhz": max((x["clock_max_mhz"] for x in w if x.get("clock_max_mhz")), default=None),
+            "power_w": tw_mean("power_w"),
+            "power_p95_w": tw_mean("power_p95_w"),
+            "joules_per_token": jpt,
+            "tokens_per_joule": 1 / jpt if jpt else None,
+            "energy_source": ("counter" if any(x.get("gpu_energy_counter_j") is not None for x in w)
+                              else "integrated power" if jpt else None),
+            "energy_counter_vs_integral": max(cross) if cross else None,
+            "cpu_pkg_energy_j": sum(x["cpu_pkg_energy_j"] for x in w if x.get("cpu_pkg_energy_j") is not None) or None,
             "peak_rss_anon_mb": None,
             "notes": notes,
         }
 
 
 def load_cells(store: Store, study_id: str) -> list[Cell]:
-    cells: dict[tuple[str, str, int], Cell] = {}
+    cells: dict[tuple[str, str, str, int], Cell] = {}
+    timelines: dict[int, Any] = {}
     windows_cache: dict[int, dict[tuple[int, int], Any]] = {}
     for r in store.results(study_id):
         raw = json.loads(r["raw_json"])
-        key = (r["arm"], r["model"], int(r["test_idx"]))
+        key = (r["arm"], r["model"], r["test"], int(r["test_idx"]))
         cell = cells.get(key)
         if cell is None:
             meta = {k: raw.get(k) for k in ("model_type", "model_size", "model_n_params",
@@ -89,10 +121,20 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             windows_cache[trial_id] = {(int(w["test_idx"]), int(w["rep"])): w
                                        for w in store.windows(trial_id)}
         wins = windows_cache[trial_id]
+        if trial_id not in timelines:
+            timelines[trial_id] = store.timeline(trial_id)
+            env = json.loads(r["env_json"] or "{}")
+            cell.notes += env.get("monitor_notes", [])
         for s in samples:
             w = wins.get((int(r["test_idx"]), int(s["rep"])))
-            if w is not None and w["cpu_ms"] is not None:
+            if w is None:
+                continue
+            if w["cpu_ms"] is not None:
                 cell.cpu_ms += float(w["cpu_ms"])
                 cell.window_ms += (int(w["end_ns"]) - int(w["start_ns"])) / 1e6
                 cell.window_tokens += int(s["tokens"])
+            counters = json.loads(w["counters_json"]) if w["counters_json"] else {}
+            res = window_resources(int(w["start_ns"]), int(w["end_ns"]), counters, timelines[trial_id])
+            res["tokens"] = int(s["tokens"])
+            cell.windows.append(res)
     return list(cells.values())

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tokensleuth import confounders
 from tokensleuth.engines import llamabench
 from tokensleuth.hostenv import host_environment
+from tokensleuth.monitor.sampler import Monitor
+from tokensleuth.monitor.sources import Source, probe_sources
 from tokensleuth.store import Store, TrialOutcome
 
 
@@ -33,6 +37,8 @@ def execute(
     timeout_s: float | None = None,
     on_trial: TrialCallback | None = None,
     limit: int | None = None,
+    sources: Sequence[Source] | None = None,
+    interval_s: float = 0.2,
 ) -> list[TrialOutcome]:
     """Run the study's planned trials in plan order; each is committed as it ends.
 
@@ -43,21 +49,32 @@ def execute(
     planned = store.planned(study_id)
     if limit is not None:
         planned = planned[:limit]
+    if not planned:
+        return []
+    srcs = list(sources) if sources is not None else probe_sources()
     outcomes: list[TrialOutcome] = []
     for i, t in enumerate(planned):
         arm = arms[t["arm"]]
         argv: Sequence[str] = json.loads(t["argv_json"])
         store.mark_running(int(t["id"]))
-        out = llamabench.run_trial(
-            arm.bench_bin,
-            t["model"],
-            [*arm.flags, *argv],
-            env=arm.env,
-            timeout_s=timeout_s,
-            host_env=host_environment(),
-        )
+        monitor = Monitor(srcs, interval_s)
+        host = host_environment()
+        host["monitor"] = monitor.info()
+        before = confounders.snapshot()
+        monitor.start()
+        try:
+            res = llamabench.run_trial(arm.bench_bin, t["model"], [*arm.flags, *argv], env=arm.env,
+                                       timeout_s=timeout_s, probe=monitor.edge)
+        finally:
+            timeline = monitor.stop()
+        after = confounders.snapshot()
+        out = llamabench.outcome_from(res, host, arm.env)
+        warnings = confounders.compare_snapshots(before, after, (res.t1_ns - res.t0_ns) / 1e9, res.pid)
+        host["monitor_notes"] = monitor.notes()
+        out = replace(out, timeline=tuple(timeline), warnings=tuple(warnings), env=dict(out.env, **host))
         store.finish_trial(int(t["id"]), out)
         outcomes.append(out)
         if on_trial:
             on_trial(i + 1, len(planned), t["arm"], out)
+        time.sleep(0)  # let the sampler thread of the last trial go
     return outcomes

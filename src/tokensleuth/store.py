@@ -14,7 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +94,19 @@ MIGRATIONS: list[str] = [
         start_ns    INTEGER NOT NULL,       -- monotonic clock, same as trials.t0_ns
         end_ns      INTEGER NOT NULL,
         cpu_ms      REAL,                   -- engine process-tree CPU time in the window
+        counters_json TEXT,                 -- other counter deltas (energy J) over the window
         UNIQUE (trial_id, test_idx, rep)
+    );
+    CREATE TABLE timeline (
+        trial_id    INTEGER NOT NULL REFERENCES trials(id),
+        t_ns        INTEGER NOT NULL,       -- monotonic clock, same as trials.t0_ns
+        values_json TEXT NOT NULL,          -- sampled power W, clocks MHz, busy %, memory MB
+        PRIMARY KEY (trial_id, t_ns)
+    );
+    CREATE TABLE warnings (
+        trial_id    INTEGER NOT NULL REFERENCES trials(id),
+        code        TEXT NOT NULL,
+        detail      TEXT NOT NULL
     );
     CREATE TABLE state (
         study_id    TEXT NOT NULL REFERENCES studies(id),
@@ -128,6 +140,7 @@ class WindowRow:
     start_ns: int
     end_ns: int
     cpu_ms: float | None = None
+    counters: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +171,8 @@ class TrialOutcome:
     env: dict[str, Any]
     results: tuple[ResultRow, ...] = ()
     windows: tuple[WindowRow, ...] = ()
+    timeline: tuple[tuple[int, dict[str, float]], ...] = ()
+    warnings: tuple[tuple[str, str], ...] = ()  # (code, detail)
 
     def __post_init__(self) -> None:
         if self.status not in TRIAL_STATUSES or self.status in ("planned", "running"):
@@ -384,9 +399,18 @@ class Store:
                     [(rid, s.rep, s.duration_ns, s.tokens, s.tokens_per_s) for s in r.samples],
                 )
             db.executemany(
-                "INSERT INTO windows(trial_id, test_idx, rep, start_ns, end_ns, cpu_ms)"
-                " VALUES (?,?,?,?,?,?)",
-                [(trial_id, w.test_idx, w.rep, w.start_ns, w.end_ns, w.cpu_ms) for w in out.windows],
+                "INSERT INTO windows(trial_id, test_idx, rep, start_ns, end_ns, cpu_ms, counters_json)"
+                " VALUES (?,?,?,?,?,?,?)",
+                [(trial_id, w.test_idx, w.rep, w.start_ns, w.end_ns, w.cpu_ms,
+                  json.dumps(w.counters) if w.counters else None) for w in out.windows],
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO timeline(trial_id, t_ns, values_json) VALUES (?,?,?)",
+                [(trial_id, t, json.dumps(v)) for t, v in out.timeline],
+            )
+            db.executemany(
+                "INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)",
+                [(trial_id, c, d) for c, d in out.warnings],
             )
 
     def import_trial(
@@ -441,6 +465,16 @@ class Store:
             (study_id,),
         ).fetchone()
         return float(row[0]) / 1e9
+
+    def timeline(self, trial_id: int) -> list[tuple[int, dict[str, float]]]:
+        return [(int(r["t_ns"]), json.loads(r["values_json"])) for r in self.db.execute(
+            "SELECT t_ns, values_json FROM timeline WHERE trial_id=? ORDER BY t_ns", (trial_id,))]
+
+    def warnings(self, study_id: str) -> list[sqlite3.Row]:
+        return self.db.execute(
+            "SELECT w.*, a.name AS arm, t.model, t.workload FROM warnings w"
+            " JOIN trials t ON t.id=w.trial_id JOIN arms a ON a.id=t.arm_id WHERE t.study_id=?"
+            " ORDER BY t.seq", (study_id,)).fetchall()
 
     def put_state(self, study_id: str, key: str, value: Any) -> None:
         with self.tx() as db:

@@ -54,12 +54,12 @@ def _replay(step_ns: int = 1000) -> ProcResult:
             # a new test starts only after the previous test's JSON line
             if t > 0:
                 t += step_ns
-                lines.append(Line("out", t, out[n_out], probe=t / 1e9))
+                lines.append(Line("out", t, out[n_out], probe={"cpu_s": t / 1e9}))
                 n_out += 1
         t += step_ns
-        lines.append(Line("err", t, e, probe=t / 1e9))
+        lines.append(Line("err", t, e, probe={"cpu_s": t / 1e9}))
     t += step_ns
-    lines.append(Line("out", t, out[n_out], probe=t / 1e9))
+    lines.append(Line("out", t, out[n_out], probe={"cpu_s": t / 1e9}))
     return ProcResult(("llama-bench",), 0, False, 0, t + step_ns, 0.0, 1.0, lines)
 
 

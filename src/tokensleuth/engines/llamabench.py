@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.engines.proc import ProcResult, cpu_time_probe, run_process
+from tokensleuth.engines.proc import Probe, ProcResult, run_process
+from tokensleuth.monitor.attribute import counter_deltas
 from tokensleuth.errors import UserError
 from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
 
@@ -164,10 +165,9 @@ def extract_windows(res: ProcResult) -> list[WindowRow]:
             o_test, o_rep, o_start, o_probe = open_
             same_rep = kind == "gen" and test == o_test and rep == o_rep
             if not same_rep:
-                cpu_ms = None
-                if o_probe is not None and probe is not None:
-                    cpu_ms = (probe - o_probe) * 1e3
-                windows.append(WindowRow(o_test - 1, o_rep - 1, o_start, t_ns, cpu_ms))
+                deltas = counter_deltas(o_probe, probe) if o_probe and probe else {}
+                cpu_ms = deltas.pop("cpu_ms", None)
+                windows.append(WindowRow(o_test - 1, o_rep - 1, o_start, t_ns, cpu_ms, deltas))
                 open_ = None
         if open_ is None and kind in ("prompt", "gen"):
             open_ = (test, rep, t_ns, probe)
@@ -182,11 +182,11 @@ def run_trial(
     env: Mapping[str, str] | None = None,
     timeout_s: float | None = None,
     host_env: dict[str, Any] | None = None,
-) -> TrialOutcome:
-    """Run llama-bench once and classify the outcome; never raises for engine faults."""
+    probe: Probe | None = None,
+) -> ProcResult:
+    """Run llama-bench once; never raises for engine faults (see :func:`outcome_from`)."""
     argv = [str(bench_bin), "-m", model, *flags, "-o", "jsonl", "--progress"]
-    res = run_process(argv, env=env, timeout_s=timeout_s, probe=cpu_time_probe)
-    return outcome_from(res, host_env or {}, env or {})
+    return run_process(argv, env=env, timeout_s=timeout_s, probe=probe)
 
 
 def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, str]) -> TrialOutcome:

@@ -43,6 +43,7 @@ class ProcResult:
     ended_at: float
     lines: list[Line] = field(default_factory=list)
     spawn_error: str | None = None
+    pid: int | None = None
 
     def text(self, stream: str) -> str:
         return "".join(ln.text for ln in self.lines if ln.stream == stream)
@@ -59,13 +60,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
     except OSError:
         pass
-
-
-def cpu_time_probe(pid: int) -> float | None:
-    """CPU seconds of the engine's process tree (ns precision via schedstat)."""
-    from tokensleuth.monitor.cpu import process_tree_cpu_s
-
-    return process_tree_cpu_s(pid)
 
 
 def run_process(
@@ -132,7 +126,8 @@ def run_process(
     for th in threads:
         th.join(timeout=5)
     lines.sort(key=lambda ln: ln.t_ns)
-    return ProcResult(tuple(argv), proc.returncode, timed_out, t0, t1, started_at, time.time(), lines)
+    return ProcResult(tuple(argv), proc.returncode, timed_out, t0, t1, started_at, time.time(), lines,
+                      pid=proc.pid)
 
 
 def _kill_tree(pid: int) -> None:

@@ -1,0 +1,25 @@
+"""Shared set-up for the benchmark scripts: the default engine and tiny models."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tokensleuth.models.synth import synth  # noqa: E402
+from tokensleuth.paths import cache_dir  # noqa: E402
+from tokensleuth.sources import DEFAULT_ENGINE  # noqa: E402
+from tokensleuth.sources.build import BuildCache, EngineBuild  # noqa: E402
+
+
+def default_engine() -> EngineBuild:
+    return BuildCache().get(DEFAULT_ENGINE)
+
+
+def tiny_model(engine: EngineBuild, arch: str) -> Path:
+    p = cache_dir() / "test-models" / f"{engine.key}-{arch}-tiny-Q8_0.gguf"
+    if not p.exists():
+        synth(arch, "tiny", p, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
+              Path(engine.bin_dir) / "llama-quantize")
+    return p

@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""Verdict quality: tokensleuth compare vs the naive method, A/A and a planted 3% slowdown.
+
+For each condition (A/A; candidate 3% slower via the planted-spin build) run
+N independent studies and count verdicts:
+- tokensleuth: paired, order-balanced, sequential (5 -> 10 -> 20 -> 40 pairs),
+  99% interval against a ±1% band;
+- naive: each arm once with -r 5, A then B, "different" when |ratio - 1| > 1%.
+
+Reports false-alarm rate (A/A called faster/slower), detection rate (3% called
+slower), mean engine-seconds per study, and the machine's noise (coefficient of
+variation of a process's mean t/s between processes).
+
+    .venv/bin/python bench/verdict_quality.py [--studies 20] [--workload tg32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from _common import default_engine, tiny_model
+from tests.planted import planted_engine
+from tokensleuth import stats
+from tokensleuth.compare import run_compare
+from tokensleuth.engines.llamabench import workload_flags
+from tokensleuth.spec import build_compare_spec
+from tokensleuth.store import Store
+
+
+def tps(bench: Path, model: Path, flags: list[str], spin: int) -> tuple[float, float]:
+    t0 = time.monotonic()
+    out = subprocess.run([str(bench), "-m", str(model), *flags, "-o", "jsonl"], capture_output=True, text=True,
+                         check=True, env={**os.environ, "TOKENSLEUTH_SPIN_US": str(spin)})
+    return float(json.loads(out.stdout.splitlines()[0])["avg_ts"]), time.monotonic() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--studies", type=int, default=20)
+    ap.add_argument("--workload", default="tg32")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--slowdown", type=float, default=0.03)
+    args = ap.parse_args()
+    engine = default_engine()
+    model = tiny_model(engine, "llama")
+    src, build = planted_engine()
+    bench = Path(build.bin_dir) / "llama-bench"
+    flags = [*workload_flags(args.workload), "-r", str(args.reps)]
+
+    # Calibrate the spin for the target slowdown: r = 1 / (1 + spin * tps).
+    base_tps = np.mean([tps(bench, model, [*workload_flags(args.workload), "-r", "20"], 0)[0] for _ in range(3)])
+    spin = int(round((1 / (1 - args.slowdown) - 1) / base_tps * 1e6))
+    # True ratio and machine noise from 16 interleaved processes per arm.
+    tb, tc = [], []
+    for i in range(16):
+        a, b = tps(bench, model, flags, 0)[0], tps(bench, model, flags, spin)[0]
+        tb.append(a)
+        tc.append(b)
+    true_ratio = float(np.exp(np.mean(np.log(np.array(tc) / np.array(tb)))))
+    noise = stats.cv(tb)
+    print(f"machine: {os.cpu_count()} cores; model tiny llama Q8_0; workload {args.workload}, -r {args.reps} per process")
+    print(f"spin {spin} us per decode call; true ratio {true_ratio:.4f} (16 interleaved pairs)")
+    print(f"noise: CV of a process's mean t/s between processes = {noise * 100:.2f}%")
+
+    results: dict[str, dict[str, object]] = {}
+    for cond, cand_spin in (("A/A", 0), (f"{args.slowdown:.0%} slower", spin)):
+        # tokensleuth
+        verdicts: Counter[str] = Counter()
+        secs = []
+        pairs = []
+        for s in range(args.studies):
+            with tempfile.TemporaryDirectory() as td, Store(Path(td) / "s.db") as store:
+                spec = build_compare_spec({
+                    "arms": [{"name": "a", "source": src, "env": {"TOKENSLEUTH_SPIN_US": "0"}},
+                             {"name": "b", "source": src, "env": {"TOKENSLEUTH_SPIN_US": str(cand_spin)}}],
+                    "models": [str(model)], "workloads": [args.workload], "band": 0.01,
+                    "common_flags": ["-r", str(args.reps)]}, "bench")
+                sid, comps = run_compare(store, spec, {"a": build, "b": build})
+                verdicts[comps[0].verdict] += 1
+                pairs.append(comps[0].pairs)
+                secs.append(store.engine_seconds(sid))
+        # naive
+        naive: Counter[str] = Counter()
+        nsecs = []
+        for s in range(args.studies):
+            a, ta = tps(bench, model, flags, 0)
+            b, tb_ = tps(bench, model, flags, cand_spin)
+            r = b / a
+            naive["slower" if r < 0.99 else "faster" if r > 1.01 else "same"] += 1
+            nsecs.append(ta + tb_)
+        results[cond] = {"tokensleuth": (verdicts, np.mean(secs), np.mean(pairs)), "naive": (naive, np.mean(nsecs))}
+
+    n = args.studies
+    aa = results["A/A"]
+    sl = results[f"{args.slowdown:.0%} slower"]
+    for method in ("tokensleuth", "naive"):
+        v_aa = aa[method][0]
+        v_sl = sl[method][0]
+        fa = (v_aa["faster"] + v_aa["slower"]) / n
+        det = v_sl["slower"] / n
+        secs = (aa[method][1] + sl[method][1]) / 2
+        extra = f", mean pairs A/A {aa[method][2]:.1f} / slowdown {sl[method][2]:.1f}" if method == "tokensleuth" else ""
+        print(f"{method:>11}: A/A false alarms {fa * 100:5.1f}% {dict(v_aa)}; "
+              f"detection of {args.slowdown:.0%} {det * 100:5.1f}% {dict(v_sl)}; "
+              f"engine-seconds/study {secs:6.2f}{extra}")
+
+
+if __name__ == "__main__":
+    main()
