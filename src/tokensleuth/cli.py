@@ -317,6 +317,7 @@ def model_synth(
     quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16.")] = "Q8_0",
     engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
     seed: Annotated[int, typer.Option(help="Random seed of the weights.")] = 0,
+    cmake: CmakeOpt = [],  # noqa: B006
 ) -> None:
     """Write a synthetic GGUF model (random weights, real tokenizer)."""
     from tokensleuth.models.info import model_info
@@ -326,7 +327,7 @@ def model_synth(
         raise UserError(f"no synthetic shape {arch}/{size} — --arch llama|qwen3moe, --size tiny|small|medium")
     if quant not in QUANTS:
         raise UserError(f"unsupported quant {quant!r} — choose from {', '.join(QUANTS)}")
-    b = get_build(engine, [])
+    b = get_build(engine, cmake)
     tree = BuildCache().llama_tree(parse_source(engine))
     synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed)
     i = model_info(out_path)

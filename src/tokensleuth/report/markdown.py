@@ -64,12 +64,17 @@ def fmt_ts(values: Sequence[float], avg: float | None = None, sd: float | None =
 def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
                  resources: bool = False) -> str:
     params = varying_params(cells)
+    all_res = [c.resources() for c in cells]
+    gpu = resources or any(r["power_w"] is not None or r["gpu_busy_pct"] is not None for r in all_res)
+    gpu_cols = [("GPU %", "gpu_busy_pct", "{:.0f}"), ("clock MHz", "gpu_clock_mhz", "{:.0f}"),
+                ("power W", "power_w", "{:.1f}"), ("J/tok", "joules_per_token", "{:.4f}"),
+                ("tok/J", "tokens_per_joule", "{:.2f}")] if gpu else []
     headers = ["model", "size", "params", "backend", *(_SHORT[p] for p in params), "test", "t/s",
-               "n", "CPU ms/tok", "busy cores"]
-    right = [False, True, True, False, *([True] * len(params)), True, True, True, True, True]
+               "n", "CPU ms/tok", "busy cores", *(h for h, _, _ in gpu_cols)]
+    right = [False, True, True, False, *([True] * len(params)), True, True, True, True, True,
+             *([True] * len(gpu_cols))]
     rows = []
-    for c in cells:
-        res = c.resources()
+    for c, res in zip(cells, all_res):
         cpu = res["cpu_ms_per_token"]
         busy = res["busy_cores"]
         rows.append([
@@ -77,6 +82,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
             str(c.meta.get("backends") or "?"), *(str(c.meta.get(p, "")) for p in params),
             c.test, fmt_ts(c.tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.tokens_per_s)),
             "—" if cpu is None else f"{cpu:.3f}", "—" if busy is None else f"{busy:.2f}",
+            *("—" if res[k] is None else f.format(res[k]) for _, k, f in gpu_cols),
         ])
     commit = engine.get("commit") or "unknown"
     number = engine.get("build_number")

