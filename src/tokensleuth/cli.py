@@ -149,7 +149,7 @@ def bench(
     """
     from tokensleuth.bench import run_bench
     from tokensleuth.report.jsonout import bench_json, write_json
-    from tokensleuth.report.markdown import render_bench
+    from tokensleuth.report.markdown import render_bench, render_warnings
     from tokensleuth.results import load_cells
     from tokensleuth.spec import model_paths
 
@@ -163,9 +163,10 @@ def bench(
                           resume=resume, on_trial=trial_printer())
         cells = load_cells(store, study)
         engine_json = json.loads(store.arms(study)[0]["engine_json"])
+        warn = render_warnings(store.warnings(study))
     if not cells:
         raise EngineError(f"no trial of study {study} produced results (see the messages above)")
-    out.print(render_bench(cells, study, engine_json, resources=resources))
+    out.print(render_bench(cells, study, engine_json, resources=resources) + warn)
     if json_out:
         write_json(json_out, bench_json(cells, study, engine_json))
 
@@ -210,7 +211,7 @@ def compare(
     """
     from tokensleuth.compare import compare_json, run_compare, summary_sentence
     from tokensleuth.report.jsonout import write_json
-    from tokensleuth.report.markdown import render_compare
+    from tokensleuth.report.markdown import render_compare, render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
 
     if study is not None:
@@ -237,8 +238,9 @@ def compare(
 
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  on_round=on_round)
+        warn = render_warnings(store.warnings(sid))
     summary = summary_sentence(comps, spec.band)
-    out.print(render_compare(comps, sid, spec.band, summary))
+    out.print(render_compare(comps, sid, spec.band, summary) + warn)
     if json_out:
         write_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}))
     if all(c.estimate is None for c in comps):
@@ -405,7 +407,7 @@ def report(
 ) -> None:
     """Re-render a stored study."""
     from tokensleuth.report.jsonout import bench_json, write_json
-    from tokensleuth.report.markdown import render_bench
+    from tokensleuth.report.markdown import render_bench, render_warnings
     from tokensleuth.results import load_cells
 
     with open_store(db) as store:
@@ -420,6 +422,7 @@ def report(
             engine_json = json.loads(store.arms(sid)[0]["engine_json"])
             md = render_bench(cells, sid, engine_json)
             obj = bench_json(cells, sid, engine_json)
+        md += render_warnings(store.warnings(sid))
     out.print(md)
     if json_out:
         write_json(json_out, obj)

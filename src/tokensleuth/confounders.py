@@ -18,6 +18,7 @@ REMEDY = {
     "swap": "the system swapped during the measurement — free memory or use a smaller model",
     "gpu-process": "another process was resident on the GPU — stop it and rerun",
     "short-window": "windows are shorter than the power sampling allows — use more tokens per test",
+    "spinning-thread": "a CPU thread polled while the GPU worked — try --poll 0 or check the backend's sync mode",
 }
 
 

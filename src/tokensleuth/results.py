@@ -34,6 +34,8 @@ class Cell:
     stddev_ts: float | None = None
     windows: list[dict[str, Any]] = field(default_factory=list)  # per-window resources
     notes: list[str] = field(default_factory=list)
+    spinning: list[int] = field(default_factory=list)  # per trial: spinning thread count
+    gpu_trials: int = 0
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -67,14 +69,18 @@ class Cell:
         joules = sum(e for e in energy if e is not None)
         jpt = joules / tokens_with_energy if tokens_with_energy and joules > 0 else None
         if w and all(x.get("power_w") is None for x in w):
-            notes.append("no GPU power readings (no GPU monitor source on this host)")
+            if any(x.get("gpu_energy_counter_j") is not None for x in w):
+                notes.append("windows shorter than the power sampling interval: no power samples")
+            else:
+                notes.append("no GPU power readings (no GPU monitor source on this host)")
         if any(x.get("short_window") for x in w) and jpt is not None:
             notes.append("some windows are shorter than 5 power samples: power means are coarse")
         notes.append("peak anonymous memory is not measured yet")
         return {
             "cpu_ms_per_token": cpu_ms_per_token,
             "busy_cores": busy,
-            "spinning_threads": None,
+            "spinning_threads": (max(self.spinning) if self.spinning and tw_mean("busy_pct") is not None
+                                 else None),
             "gpu_busy_pct": tw_mean("busy_pct"),
             "gpu_clock_mhz": tw_mean("sm_clock_mhz"),
             "gpu_clock_max_mhz": max((x["clock_max_mhz"] for x in w if x.get("clock_max_mhz")), default=None),
@@ -125,6 +131,10 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             timelines[trial_id] = store.timeline(trial_id)
             env = json.loads(r["env_json"] or "{}")
             cell.notes += env.get("monitor_notes", [])
+            cell.spinning.append(len(env.get("spinning_threads", [])))
+            for t in env.get("spinning_threads", []):
+                cell.notes.append(f"spinning thread {t['name']}: {t['cores']} cores with "
+                                  f"{t['voluntary_switches_per_s']} voluntary switches/s while the GPU works")
         for s in samples:
             w = wins.get((int(r["test_idx"]), int(s["rep"])))
             if w is None:

@@ -71,6 +71,17 @@ def execute(
         out = llamabench.outcome_from(res, host, arm.env)
         warnings = confounders.compare_snapshots(before, after, (res.t1_ns - res.t0_ns) / 1e9, res.pid)
         host["monitor_notes"] = monitor.notes()
+        if out.windows:
+            spin = monitor.spinning(min(w.start_ns for w in out.windows), max(w.end_ns for w in out.windows))
+            gpu_busy = [row[k] for _, row in timeline for k in row if k.endswith("_busy_pct")]
+            host["busy_threads"] = spin
+            # Busy threads that never block are polling when the GPU does the work; on a
+            # CPU backend the same pattern is plain computing, so only GPU runs are flagged.
+            if spin and gpu_busy and sum(gpu_busy) / len(gpu_busy) >= 50:
+                host["spinning_threads"] = spin
+                warnings.append(("spinning-thread", ", ".join(
+                    f"{t['name']}[{t['tid']}] {t['cores']:.2f} cores, {t['voluntary_switches_per_s']}/s "
+                    "voluntary switches" for t in spin)))
         out = replace(out, timeline=tuple(timeline), warnings=tuple(warnings), env=dict(out.env, **host))
         store.finish_trial(int(t["id"]), out)
         outcomes.append(out)

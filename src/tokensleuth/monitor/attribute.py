@@ -64,6 +64,9 @@ def window_resources(start_ns: int, end_ns: int, counters: Mapping[str, float],
     for k in ("sm_clock_mhz", "busy_pct", "clock_max_mhz"):
         if k in out:
             out[k] = float(np.mean(out[k]))  # averaged over GPUs
+    if have_counter and (end_ns - start_ns) > 0:
+        # The counter's mean power is exact over the window; samples may miss a short one.
+        out["power_w"] = energy_counter / ((end_ns - start_ns) / 1e9)
     out["gpu_energy_counter_j"] = energy_counter if have_counter else None
     out["gpu_energy_integral_j"] = energy_integral if have_integral else None
     out["cpu_pkg_energy_j"] = counters.get("cpu_pkg_energy_j")

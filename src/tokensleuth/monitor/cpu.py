@@ -56,3 +56,49 @@ def process_tree_cpu_s(pid: int, proc_root: Path = Path("/proc"),
         else:
             total += ns / 1e9
     return total
+
+
+def thread_stats(pid: int, proc_root: Path = Path("/proc")) -> dict[int, tuple[str, int, int]]:
+    """Per thread: (name, on-CPU ns, voluntary context switches)."""
+    out: dict[int, tuple[str, int, int]] = {}
+    try:
+        tasks = list((proc_root / str(pid) / "task").iterdir())
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            ns = int((t / "schedstat").read_text().split()[0])
+            name, vol = "?", 0
+            for line in (t / "status").read_text().splitlines():
+                if line.startswith("Name:"):
+                    name = line.split(":", 1)[1].strip()
+                elif line.startswith("voluntary_ctxt_switches:"):
+                    vol = int(line.split(":", 1)[1])
+            out[int(t.name)] = (name, ns, vol)
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def spinning_threads(a: dict[int, tuple[str, int, int]], b: dict[int, tuple[str, int, int]],
+                     seconds: float, min_cores: float = 0.9, max_switches_per_s: float = 10.0
+                     ) -> list[dict[str, object]]:
+    """Threads that used >= ``min_cores`` of a core while almost never blocking.
+
+    A thread that is busy but never sleeps voluntarily is polling: on a GPU
+    backend that is a CPU core burnt waiting for the device (the field report's
+    30% CPU at --poll 50 against 2% at --poll 0).
+    """
+    out: list[dict[str, object]] = []
+    if seconds <= 0:
+        return out
+    for tid, (name, ns1, vol1) in b.items():
+        if tid not in a:
+            continue
+        _, ns0, vol0 = a[tid]
+        cores = (ns1 - ns0) / 1e9 / seconds
+        switches = (vol1 - vol0) / seconds
+        if cores >= min_cores and switches <= max_switches_per_s:
+            out.append({"tid": tid, "name": name, "cores": round(cores, 3),
+                        "voluntary_switches_per_s": round(switches, 1)})
+    return out

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tokensleuth.monitor.cpu import process_tree_cpu_s
+from tokensleuth.monitor.cpu import process_tree_cpu_s, spinning_threads, thread_stats
 from tokensleuth.monitor.sources import Source
 
 
@@ -22,12 +22,16 @@ class Monitor:
         self.sources = list(sources)
         self.interval_s = interval_s
         self.timeline: list[tuple[int, dict[str, float]]] = []
+        # per-thread (name, cpu ns, voluntary switches) snapshots, for spin detection
+        self.threads: list[tuple[int, dict[int, tuple[str, int, int]]]] = []
+        self.pid: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def edge(self, pid: int) -> dict[str, float]:
         """Counters at a window edge: the engine's CPU seconds and every energy counter."""
         out: dict[str, float] = {}
+        self.pid = pid
         cpu = process_tree_cpu_s(pid)
         if cpu is not None:
             out["cpu_s"] = cpu
@@ -49,10 +53,12 @@ class Monitor:
                     continue
             if row:
                 self.timeline.append((t, row))
+            if self.pid is not None:
+                self.threads.append((t, thread_stats(self.pid)))
             self._stop.wait(self.interval_s)
 
     def start(self) -> None:
-        if any(type(s).__name__ != "NullSource" for s in self.sources) and self.interval_s > 0:
+        if self.interval_s > 0:
             self._thread = threading.Thread(target=self._run, name="tokensleuth-sampler", daemon=True)
             self._thread.start()
 
@@ -61,6 +67,14 @@ class Monitor:
         if self._thread is not None:
             self._thread.join(timeout=5)
         return self.timeline
+
+    def spinning(self, start_ns: int, end_ns: int) -> list[dict[str, object]]:
+        """Threads that spun between ``start_ns`` and ``end_ns`` (first/last snapshot inside)."""
+        inside = [(t, s) for t, s in self.threads if start_ns <= t <= end_ns and s]
+        if len(inside) < 2:
+            return []
+        (t0, a), (t1, b) = inside[0], inside[-1]
+        return spinning_threads(a, b, (t1 - t0) / 1e9)
 
     def notes(self) -> list[str]:
         return [n for s in self.sources for n in s.notes()]

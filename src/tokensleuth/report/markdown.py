@@ -111,3 +111,21 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
     return "\n".join([summary, "", table(headers, rows, right), "",
                       f"band ±{band * 100:g}% · one pair = one engine process per arm, order-balanced"
                       f" · study: {study_id}"])
+
+
+def render_warnings(rows: Sequence[Any]) -> str:
+    """Confounder warnings, once each: what was seen, where, and the remedy."""
+    from tokensleuth.confounders import REMEDY
+
+    if not rows:
+        return ""
+    seen: dict[str, list[str]] = {}
+    for r in rows:
+        seen.setdefault(r["code"], []).append(f"{r['arm']}: {r['detail']}")
+    lines = ["", "Warnings:"]
+    for code, details in seen.items():
+        uniq = list(dict.fromkeys(details))
+        more = f" (+{len(uniq) - 3} more)" if len(uniq) > 3 else ""
+        lines.append(f"- {code} in {len(details)} trial(s): {'; '.join(uniq[:3])}{more} — "
+                     f"{REMEDY.get(code, 'check the system and rerun')}")
+    return "\n".join(lines)
