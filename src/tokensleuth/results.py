@@ -35,6 +35,8 @@ class Cell:
     windows: list[dict[str, Any]] = field(default_factory=list)  # per-window resources
     notes: list[str] = field(default_factory=list)
     spinning: list[int] = field(default_factory=list)  # per trial: spinning thread count
+    peak_anon_mb: float | None = None
+    peak_file_mb: float | None = None
     gpu_trials: int = 0
 
     @property
@@ -75,7 +77,8 @@ class Cell:
                 notes.append("no GPU power readings (no GPU monitor source on this host)")
         if any(x.get("short_window") for x in w) and jpt is not None:
             notes.append("some windows are shorter than 5 power samples: power means are coarse")
-        notes.append("peak anonymous memory is not measured yet")
+        if self.peak_anon_mb is None:
+            notes.append("peak memory: no sample (trial shorter than the sampling interval)")
         return {
             "cpu_ms_per_token": cpu_ms_per_token,
             "busy_cores": busy,
@@ -92,7 +95,8 @@ class Cell:
                               else "integrated power" if jpt else None),
             "energy_counter_vs_integral": max(cross) if cross else None,
             "cpu_pkg_energy_j": sum(x["cpu_pkg_energy_j"] for x in w if x.get("cpu_pkg_energy_j") is not None) or None,
-            "peak_rss_anon_mb": None,
+            "peak_rss_anon_mb": self.peak_anon_mb,
+            "peak_rss_file_mb": self.peak_file_mb,
             "notes": notes,
         }
 
@@ -132,6 +136,10 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             env = json.loads(r["env_json"] or "{}")
             cell.notes += env.get("monitor_notes", [])
             cell.spinning.append(len(env.get("spinning_threads", [])))
+            mem = env.get("peak_memory_mb") or {}
+            if "RssAnon" in mem:
+                cell.peak_anon_mb = max(cell.peak_anon_mb or 0.0, mem["RssAnon"])
+                cell.peak_file_mb = max(cell.peak_file_mb or 0.0, mem.get("RssFile", 0.0))
             for t in env.get("spinning_threads", []):
                 cell.notes.append(f"spinning thread {t['name']}: {t['cores']} cores with "
                                   f"{t['voluntary_switches_per_s']} voluntary switches/s while the GPU works")

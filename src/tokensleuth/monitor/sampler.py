@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from tokensleuth.monitor.cpu import process_tree_cpu_s, spinning_threads, thread_stats
-from tokensleuth.monitor.sources import Source
+from tokensleuth.monitor.cpu import ThreadCpuReader, memory_mb, spinning_threads, thread_stats
+from tokensleuth.monitor.sources import NullSource, Source
 
 
 class Monitor:
@@ -25,16 +27,24 @@ class Monitor:
         # per-thread (name, cpu ns, voluntary switches) snapshots, for spin detection
         self.threads: list[tuple[int, dict[int, tuple[str, int, int]]]] = []
         self.pid: int | None = None
+        self.peak_mb: dict[str, float] = {}
+        self._cpu: ThreadCpuReader | None = None
+        # Thread and memory reads serve spin detection and peaks: once a second is plenty.
+        self.slow_every = max(1, round(1.0 / interval_s)) if interval_s > 0 else 1
         self._stop = threading.Event()
+        # the sampler sleeps in select() on this pipe: one syscall per tick, woken at once by stop()
+        self._wake_r, self._wake_w = os.pipe()
         self._thread: threading.Thread | None = None
 
     def edge(self, pid: int) -> dict[str, float]:
         """Counters at a window edge: the engine's CPU seconds and every energy counter."""
         out: dict[str, float] = {}
-        self.pid = pid
-        cpu = process_tree_cpu_s(pid)
-        if cpu is not None:
-            out["cpu_s"] = cpu
+        if self.pid != pid or self._cpu is None:
+            self.pid = pid
+            self._cpu = ThreadCpuReader(pid)
+        ns = self._cpu.read_ns()
+        if ns is not None:
+            out["cpu_s"] = ns / 1e9
         for s in self.sources:
             try:
                 out.update(s.counters())
@@ -43,6 +53,7 @@ class Monitor:
         return out
 
     def _run(self) -> None:
+        tick = 0
         while not self._stop.is_set():
             t = time.monotonic_ns()
             row: dict[str, float] = {}
@@ -53,19 +64,35 @@ class Monitor:
                     continue
             if row:
                 self.timeline.append((t, row))
-            if self.pid is not None:
+            if self.pid is not None and tick % self.slow_every == 0:
                 self.threads.append((t, thread_stats(self.pid)))
-            self._stop.wait(self.interval_s)
+                for k, v in memory_mb(self.pid).items():
+                    self.peak_mb[k] = max(v, self.peak_mb.get(k, 0.0))
+            tick += 1
+            ready, _, _ = select.select([self._wake_r], [], [], self.interval_s)
+            if ready:
+                break
 
     def start(self) -> None:
+        if all(isinstance(s, NullSource) for s in self.sources):
+            # nothing to sample for timelines: only the once-a-second thread/memory reads
+            self.interval_s, self.slow_every = 1.0, 1
         if self.interval_s > 0:
             self._thread = threading.Thread(target=self._run, name="tokensleuth-sampler", daemon=True)
             self._thread.start()
 
     def stop(self) -> list[tuple[int, dict[str, float]]]:
         self._stop.set()
+        os.write(self._wake_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.pid is not None:
+            # a last snapshot so spin detection sees the end of the timed span
+            self.threads.append((time.monotonic_ns(), thread_stats(self.pid)))
+        if self._cpu is not None:
+            self._cpu.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
         return self.timeline
 
     def spinning(self, start_ns: int, end_ns: int) -> list[dict[str, object]]:
