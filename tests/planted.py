@@ -62,3 +62,56 @@ def planted_repo() -> Path:
 def planted_engine() -> tuple[str, EngineBuild]:
     src = f"git:{planted_repo()}@HEAD"
     return src, BuildCache().get(src)
+
+
+MOE_SLOW = '''
+    // tokensleuth test plant: extra passes over the MoE output that leave it unchanged
+    for (int k = 0; k < 96; ++k) {
+        moe_out = ggml_scale(ctx0, moe_out, 1.0f);
+    }
+
+    cb(moe_out, "ffn_moe_out", il);
+'''
+
+HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
+
+
+def bisect_history() -> tuple[Path, dict[str, str]]:
+    """Branch ``bisect`` of the test repo: base, then the commits of HISTORY.
+
+    neutral commits change a small source file (forcing a recompile), ``broken``
+    does not compile and ``fix`` repairs it, ``culprit`` adds a MoE-only slowdown
+    (extra passes in the MoE feed-forward graph that leave outputs unchanged).
+    Returns the repo and {name: sha}, with "base" the good endpoint.
+    """
+    repo = planted_repo()
+    have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", "refs/heads/bisect"],
+                          capture_output=True, text=True)
+    base = _git(repo, "rev-list", "--max-parents=0", "HEAD")
+    if have.returncode != 0:
+        wt = repo.parent / "bisect-wt"
+        shutil.rmtree(wt, ignore_errors=True)
+        _git(repo, "worktree", "prune")
+        _git(repo, "worktree", "add", "-q", "-b", "bisect", str(wt), base)
+        small = wt / "src" / "llama-io.cpp"
+        graph = wt / "src" / "llama-graph.cpp"
+        for i, name in enumerate(HISTORY):
+            if name.startswith("n"):
+                small.write_text(small.read_text() + f"\n[[maybe_unused]] static const int tokensleuth_{name} = {i};\n")
+            elif name == "broken":
+                small.write_text(small.read_text() + "\n#error tokensleuth planted build failure\n")
+            elif name == "fix":
+                small.write_text(small.read_text().replace("\n#error tokensleuth planted build failure\n", "\n"))
+            elif name == "culprit":
+                text = graph.read_text()
+                marker = '\n    cb(moe_out, "ffn_moe_out", il);\n'
+                assert text.count(marker) == 1
+                graph.write_text(text.replace(marker, MOE_SLOW, 1))
+            _git(wt, "commit", "-qam", f"{name}", f"--date=2026-01-0{i + 2}T00:00:00Z")
+        _git(repo, "worktree", "remove", "--force", str(wt))
+    shas = {"base": base}
+    log = _git(repo, "log", "--reverse", "--format=%H %s", f"{base}..bisect").splitlines()
+    for line in log:
+        sha, subject = line.split(" ", 1)
+        shas[subject] = sha
+    return repo, shas

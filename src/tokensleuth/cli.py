@@ -282,6 +282,72 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
     return data
 
 
+# -- bisect --------------------------------------------------------------------------
+
+
+@app.command(context_settings=PASSTHROUGH)
+def bisect(
+    ctx: typer.Context,
+    good: Annotated[str, typer.Option(help="Last good revision (or version / first --bin folder).")] = "",
+    bad: Annotated[str, typer.Option(help="First known bad revision (or version).")] = "",
+    repo: Annotated[Optional[Path], typer.Option(help="llama.cpp git checkout to bisect.")] = None,
+    source: Annotated[Optional[str], typer.Option(help="Release bisect: pypi:NAME (versions between --good and --bad).")] = None,
+    bin_dir: Annotated[list[str], typer.Option("--bin", help="Release bisect over prebuilt folders, in order (repeatable).")] = [],  # noqa: B006
+    model: Annotated[list[Path], typer.Option("--model", "-m", help="Model that shows the regression (repeatable).")] = [],  # noqa: B006
+    control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model, e.g. a dense one (repeatable).")] = [],  # noqa: B006
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
+    band: Annotated[str, typer.Option(help="Endpoints must differ by more than this.")] = "2%",
+    max_pairs: Annotated[int, typer.Option(help="Most pairs per comparison.")] = 20,
+    cmake: CmakeOpt = [],  # noqa: B006
+    timeout: Annotated[float, typer.Option(help="Watchdog: seconds before a trial is killed (a hang is a crash).")] = 600,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the bisect result as JSON here.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same bisect.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Find the first commit (or release) that made it slower, and verify it against its parent."""
+    from tokensleuth import bisect as bis
+    from tokensleuth.report.jsonout import write_json
+    from tokensleuth.report.markdown import render_bisect
+    from tokensleuth.spec import model_paths, parse_percent
+
+    flags = list(ctx.args)
+    if repo is not None:
+        if not good or not bad:
+            raise UserError("bisect needs --good REV and --bad REV — name the last good and first bad revisions")
+        parse_source(f"git:{repo}@{good}")
+        cands = bis.git_candidates(str(repo), good, bad)
+    elif source is not None:
+        kind, _, name = source.partition(":")
+        if kind != "pypi" or not name or "==" in name:
+            raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --good/--bad)")
+        cands = bis.pypi_candidates(name, good, bad)
+    elif bin_dir:
+        for d in bin_dir:
+            parse_source(f"bin:{d}")
+        cands = bis.bin_candidates([str(Path(d).resolve()) for d in bin_dir])
+    else:
+        raise UserError("nothing to bisect — pass --repo PATH, --source pypi:NAME or --bin DIR (twice or more)")
+    spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
+            "workloads": workload or ["pp512"], "band": parse_percent(band), "max_pairs": max_pairs,
+            "cmake": list(cmake), "flags": flags, "timeout_s": timeout}
+    build_compare_spec_check(spec)
+    with open_store(db) as store:
+        result = bis.run_bisect(store, cands, spec, resume=resume,
+                                log=lambda line: err.print(line, markup=False))
+    out.print(render_bisect(result))
+    if json_out:
+        write_json(json_out, dict(result, schema_version=1))
+
+
+def build_compare_spec_check(spec: dict[str, Any]) -> None:
+    """Validate the parts of a bisect that each comparison will use, before any build."""
+    from tokensleuth.spec import build_compare_spec
+
+    build_compare_spec({"arms": [{"name": "A", "source": DEFAULT_ENGINE}, {"name": "B", "source": DEFAULT_ENGINE}],
+                        "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
+                        "max_pairs": spec["max_pairs"], "common_flags": spec["flags"]}, "command line")
+
+
 # -- engine --------------------------------------------------------------------------
 
 

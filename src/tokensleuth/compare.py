@@ -132,13 +132,22 @@ def run_compare(
     resume: bool = False,
     on_trial: TrialCallback | None = None,
     on_round: Callable[[int, int], None] | None = None,
+    create: bool = False,
 ) -> tuple[str, list[Comparison]]:
-    """Run (or resume) a compare study to its verdicts; return (study id, comparisons)."""
+    """Run (or resume) a compare study to its verdicts; return (study id, comparisons).
+
+    ``create`` (for drivers such as bisect): reuse the latest study of this exact
+    spec, finished or not, and start one only when there is none.
+    """
     spec_json = spec.model_dump()
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
     h = spec_hash(spec_json)
     study_id = store.find_resumable("compare", h) if resume else None
-    if resume and study_id is None:
+    if create and study_id is None:
+        done = store.find_study("compare", h)
+        if done is not None:
+            return done, analyze(store, done, spec)
+    if resume and study_id is None and not create:
         raise UserError("no unfinished compare study matches this command — run it without --resume")
     if study_id is None:
         arms = [(a.name, a.source, builds[a.name].to_json(), a.flags, a.env) for a in spec.arms]
@@ -156,11 +165,12 @@ def run_compare(
             break
         # cells still open: any candidate unresolved and below the pair budget
         have = _planned_pairs(store, study_id)
+        broken = _broken_cells(store, study_id)
         open_cells: dict[CellKey, int] = {}
         for c in comps:
             key = (c.model, c.workload)
             n_planned = have.get(key, 0)
-            if c.verdict != "unresolved":
+            if c.verdict != "unresolved" or key in broken:
                 continue
             target = stats.next_pair_target(n_planned, spec.min_pairs, spec.max_pairs)
             if target is not None:
@@ -186,6 +196,19 @@ def _planned_pairs(store: Store, study_id: str) -> dict[CellKey, int]:
         key = (t["model"], t["workload"])
         out[key] = max(out.get(key, 0), int(t["pair"]) + 1)
     return out
+
+
+def _broken_cells(store: Store, study_id: str) -> set[CellKey]:
+    """Cells where an arm failed twice and never succeeded: more pairs would only fail again."""
+    fails: dict[tuple[str, str, str], int] = defaultdict(int)
+    dones: set[tuple[str, str, str]] = set()
+    for t in store.trials(study_id):
+        k = (t["model"], t["workload"], t["arm"])
+        if t["status"] == "done":
+            dones.add(k)
+        elif t["status"] in ("failed", "crashed", "timeout"):
+            fails[k] += 1
+    return {(m, w) for (m, w, a), n in fails.items() if n >= 2 and (m, w, a) not in dones}
 
 
 def _interleave_cells(plan: list[Any]) -> list[Any]:

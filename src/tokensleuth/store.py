@@ -305,6 +305,13 @@ class Store:
         ).fetchone()
         return None if row is None else str(row["id"])
 
+    def find_study(self, kind: str, spec_hash: str) -> str | None:
+        row = self.db.execute(
+            "SELECT id FROM studies WHERE kind=? AND spec_hash=? ORDER BY created_at DESC LIMIT 1",
+            (kind, spec_hash),
+        ).fetchone()
+        return None if row is None else str(row["id"])
+
     def recover(self, study_id: str) -> int:
         """Put trials left ``running`` by a killed process back to ``planned``."""
         with self.tx() as db:

@@ -129,3 +129,40 @@ def render_warnings(rows: Sequence[Any]) -> str:
         lines.append(f"- {code} in {len(details)} trial(s): {'; '.join(uniq[:3])}{more} — "
                      f"{REMEDY.get(code, 'check the system and rerun')}")
     return "\n".join(lines)
+
+
+def render_bisect(r: dict[str, Any]) -> str:
+    """Culprit, evidence table, controls and the step log of a bisect result."""
+    out = []
+    if r.get("reason"):
+        out.append(f"No bisect: {r['reason']} ({r['good']} vs {r['bad']}).")
+    elif r.get("first_bad"):
+        c = r.get("culprit") or {}
+        who = f" — {c.get('subject')} ({c.get('author')}, {c.get('date')})" if c.get("subject") else ""
+        ok = "verified against its parent" if r.get("verified") else "NOT confirmed against its parent"
+        out.append(f"First bad: {c.get('sha') or r['first_bad']}{who}; {ok}.")
+    else:
+        out.append(f"Culprit range (skipped or undecided commits border it): {', '.join(r['culprit_range'])}.")
+    if r.get("skipped"):
+        out.append(f"Skipped (did not build): {', '.join(r['skipped'])}.")
+    if r.get("crashed"):
+        out.append(f"Crashed or hung on the workload: {', '.join(r['crashed'])}.")
+    ev_rows = []
+    for name, comps in (("good → bad", r.get("endpoints", [])), ("parent → culprit", r.get("verification", [])),
+                        *(((f"control {k.replace('_vs_', ' → ')}", v) for k, v in (r.get("controls") or {}).items()))):
+        for c in comps:
+            ci = c.get("ci")
+            ev_rows.append([name, Path(c["model"]).stem, c["workload"],
+                            "—" if c["ratio"] is None else f"{c['ratio']:.4f}",
+                            "—" if not ci else f"[{ci[0]:.4f}, {ci[1]:.4f}]", c["verdict"], str(c["pairs"])])
+    if ev_rows:
+        out += ["", table(["evidence", "model", "test", "ratio", "99% CI", "verdict", "pairs"], ev_rows,
+                          [False, False, True, True, True, False, True])]
+    if r.get("steps"):
+        rows = [[s["commit"], s["outcome"], "—" if s["ratio"] is None else f"{s['ratio']:.4f}",
+                 "—" if not s["ci"] else f"[{s['ci'][0]:.4f}, {s['ci'][1]:.4f}]", str(s["pairs"]),
+                 "—" if s.get("build_s") is None else f"{s['build_s']:.0f}"] for s in r["steps"]]
+        out += ["", "Steps:", table(["commit", "outcome", "ratio vs good", "99% CI", "pairs", "build s"], rows,
+                                    [False, False, True, True, True, True])]
+    out.append(f"\nstudy: {r['study']}")
+    return "\n".join(out)

