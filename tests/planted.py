@@ -76,7 +76,7 @@ MOE_SLOW = '''
 HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
 
 
-def bisect_history() -> tuple[Path, dict[str, str]]:
+def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect") -> tuple[Path, dict[str, str]]:
     """Branch ``bisect`` of the test repo: base, then the commits of HISTORY.
 
     neutral commits change a small source file (forcing a recompile), ``broken``
@@ -85,17 +85,17 @@ def bisect_history() -> tuple[Path, dict[str, str]]:
     Returns the repo and {name: sha}, with "base" the good endpoint.
     """
     repo = planted_repo()
-    have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", "refs/heads/bisect"],
+    have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
                           capture_output=True, text=True)
     base = _git(repo, "rev-list", "--max-parents=0", "HEAD")
     if have.returncode != 0:
-        wt = repo.parent / "bisect-wt"
+        wt = repo.parent / f"{branch}-wt"
         shutil.rmtree(wt, ignore_errors=True)
         _git(repo, "worktree", "prune")
-        _git(repo, "worktree", "add", "-q", "-b", "bisect", str(wt), base)
+        _git(repo, "worktree", "add", "-q", "-b", branch, str(wt), base)
         small = wt / "src" / "llama-io.cpp"
         graph = wt / "src" / "llama-graph.cpp"
-        for i, name in enumerate(HISTORY):
+        for i, name in enumerate(names):
             if name.startswith("n"):
                 small.write_text(small.read_text() + f"\n[[maybe_unused]] static const int tokensleuth_{name} = {i};\n")
             elif name == "broken":
@@ -107,10 +107,10 @@ def bisect_history() -> tuple[Path, dict[str, str]]:
                 marker = '\n    cb(moe_out, "ffn_moe_out", il);\n'
                 assert text.count(marker) == 1
                 graph.write_text(text.replace(marker, MOE_SLOW, 1))
-            _git(wt, "commit", "-qam", f"{name}", f"--date=2026-01-0{i + 2}T00:00:00Z")
+            _git(wt, "commit", "-qam", f"{name}", f"--date=2026-01-01T00:{i + 1:02d}:00Z")
         _git(repo, "worktree", "remove", "--force", str(wt))
     shas = {"base": base}
-    log = _git(repo, "log", "--reverse", "--format=%H %s", f"{base}..bisect").splitlines()
+    log = _git(repo, "log", "--reverse", "--format=%H %s", f"{base}..{branch}").splitlines()
     for line in log:
         sha, subject = line.split(" ", 1)
         shas[subject] = sha

@@ -105,6 +105,7 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     ctrl = r["controls"]["parent_vs_culprit"]
     assert [c["verdict"] for c in ctrl] == ["same"] or all(c["verdict"] in ("same", "unresolved") for c in ctrl)
     assert all(c["verdict"] != "slower" for c in ctrl)
+    assert r["specific_to_model"] is True
     # one bisect study, resumed, not a second one
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1

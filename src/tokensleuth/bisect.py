@@ -304,6 +304,13 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
                                                                         spec["control_models"], spec["band"],
                                                                         spec["max_pairs"])],
             }
+            # Specific to the measured model when every control interval at the culprit
+            # excludes half the endpoint regression (the controls did not move like it).
+            mid = 1 - (1 - worst.estimate.ratio) / 2
+            ctrl = result["controls"]["parent_vs_culprit"]
+            result["specific_to_model"] = bool(ctrl) and all(
+                c["ci"] is not None and (c["ci"][0] > mid if worst.estimate.ratio < 1 else c["ci"][1] < mid)
+                for c in ctrl)
     store.put_state(sid, "result", result)
     store.finish_study(sid)
     return result

@@ -143,6 +143,9 @@ def render_bisect(r: dict[str, Any]) -> str:
         out.append(f"First bad: {c.get('sha') or r['first_bad']}{who}; {ok}.")
     else:
         out.append(f"Culprit range (skipped or undecided commits border it): {', '.join(r['culprit_range'])}.")
+    if "specific_to_model" in r:
+        out.append("Control models did not move at the culprit: the regression is specific to the measured model."
+                   if r["specific_to_model"] else "Control models moved at the culprit too: not model-specific.")
     if r.get("skipped"):
         out.append(f"Skipped (did not build): {', '.join(r['skipped'])}.")
     if r.get("crashed"):
