@@ -60,7 +60,6 @@ def baseline(repo: Path, shas: dict[str, str], moe: Path) -> dict:
     with tempfile.TemporaryDirectory() as td:
         clone = Path(td) / "llama.cpp"
         subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)
-        bench_json = Path(td) / "bench.json"
 
         def build_and_bench(rev: str) -> float | None:
             subprocess.run(["git", "-C", str(clone), "checkout", "-q", "--force", rev], check=True)

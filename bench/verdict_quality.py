@@ -61,7 +61,7 @@ def main() -> None:
     spin = int(round((1 / (1 - args.slowdown) - 1) / base_tps * 1e6))
     # True ratio and machine noise from 16 interleaved processes per arm.
     tb, tc = [], []
-    for i in range(16):
+    for _i in range(16):
         a, b = tps(bench, model, flags, 0)[0], tps(bench, model, flags, spin)[0]
         tb.append(a)
         tc.append(b)
@@ -77,7 +77,7 @@ def main() -> None:
         verdicts: Counter[str] = Counter()
         secs = []
         pairs = []
-        for s in range(args.studies):
+        for _s in range(args.studies):
             with tempfile.TemporaryDirectory() as td, Store(Path(td) / "s.db") as store:
                 spec = build_compare_spec({
                     "arms": [{"name": "a", "source": src, "env": {"TOKENSLEUTH_SPIN_US": "0"}},
@@ -91,7 +91,7 @@ def main() -> None:
         # naive
         naive: Counter[str] = Counter()
         nsecs = []
-        for s in range(args.studies):
+        for _s in range(args.studies):
             a, ta = tps(bench, model, flags, 0)
             b, tb_ = tps(bench, model, flags, cand_spin)
             r = b / a

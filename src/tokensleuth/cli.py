@@ -459,7 +459,9 @@ def studies(db: DbOpt = None) -> None:
         for s in store.studies():
             when = dt.datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M")
             spec = json.loads(s["spec_json"])
-            what = spec.get("engine") or spec.get("file") or ", ".join(a["name"] for a in spec.get("arms", []))
+            cands = spec.get("candidates") or []
+            what = (spec.get("engine") or spec.get("file") or ", ".join(a["name"] for a in spec.get("arms", []))
+                    or (f"{cands[0]} .. {cands[-1]}" if cands else ""))
             rows.append([s["id"], s["kind"], s["status"], when, f"{s['n_done']}/{s['n_trials']}", str(what)])
     out.print(table(["study", "kind", "status", "created", "trials done", "what"], rows,
                     [False, False, False, False, True, False]))
@@ -483,6 +485,13 @@ def report(
             from tokensleuth.compare import render_stored_compare
 
             md, obj = render_stored_compare(store, sid)
+        elif row["kind"] == "bisect":
+            from tokensleuth.report.markdown import render_bisect
+
+            obj = store.get_state(sid, "result")
+            if obj is None:
+                raise UserError(f"bisect {sid} has not finished — resume it with the same command and --resume")
+            md = render_bisect(obj)
         else:
             cells = load_cells(store, sid)
             engine_json = json.loads(store.arms(sid)[0]["engine_json"])

@@ -67,7 +67,7 @@ class Cell:
             energy.append(e if e is not None else i)
             if e and i and x["window_s"] >= 5:
                 cross.append(abs(e - i) / e)
-        tokens_with_energy = sum(x["tokens"] for x, e in zip(w, energy) if e is not None)
+        tokens_with_energy = sum(x["tokens"] for x, e in zip(w, energy, strict=False) if e is not None)
         joules = sum(e for e in energy if e is not None)
         jpt = joules / tokens_with_energy if tokens_with_energy and joules > 0 else None
         if w and all(x.get("power_w") is None for x in w):

@@ -139,3 +139,24 @@ def test_busy_and_idle_children_cpu() -> None:
     idle.wait()
     assert (b1 - b0) / (t1 - t0) == pytest.approx(1.0, abs=0.25)
     assert (i1 - i0) / (t1 - t0) < 0.05
+
+
+def test_spinning_threads_rule() -> None:
+    from tokensleuth.monitor.cpu import spinning_threads
+
+    a = {1: ("main", 0, 100), 2: ("worker", 0, 100), 3: ("idle", 0, 0)}
+    b = {1: ("main", 2_000_000_000, 100), 2: ("worker", 2_000_000_000, 5000), 3: ("idle", 1_000_000, 10)}
+    spin = spinning_threads(a, b, 2.0)
+    # busy and never blocking: spinning; busy but blocking 2450 times/s: working; idle: neither
+    assert [t["name"] for t in spin] == ["main"]
+    assert spin[0]["cores"] == 1.0
+
+
+def test_thread_stats_and_memory_fixture(tmp_path: Path) -> None:
+    from tokensleuth.monitor.cpu import memory_mb, thread_stats
+
+    _w(tmp_path / "9" / "task" / "9" / "schedstat", "3000 1 1\n")
+    _w(tmp_path / "9" / "task" / "9" / "status", "Name:\tllama-bench\nvoluntary_ctxt_switches:\t42\n")
+    _w(tmp_path / "9" / "status", "VmRSS:\t 4096 kB\nRssAnon:\t 1024 kB\nRssFile:\t 3072 kB\n")
+    assert thread_stats(9, tmp_path) == {9: ("llama-bench", 3000, 42)}
+    assert memory_mb(9, tmp_path) == {"VmRSS": 4.0, "RssAnon": 1.0, "RssFile": 3.0}

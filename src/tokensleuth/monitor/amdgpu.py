@@ -39,7 +39,7 @@ class AmdgpuSource:
     @classmethod
     def probe(cls, sysfs_root: Path) -> list[AmdgpuSource]:
         out = []
-        for i, card in enumerate(sorted((sysfs_root / "class" / "drm").glob("card[0-9]*"))):
+        for _i, card in enumerate(sorted((sysfs_root / "class" / "drm").glob("card[0-9]*"))):
             dev = card / "device"
             if (dev / "gpu_busy_percent").exists():
                 out.append(cls(dev, len(out)))

@@ -18,9 +18,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence
     widths = [max(3, len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
     def line(cells: Sequence[str]) -> str:
         return "| " + " | ".join(c.rjust(w) if r else c.ljust(w)
-                                 for c, w, r in zip(cells, widths, right)) + " |"
+                                 for c, w, r in zip(cells, widths, right, strict=False)) + " |"
     sep = "| " + " | ".join(("-" * (w - 1) + ":") if r else "-" * w
-                            for w, r in zip(widths, right)) + " |"
+                            for w, r in zip(widths, right, strict=False)) + " |"
     return "\n".join([line(headers), sep, *(line(r) for r in rows)])
 
 
@@ -74,7 +74,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
     right = [False, True, True, False, *([True] * len(params)), True, True, True, True, True,
              *([True] * len(gpu_cols))]
     rows = []
-    for c, res in zip(cells, all_res):
+    for c, res in zip(cells, all_res, strict=False):
         cpu = res["cpu_ms_per_token"]
         busy = res["busy_cores"]
         rows.append([
