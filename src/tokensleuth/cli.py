@@ -525,9 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     except EngineError as exc:
         err.print(f"error: {exc}", markup=False)
         return 1
-    except click_exc.Exit as exc:
+    except typer.Exit as exc:
         return int(exc.exit_code)
-    except click_exc.Abort:
+    except typer.Abort:
         err.print("aborted", markup=False)
         return 130
     return 0
