@@ -44,6 +44,14 @@ class Comparison:
     base_res: dict[str, Any] = field(default_factory=dict)
     cand_res: dict[str, Any] = field(default_factory=dict)
 
+    def warnings(self) -> list[str]:
+        """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
+        b, c = self.base_res.get("gpu_clock_mhz"), self.cand_res.get("gpu_clock_mhz")
+        if b and c and abs(c - b) / b > 0.05:
+            return [f"gpu-clock-drift: mean GPU clock {b:.0f} MHz ({self.baseline}) vs {c:.0f} MHz "
+                    f"({self.candidate}) — lock clocks or let the GPU cool between runs"]
+        return []
+
     def to_json(self) -> dict[str, Any]:
         e = self.estimate
         ce = self.cpu_estimate
@@ -63,6 +71,7 @@ class Comparison:
                 "candidate": _mean_sd(self.cand_ts),
             },
             "resources": {"baseline": self.base_res, "candidate": self.cand_res},
+            "warnings": self.warnings(),
             "resource_verdicts": {
                 "cpu_ms_per_token": {
                     "ratio": ce.ratio if ce else None,

@@ -95,6 +95,10 @@ class Cell:
                               else "integrated power" if jpt else None),
             "energy_counter_vs_integral": max(cross) if cross else None,
             "cpu_pkg_energy_j": sum(x["cpu_pkg_energy_j"] for x in w if x.get("cpu_pkg_energy_j") is not None) or None,
+            "cgroup_cpu_ms_per_token": (
+                sum(x["cgroup_cpu_ms"] for x in w if x.get("cgroup_cpu_ms") is not None)
+                / max(1, sum(x["tokens"] for x in w if x.get("cgroup_cpu_ms") is not None))
+                if any(x.get("cgroup_cpu_ms") is not None for x in w) else None),
             "peak_rss_anon_mb": self.peak_anon_mb,
             "peak_rss_file_mb": self.peak_file_mb,
             "notes": notes,

@@ -160,3 +160,28 @@ def test_thread_stats_and_memory_fixture(tmp_path: Path) -> None:
     _w(tmp_path / "9" / "status", "VmRSS:\t 4096 kB\nRssAnon:\t 1024 kB\nRssFile:\t 3072 kB\n")
     assert thread_stats(9, tmp_path) == {9: ("llama-bench", 3000, 42)}
     assert memory_mb(9, tmp_path) == {"VmRSS": 4.0, "RssAnon": 1.0, "RssFile": 3.0}
+
+
+def test_cgroup_cpu_v2_and_v1(tmp_path: Path) -> None:
+    from tokensleuth.monitor.cpu import cgroup_cpu_s, cgroup_of
+
+    _w(tmp_path / "proc" / "5" / "cgroup", "0::/system.slice/docker-abc.scope\n")
+    _w(tmp_path / "proc" / "6" / "cgroup", "4:memory:/x\n2:cpu,cpuacct:/docker/def\n")
+    assert cgroup_of(5, tmp_path / "proc") == "/system.slice/docker-abc.scope"
+    assert cgroup_of(6, tmp_path / "proc") == "/docker/def"
+    root = tmp_path / "cg"
+    _w(root / "system.slice" / "docker-abc.scope" / "cpu.stat", "usage_usec 2500000\nuser_usec 2000000\n")
+    _w(root / "cpu,cpuacct" / "docker" / "def" / "cpuacct.usage", "1500000000\n")
+    assert cgroup_cpu_s("/system.slice/docker-abc.scope", root) == pytest.approx(2.5)
+    assert cgroup_cpu_s("/docker/def", root) == pytest.approx(1.5)
+    assert cgroup_cpu_s("/nope", root) is None
+
+
+def test_gpu_clock_drift_between_arms_is_a_warning() -> None:
+    from tokensleuth.compare import Comparison
+
+    c = Comparison("m", "tg128", "a", "b", 5, [], [], None, "unresolved",
+                   base_res={"gpu_clock_mhz": 1980.0}, cand_res={"gpu_clock_mhz": 1800.0})
+    assert c.warnings() and "gpu-clock-drift" in c.warnings()[0]
+    c.cand_res = {"gpu_clock_mhz": 1950.0}
+    assert c.warnings() == []

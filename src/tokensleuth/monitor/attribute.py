@@ -70,6 +70,7 @@ def window_resources(start_ns: int, end_ns: int, counters: Mapping[str, float],
     out["gpu_energy_counter_j"] = energy_counter if have_counter else None
     out["gpu_energy_integral_j"] = energy_integral if have_integral else None
     out["cpu_pkg_energy_j"] = counters.get("cpu_pkg_energy_j")
+    out["cgroup_cpu_ms"] = counters.get("cgroup_cpu_ms")
     out["short_window"] = (end_ns - start_ns) / 1e9 < 5 * interval_s
     return out
 
@@ -78,8 +79,8 @@ def counter_deltas(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, 
     """Deltas of every counter present at both edges (cpu_s becomes cpu_ms)."""
     out = {}
     for k in a.keys() & b.keys():
-        if k == "cpu_s":
-            out["cpu_ms"] = (b[k] - a[k]) * 1e3
+        if k in ("cpu_s", "cgroup_cpu_s"):
+            out[k.replace("_s", "_ms")] = (b[k] - a[k]) * 1e3
         else:
             out[k] = b[k] - a[k]
     return out

@@ -164,3 +164,36 @@ def memory_mb(pid: int, proc_root: Path = Path("/proc")) -> dict[str, float]:
     except (OSError, ValueError, IndexError):
         pass
     return out
+
+
+def cgroup_of(pid: int | str, proc_root: Path = Path("/proc")) -> str | None:
+    """The process's cgroup path (v2 unified line, else v1 cpuacct controller)."""
+    try:
+        lines = (proc_root / str(pid) / "cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    v1 = None
+    for line in lines:
+        hid, ctrls, path = line.split(":", 2)
+        if hid == "0" and ctrls == "":
+            return path
+        if "cpuacct" in ctrls.split(","):
+            v1 = path
+    return v1
+
+
+def cgroup_cpu_s(path: str, cgroup_root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPU seconds charged to a cgroup: v2 cpu.stat usage_usec, or v1 cpuacct.usage (ns)."""
+    v2 = cgroup_root / path.lstrip("/") / "cpu.stat"
+    try:
+        for line in v2.read_text().splitlines():
+            if line.startswith("usage_usec "):
+                return int(line.split()[1]) / 1e6  # µs -> s
+    except (OSError, ValueError):
+        pass
+    for base in (cgroup_root / "cpuacct", cgroup_root / "cpu,cpuacct"):
+        try:
+            return int((base / path.lstrip("/") / "cpuacct.usage").read_text()) / 1e9  # ns -> s
+        except (OSError, ValueError):
+            continue
+    return None

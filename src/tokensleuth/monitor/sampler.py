@@ -9,7 +9,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tokensleuth.monitor.cpu import ThreadCpuReader, memory_mb, spinning_threads, thread_stats
+from tokensleuth.monitor.cpu import (
+    ThreadCpuReader,
+    cgroup_cpu_s,
+    cgroup_of,
+    memory_mb,
+    spinning_threads,
+    thread_stats,
+)
 from tokensleuth.monitor.sources import NullSource, Source
 
 
@@ -29,6 +36,7 @@ class Monitor:
         self.pid: int | None = None
         self.peak_mb: dict[str, float] = {}
         self._cpu: ThreadCpuReader | None = None
+        self._cgroup: str | None = None
         # Thread and memory reads serve spin detection and peaks: once a second is plenty.
         self.slow_every = max(1, round(1.0 / interval_s)) if interval_s > 0 else 1
         self._stop = threading.Event()
@@ -42,9 +50,17 @@ class Monitor:
         if self.pid != pid or self._cpu is None:
             self.pid = pid
             self._cpu = ThreadCpuReader(pid)
+            # An engine in a cgroup of its own (a container, a systemd scope) is also
+            # charged there: children and helper processes included.
+            own, eng = cgroup_of("self"), cgroup_of(pid)
+            self._cgroup = eng if eng is not None and eng != own else None
         ns = self._cpu.read_ns()
         if ns is not None:
             out["cpu_s"] = ns / 1e9
+        if self._cgroup is not None:
+            cg = cgroup_cpu_s(self._cgroup)
+            if cg is not None:
+                out["cgroup_cpu_s"] = cg
         for s in self.sources:
             try:
                 out.update(s.counters())

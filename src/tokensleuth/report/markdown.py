@@ -108,9 +108,11 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
             f"**{c.verdict}**" if c.verdict in ("faster", "slower") else c.verdict,
             str(c.pairs), cpu, c.cpu_verdict,
         ])
+    drift = [w for c in comps for w in c.warnings()]
+    tail = ["", "Warnings:", *(f"- {w}" for w in drift)] if drift else []
     return "\n".join([summary, "", table(headers, rows, right), "",
                       f"band ±{band * 100:g}% · one pair = one engine process per arm, order-balanced"
-                      f" · study: {study_id}"])
+                      f" · study: {study_id}", *tail])
 
 
 def render_warnings(rows: Sequence[Any]) -> str:
