@@ -48,7 +48,9 @@ def via_tokensleuth(model: Path, db: Path, js: Path) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", type=int, default=12)
+    ap.add_argument("--flags", default=" ".join(FLAGS), help="llama-bench flags of every run")
     args = ap.parse_args()
+    FLAGS[:] = args.flags.split()
     engine = default_engine()
     model = tiny_model(engine, "qwen3moe")
     bench = Path(engine.bin_dir) / "llama-bench"

@@ -224,6 +224,10 @@ class Bisector:
             comps = self.compare(0, i, self.spec["models"], band, max_pairs)
             if any(self._crashed(i, c) for c in comps):
                 return Step(self.cands[i].label, "crash", None, None, 0, b.build_s, "engine crashed or hung")
+            # Judge on the cells that regressed between the endpoints (a pp-only regression
+            # leaves tg the same at every commit, which says nothing about the culprit).
+            cells = {tuple(x) for x in self.store.get_state(self.study, "endpoint_cells", [])}
+            comps = [c for c in comps if (c.model, c.workload) in cells] or comps
             verdicts = {c.verdict for c in comps}
             slower = endpoint < 1
             if verdicts == {"slower" if slower else "faster"}:
@@ -276,6 +280,8 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
     assert worst.estimate is not None
     store.put_state(sid, "endpoint_ratio", worst.estimate.ratio)
+    store.put_state(sid, "endpoint_cells", [[c.model, c.workload] for c in regress
+                                            if c.verdict == worst.verdict])
     found = search(len(cands), bis.judge)
     steps = store.get_state(sid, "steps", {})
     result["steps"] = [steps[str(i)] for i in found.order]
