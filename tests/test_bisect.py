@@ -142,3 +142,35 @@ def test_bad_revisions_exit_2(tmp_path: Path, dense_model: Path, cli_env: dict[s
     p = subprocess.run([tokensleuth_bin(), "bisect", "--model", str(dense_model)], env=cli_env,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "nothing to bisect" in p.stderr
+
+
+def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> None:
+    """A pp-only regression: tg stays the same at every commit and must not blur the verdict."""
+    from tokensleuth import stats
+    from tokensleuth.bisect import Bisector, Candidate
+    from tokensleuth.compare import Comparison
+    from tokensleuth.sources.build import EngineBuild
+    from tokensleuth.store import Store
+
+    def comp(w: str, verdict: str, ratio: float) -> Comparison:
+        est = stats.RatioEstimate(5, ratio, ratio - 0.01, ratio + 0.01, 0.99)
+        return Comparison("m.gguf", w, "A", "B", 5, [1.0], [1.0], est, verdict)
+
+    with Store(tmp_path / "s.db") as store:
+        sid = store.create_study("bisect", {}, "h", [], [])
+        store.put_state(sid, "endpoint_ratio", 0.85)
+        store.put_state(sid, "endpoint_cells", [["m.gguf", "pp512"]])
+        cands = [Candidate(str(i), f"bin:/x{i}") for i in range(3)]
+        spec = {"band": 0.02, "max_pairs": 10, "models": ["m.gguf"], "workloads": ["pp512", "tg128"],
+                "cmake": [], "flags": [], "timeout_s": 60}
+        bis = Bisector(store, sid, cands, spec)
+        build = EngineBuild("bin:/x1", "/x1", "k", None, None, (), "cc", ("CPU",), ())
+        bis.compare = lambda a, b, models, band, max_pairs: [  # type: ignore[method-assign]
+            comp("pp512", "slower", 0.86), comp("tg128", "same", 1.0)]
+        assert bis.classify(1, build).outcome == "bad"
+        bis.compare = lambda a, b, models, band, max_pairs: [  # type: ignore[method-assign]
+            comp("pp512", "same", 1.0), comp("tg128", "same", 1.0)]
+        assert bis.classify(1, build).outcome == "good"
+        bis.compare = lambda a, b, models, band, max_pairs: [  # type: ignore[method-assign]
+            comp("pp512", "unresolved", 0.95), comp("tg128", "same", 1.0)]
+        assert bis.classify(1, build).outcome == "unresolved"
