@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -88,5 +87,4 @@ def execute(
         outcomes.append(out)
         if on_trial:
             on_trial(i + 1, len(planned), t["arm"], out)
-        time.sleep(0)  # let the sampler thread of the last trial go
     return outcomes
