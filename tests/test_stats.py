@@ -61,30 +61,26 @@ def test_doubling_schedule() -> None:
     assert stats.next_pair_target(12, 5, 12) is None
 
 
+def _sequential(b: list[float], c: list[float]) -> str:
+    """The driver's schedule on pre-drawn pairs: look at 5, 10, 20, 40 pairs, stop at a verdict."""
+    v = "unresolved"
+    for n in (5, 10, 20, 40):
+        v = stats.verdict(stats.ratio_interval(b[:n], c[:n]), 0.01)
+        if v != "unresolved":
+            break
+    return v
+
+
 def test_aa_false_alarms_rare_under_sequential_looks() -> None:
     """A/A with process noise: the sequential procedure almost never says faster/slower."""
     rng = np.random.default_rng(7)
-    alarms = 0
-    for _ in range(1000):
-        b, c = _pairs(rng, 40, 1.0, 0.03)
-        for n in (5, 10, 20, 40):
-            v = stats.verdict(stats.ratio_interval(b[:n], c[:n]), 0.01)
-            if v != "unresolved":
-                alarms += v in ("faster", "slower")
-                break
+    alarms = sum(_sequential(*_pairs(rng, 40, 1.0, 0.03)) in ("faster", "slower") for _ in range(1000))
     assert alarms / 1000 <= 0.02
 
 
 def test_three_percent_slowdown_detected() -> None:
     rng = np.random.default_rng(3)
-    found = 0
-    for _ in range(500):
-        b, c = _pairs(rng, 40, 0.97, 0.01)
-        for n in (5, 10, 20, 40):
-            v = stats.verdict(stats.ratio_interval(b[:n], c[:n]), 0.01)
-            if v != "unresolved":
-                break
-        found += v == "slower"
+    found = sum(_sequential(*_pairs(rng, 40, 0.97, 0.01)) == "slower" for _ in range(500))
     assert found / 500 >= 0.95
 
 

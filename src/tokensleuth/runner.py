@@ -80,8 +80,8 @@ def execute(
             if spin and gpu_busy and sum(gpu_busy) / len(gpu_busy) >= 50:
                 host["spinning_threads"] = spin
                 warnings.append(("spinning-thread", ", ".join(
-                    f"{t['name']}[{t['tid']}] {t['cores']:.2f} cores, {t['voluntary_switches_per_s']}/s "
-                    "voluntary switches" for t in spin)))
+                    f"{th['name']}[{th['tid']}] {th['cores']:.2f} cores, {th['voluntary_switches_per_s']}/s "
+                    "voluntary switches" for th in spin)))
         out = replace(out, timeline=tuple(timeline), warnings=tuple(warnings), env=dict(out.env, **host))
         store.finish_trial(int(t["id"]), out)
         outcomes.append(out)

@@ -9,7 +9,7 @@ import pytest
 from tests.monitor.fakes import FakeNVML
 from tokensleuth.monitor.amdgpu import AmdgpuSource
 from tokensleuth.monitor.attribute import counter_deltas, integrate_power_j, window_resources
-from tokensleuth.monitor.cpu import process_tree_cpu_s, schedstat_ns
+from tokensleuth.monitor.cpu import ThreadCpuReader
 from tokensleuth.monitor.nvidia import NvidiaSource
 from tokensleuth.monitor.rapl import RaplSource
 from tokensleuth.monitor.sources import NullSource, probe_sources
@@ -120,8 +120,14 @@ def test_probe_without_hardware_is_null(tmp_path: Path) -> None:
 def test_schedstat_fixture(tmp_path: Path) -> None:
     _w(tmp_path / "77" / "task" / "77" / "schedstat", "1500000000 20 30\n")
     _w(tmp_path / "77" / "task" / "78" / "schedstat", "500000000 1 2\n")
-    assert schedstat_ns(77, tmp_path) == 2_000_000_000
-    assert schedstat_ns(12345, tmp_path) is None
+    r = ThreadCpuReader(77, tmp_path)
+    assert r.read_ns() == 2_000_000_000
+    # a thread that exits keeps its time in the total
+    (tmp_path / "77" / "task" / "78" / "schedstat").unlink()
+    (tmp_path / "77" / "task" / "78").rmdir()
+    assert r.read_ns() == 2_000_000_000
+    r.close()
+    assert ThreadCpuReader(12345, tmp_path).read_ns() is None
 
 
 def test_busy_and_idle_children_cpu() -> None:
@@ -132,9 +138,12 @@ def test_busy_and_idle_children_cpu() -> None:
     busy = subprocess.Popen(["python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
     idle = subprocess.Popen(["sleep", "1.5"])
     time.sleep(0.2)
-    b0, i0, t0 = process_tree_cpu_s(busy.pid), process_tree_cpu_s(idle.pid), time.monotonic()
+    rb, ri = ThreadCpuReader(busy.pid), ThreadCpuReader(idle.pid)
+    b0, i0, t0 = rb.read_ns() / 1e9, ri.read_ns() / 1e9, time.monotonic()
     time.sleep(1.0)
-    b1, i1, t1 = process_tree_cpu_s(busy.pid), process_tree_cpu_s(idle.pid), time.monotonic()
+    b1, i1, t1 = rb.read_ns() / 1e9, ri.read_ns() / 1e9, time.monotonic()
+    rb.close()
+    ri.close()
     busy.wait()
     idle.wait()
     assert (b1 - b0) / (t1 - t0) == pytest.approx(1.0, abs=0.25)

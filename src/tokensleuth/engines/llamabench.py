@@ -181,7 +181,6 @@ def run_trial(
     *,
     env: Mapping[str, str] | None = None,
     timeout_s: float | None = None,
-    host_env: dict[str, Any] | None = None,
     probe: Probe | None = None,
 ) -> ProcResult:
     """Run llama-bench once; never raises for engine faults (see :func:`outcome_from`)."""

@@ -1,34 +1,15 @@
-"""CPU time of an engine's process tree, with nanosecond precision where Linux gives it.
+"""CPU time of an engine process and its threads, with nanosecond precision where Linux gives it.
 
 ``/proc/<pid>/task/<tid>/schedstat`` holds each thread's time on a CPU in ns
 (Documentation/scheduler/sched-stats.rst, field 1), far finer than the 10 ms
 clock ticks of ``/proc/<pid>/stat`` that psutil reports; at thousands of tokens
-per second the ticks would quantize CPU ms/token to nonsense. Threads that
-already exited are gone from ``task/``; their time is in the process's
-``stat`` (cutime does not cover threads), so the fallback is psutil.
+per second the ticks would quantize CPU ms/token to nonsense.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import psutil
-
-
-def schedstat_ns(pid: int, proc_root: Path = Path("/proc")) -> int | None:
-    """Sum of on-CPU ns of all live threads of ``pid``; None when unreadable."""
-    total = 0
-    try:
-        tasks = list((proc_root / str(pid) / "task").iterdir())
-    except OSError:
-        return None
-    for t in tasks:
-        try:
-            total += int((t / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
 
 
 class ThreadCpuReader:
@@ -73,34 +54,6 @@ class ThreadCpuReader:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
-
-
-def process_tree_cpu_s(pid: int, proc_root: Path = Path("/proc"),
-                       children: bool = False) -> float | None:
-    """CPU seconds of ``pid`` (and its children when asked; schedstat, psutil as a fallback).
-
-    Finding children scans every process of the machine (milliseconds), so it is
-    off for engines that run in one process (llama-bench); it is read at every
-    window edge, where time spent here delays the next edge's timestamp.
-    """
-    pids = [pid]
-    if children:
-        try:
-            pids += [c.pid for c in psutil.Process(pid).children(recursive=True)]
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            return None
-    total = 0.0
-    for p in pids:
-        ns = schedstat_ns(p, proc_root)
-        if ns is None:
-            try:
-                t = psutil.Process(p).cpu_times()
-                total += t.user + t.system
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-        else:
-            total += ns / 1e9
-    return total
 
 
 def thread_stats(pid: int, proc_root: Path = Path("/proc")) -> dict[int, tuple[str, int, int]]:

@@ -23,8 +23,8 @@ from tokensleuth.monitor.sources import NullSource, Source
 class Monitor:
     """Reads counters at window edges and samples instant values every ``interval_s``.
 
-    The sampler sleeps between reads (Event.wait), so its own CPU use is the
-    cost of the reads themselves (bench/monitor_overhead.py measures it).
+    The sampler sleeps in select() between reads, so its own CPU use is the
+    cost of the reads and wake-ups (bench/monitor_overhead.py measures it).
     """
 
     def __init__(self, sources: Sequence[Source], interval_s: float = 0.2) -> None:
@@ -102,9 +102,6 @@ class Monitor:
         os.write(self._wake_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self.pid is not None:
-            # a last snapshot so spin detection sees the end of the timed span
-            self.threads.append((time.monotonic_ns(), thread_stats(self.pid)))
         if self._cpu is not None:
             self._cpu.close()
         os.close(self._wake_r)
