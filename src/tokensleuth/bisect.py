@@ -253,6 +253,16 @@ class Bisector:
         return self.compare(0, n, self.spec["models"], self.spec["band"], self.spec["max_pairs"])
 
 
+def specific_to_model(endpoint_ratio: float, control_verdicts: Sequence[str]) -> bool | None:
+    """Whether a regression is specific to the measured model, from the control verdicts at the
+    culprit (judged within half the regression): True when every control stayed the same, False
+    when one moved the way the regression did, None when the controls stayed undecided."""
+    moved = "slower" if endpoint_ratio < 1 else "faster"
+    if control_verdicts and all(v == "same" for v in control_verdicts):
+        return True
+    return False if moved in control_verdicts else None
+
+
 def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
                log: Log | None = None) -> dict[str, Any]:
     """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object."""
@@ -302,21 +312,22 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
                                  and c.model == worst.model)
         result["verification"] = [c.to_json() for c in verify]
         if spec.get("control_models"):
-            log("controls at good, parent and culprit")
+            # The control question is "did the control move like the measured model?", so
+            # its equivalence band is half the endpoint regression (as in classify): a
+            # control inside it did not move like the regression; one beyond it did.
+            # Measuring against a ±1% band instead leaves noisy controls unresolved.
+            cband = max(min(abs(1 - worst.estimate.ratio) / 2, 0.25), spec["band"])
+            result["control_band"] = cband
+            log(f"controls at good, parent and culprit (band ±{cband:.1%})")
             result["controls"] = {
                 "good_vs_culprit": [c.to_json() for c in bis.compare(0, found.first_bad, spec["control_models"],
-                                                                      spec["band"], spec["max_pairs"])],
+                                                                      cband, spec["max_pairs"])],
                 "parent_vs_culprit": [c.to_json() for c in bis.compare(parent, found.first_bad,
-                                                                        spec["control_models"], spec["band"],
-                                                                        spec["max_pairs"])],
+                                                                        spec["control_models"], cband,
+                                                                        spec["max_pairs"] * 2)],
             }
-            # Specific to the measured model when every control interval at the culprit
-            # excludes half the endpoint regression (the controls did not move like it).
-            mid = 1 - (1 - worst.estimate.ratio) / 2
-            ctrl = result["controls"]["parent_vs_culprit"]
-            result["specific_to_model"] = bool(ctrl) and all(
-                c["ci"] is not None and (c["ci"][0] > mid if worst.estimate.ratio < 1 else c["ci"][1] < mid)
-                for c in ctrl)
+            result["specific_to_model"] = specific_to_model(
+                worst.estimate.ratio, [c["verdict"] for c in result["controls"]["parent_vs_culprit"]])
     store.put_state(sid, "result", result)
     store.finish_study(sid)
     return result

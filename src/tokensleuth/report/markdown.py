@@ -146,8 +146,12 @@ def render_bisect(r: dict[str, Any]) -> str:
     else:
         out.append(f"Culprit range (skipped or undecided commits border it): {', '.join(r['culprit_range'])}.")
     if "specific_to_model" in r:
-        out.append("Control models did not move at the culprit: the regression is specific to the measured model."
-                   if r["specific_to_model"] else "Control models moved at the culprit too: not model-specific.")
+        half = f" (within ±{r['control_band']:.1%}, half the regression)" if r.get("control_band") else ""
+        out.append({True: f"Control models did not move at the culprit{half}: the regression is specific to"
+                          " the measured model.",
+                    False: "Control models moved at the culprit too: not model-specific.",
+                    None: "Control models were too noisy to say whether the regression is model-specific."}
+                   [r["specific_to_model"]])
     if r.get("skipped"):
         out.append(f"Skipped (did not build): {', '.join(r['skipped'])}.")
     if r.get("crashed"):
