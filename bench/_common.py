@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -23,3 +24,12 @@ def tiny_model(engine: EngineBuild, arch: str) -> Path:
         synth(arch, "tiny", p, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
               Path(engine.bin_dir) / "llama-quantize")
     return p
+
+
+def tokensleuth_cmd() -> list[str]:
+    """The tokensleuth command as a user runs it: the installed script, else ``python -m``."""
+    exe = Path(sys.executable).parent / "tokensleuth"
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("tokensleuth")
+    return [found] if found else [sys.executable, "-m", "tokensleuth.cli"]

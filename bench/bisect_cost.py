@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import default_engine, tiny_model
+from _common import default_engine, tiny_model, tokensleuth_cmd
 from tests.planted import bisect_history
 
 NAMES = (*(f"n{i}" for i in range(1, 14)), "broken", "fix", "n14", "n15", "culprit",
@@ -40,7 +40,7 @@ def tokensleuth_run(repo: Path, shas: dict[str, str], moe: Path, dense: Path, ca
                    TOKENSLEUTH_DB=str(Path(td) / "db.sqlite"))
         # the synthetic models live in the default cache; the engine builds go to `cache`
         t0 = time.monotonic()
-        p = subprocess.run([str(Path(sys.executable).parent / "tokensleuth"), "bisect", "--repo", str(repo),
+        p = subprocess.run([*tokensleuth_cmd(), "bisect", "--repo", str(repo),
                             "--good", shas["base"], "--bad", shas["n21"], "--model", str(moe),
                             "--control-model", str(dense), "-w", "tg32", "--json", str(out), "--", "-r", "5"],
                            env=env, capture_output=True, text=True)

@@ -14,13 +14,12 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from _common import default_engine, tiny_model
+from _common import default_engine, tiny_model, tokensleuth_cmd
 from tokensleuth import stats
 
 FLAGS = ["-p", "128", "-n", "32", "-r", "5"]
@@ -38,8 +37,7 @@ def bare(bench: Path, model: Path) -> dict[str, float]:
 
 
 def via_tokensleuth(model: Path, db: Path, js: Path) -> dict[str, float]:
-    exe = Path(sys.executable).parent / "tokensleuth"
-    subprocess.run([str(exe), "bench", "--db", str(db), "--model", str(model), "--json", str(js), "--", *FLAGS],
+    subprocess.run([*tokensleuth_cmd(), "bench", "--db", str(db), "--model", str(model), "--json", str(js), "--", *FLAGS],
                    capture_output=True, text=True, check=True)
     doc = json.loads(js.read_text())
     return {r["workload"]: float(r["tokens_per_s"]["mean"]) for r in doc["results"]}

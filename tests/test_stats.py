@@ -90,3 +90,55 @@ def test_pair_order_is_balanced() -> None:
     assert sorted(firsts) == ["A", "A", "B", "B", "C", "C"]
     trials = pair_round(["A", "B"], "m", "tg16", ("-n", "16"), 0, 3)
     assert [(t.arm, t.pair) for t in trials] == [("A", 0), ("B", 0), ("B", 1), ("A", 1), ("A", 2), ("B", 2)]
+
+
+def test_futility_stops_aa_cells_that_cannot_reach_the_band() -> None:
+    """A/A on a noisy machine: ±1% is out of reach by 40 pairs; the futility stop ends cells early
+    without adding false alarms, and every stopped cell reports that ±1% needs more than 40 pairs."""
+    rng = np.random.default_rng(11)
+    early = alarms = 0
+    for _ in range(300):
+        b, c = _pairs(rng, 40, 1.0, 0.02)
+        for n in (5, 10, 20, 40):
+            est = stats.ratio_interval(b[:n], c[:n])
+            v = stats.verdict(est, 0.01)
+            if v != "unresolved" or not stats.can_still_decide(est, 0.01, 40):
+                break
+        alarms += v in ("faster", "slower")
+        if n < 40 and v == "unresolved":
+            early += 1
+            need = stats.pairs_for_same(est, 0.01)
+            assert need is None or need > 40
+    assert early >= 100
+    assert alarms / 300 <= 0.02
+
+
+def test_futility_keeps_cells_that_can_still_decide() -> None:
+    rng = np.random.default_rng(5)
+    # quiet machine: same is reachable
+    b, c = _pairs(rng, 40, 1.0, 0.003)
+    assert stats.can_still_decide(stats.ratio_interval(b[:5], c[:5]), 0.01, 40)
+    # noisy, but the interval reaches far enough below the band for slower to be possible
+    b, c = _pairs(rng, 40, 0.96, 0.03)
+    est = stats.ratio_interval(b[:5], c[:5])
+    if stats.verdict(est, 0.01) == "unresolved":
+        assert stats.can_still_decide(est, 0.01, 40)
+    # at or over the cap nothing more is possible; with no estimate yet, pairs are still needed
+    assert not stats.can_still_decide(stats.ratio_interval(b[:40], c[:40]), 0.01, 40)
+    assert stats.can_still_decide(None, 0.01, 40)
+
+
+def test_futility_rarely_costs_detection() -> None:
+    """The 3% slowdown at the verdict_quality noise is found as often with the futility stop as without."""
+    rng = np.random.default_rng(9)
+    with_stop = without = 0
+    for _ in range(300):
+        b, c = _pairs(rng, 40, 0.97, 0.02)
+        without += _sequential(b, c) == "slower"
+        for n in (5, 10, 20, 40):
+            est = stats.ratio_interval(b[:n], c[:n])
+            v = stats.verdict(est, 0.01)
+            if v != "unresolved" or not stats.can_still_decide(est, 0.01, 40):
+                break
+        with_stop += v == "slower"
+    assert with_stop >= without - 3

@@ -181,6 +181,8 @@ def run_compare(
             n_planned = have.get(key, 0)
             if c.verdict != "unresolved" or key in broken:
                 continue
+            if not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):
+                continue  # futile: no ratio in the interval could give a verdict by max_pairs
             target = stats.next_pair_target(n_planned, spec.min_pairs, spec.max_pairs)
             if target is not None:
                 open_cells[key] = max(open_cells.get(key, 0), target)
@@ -249,8 +251,12 @@ def summary_sentence(comps: list[Comparison], band: float) -> str:
             parts.append(f"{c.candidate} is the same as {c.baseline} within ±{band * 100:g}% on {c.workload} "
                          f"for {model} ({pct:+.1f}% {ci})")
         else:
+            need = stats.pairs_for_same(e, band)
+            hint = (f"; at this noise ±{band * 100:g}% takes about {need} pairs" if need and need > c.pairs
+                    else "")
             parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is unresolved after "
-                         f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band)")
+                         f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band"
+                         f"{hint})")
     return "; ".join(parts) + "."
 
 

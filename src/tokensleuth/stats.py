@@ -20,7 +20,9 @@ tests, Schuirmann 1987):
 * ``faster``/``slower`` when the whole interval lies beyond 1±b,
 * ``same`` when the whole interval lies inside [1-b, 1+b],
 * otherwise the data cannot decide yet; the driver adds pairs (doubling) and at
-  its budget says ``unresolved``, never a guess.
+  its budget says ``unresolved``, never a guess. It also stops early when no
+  ratio inside the interval could give a verdict by the pair cap at the spread
+  seen so far (futility), and says how many pairs ±band would take.
 
 Looking at the data several times (5, 10, 20, 40 pairs) would inflate the
 false-alarm rate of a plain significance test; here a false alarm additionally
@@ -132,6 +134,49 @@ def next_pair_target(current: int, first: int, max_pairs: int) -> int | None:
     if current < first:
         return min(first, max_pairs)
     return min(current * 2, max_pairs)
+
+
+def _log_halfwidth(est: RatioEstimate) -> float:
+    return (math.log(est.hi) - math.log(est.lo)) / 2
+
+
+def _halfwidth_at(est: RatioEstimate, n: int) -> float:
+    """The interval's half-width (log scale) at ``n`` pairs if the spread stays as seen."""
+    t_now = float(sps.t.ppf(0.5 + est.confidence / 2, df=est.pairs - 1))
+    sd = _log_halfwidth(est) * math.sqrt(est.pairs) / t_now
+    return float(sps.t.ppf(0.5 + est.confidence / 2, df=n - 1)) * sd / math.sqrt(n)
+
+
+def can_still_decide(est: RatioEstimate | None, band: float, max_pairs: int) -> bool:
+    """Whether more pairs, up to ``max_pairs``, could still turn ``unresolved`` into a verdict.
+
+    Futility check for the sequential driver. At the cap the interval will be
+    about ``h`` wide on each side (the spread seen so far, more pairs). ``same``
+    needs ``2h`` to fit in the band; ``faster``/``slower`` need the estimate to
+    land more than ``h`` beyond a band edge. When ``same`` cannot fit and no
+    ratio inside today's interval is far enough out, the cell stops: more pairs
+    would be spent on an answer the noise cannot give.
+    """
+    if est is None or est.pairs < 2 or est.pairs >= max_pairs:
+        return est is None and max_pairs >= 2
+    lo_b, hi_b = math.log(1 - band), math.log(1 + band)
+    h = _halfwidth_at(est, max_pairs)
+    if 2 * h <= hi_b - lo_b:
+        return True
+    return math.log(est.lo) < lo_b - h or math.log(est.hi) > hi_b + h
+
+
+def pairs_for_same(est: RatioEstimate, band: float, limit: int = 10_000) -> int | None:
+    """Pairs at which the interval would be narrow enough to fit in ±band (spread as seen)."""
+    width = math.log(1 + band) - math.log(1 - band)
+    if _log_halfwidth(est) == 0:
+        return est.pairs
+    n = max(est.pairs, 2)
+    while n <= limit:
+        if 2 * _halfwidth_at(est, n) <= width:
+            return n
+        n = n + max(1, n // 8)
+    return None
 
 
 def welch_ratio_interval(
