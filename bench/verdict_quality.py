@@ -77,6 +77,8 @@ def main() -> None:
         verdicts: Counter[str] = Counter()
         secs = []
         pairs = []
+        pooled_b: list[float] = []
+        pooled_c: list[float] = []
         for _s in range(args.studies):
             with tempfile.TemporaryDirectory() as td, Store(Path(td) / "s.db") as store:
                 spec = build_compare_spec({
@@ -86,6 +88,8 @@ def main() -> None:
                     "common_flags": ["-r", str(args.reps)]}, "bench")
                 sid, comps = run_compare(store, spec, {"a": build, "b": build})
                 verdicts[comps[0].verdict] += 1
+                pooled_b += comps[0].base_ts
+                pooled_c += comps[0].cand_ts
                 pairs.append(comps[0].pairs)
                 secs.append(store.engine_seconds(sid))
         # naive
@@ -98,6 +102,10 @@ def main() -> None:
             naive["slower" if r < 0.99 else "faster" if r > 1.01 else "same"] += 1
             nsecs.append(ta + tb_)
         results[cond] = {"tokensleuth": (verdicts, np.mean(secs), np.mean(pairs)), "naive": (naive, np.mean(nsecs))}
+        # every pair of every study of this condition, pooled: a far sharper ratio than the calibration's 16
+        pooled = stats.ratio_interval(pooled_b, pooled_c)
+        print(f"{cond}: pooled over {pooled.pairs} pairs of the tokensleuth studies: ratio {pooled.ratio:.4f} "
+              f"99% CI [{pooled.lo:.4f}, {pooled.hi:.4f}]; CV between processes {stats.cv(pooled_b) * 100:.2f}%")
 
     n = args.studies
     aa = results["A/A"]
