@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.errors import UserError
+from tokensleuth.monitor.sources import Source
 from tokensleuth.runner import ArmRuntime, TrialCallback, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import spec_hash
@@ -32,8 +33,9 @@ def run_bench(
     timeout_s: float | None = None,
     resume: bool = False,
     on_trial: TrialCallback | None = None,
+    sources: Sequence[Source] | None = None,
 ) -> str:
-    """Run (or resume) a bench study and return its id."""
+    """Run (or resume) a bench study and return its id (``sources``: the monitor's, default probed)."""
     env = env or {}
     spec = bench_spec(build, models, flags, trials, env)
     h = spec_hash(spec)
@@ -47,7 +49,7 @@ def run_bench(
             "bench", spec, h, [(ARM, build.source, build.to_json(), (), env)], plan
         )
     arm = ArmRuntime(ARM, Path(build.bin_dir) / "llama-bench", tuple(flags), env)
-    execute(store, study_id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial)
+    execute(store, study_id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources)
     statuses = [t["status"] for t in store.trials(study_id)]
     store.finish_study(study_id, "done" if "done" in statuses else "failed")
     return study_id

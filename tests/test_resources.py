@@ -1,0 +1,90 @@
+"""What each token cost, end to end on the real engine: CPU, spinning threads, GPU energy.
+
+The GPU here is the fake NVML module (this host has none); the same path ran on
+the lent H200 with real NVML (bench/device_gpu.sh, bench/results/device-h200-*.log).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tests.monitor.fakes import FakeNVML
+from tokensleuth.bench import run_bench
+from tokensleuth.monitor.nvidia import NvidiaSource
+from tokensleuth.monitor.sources import NullSource
+from tokensleuth.report.markdown import render_warnings
+from tokensleuth.results import load_cells
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import EngineBuild
+from tokensleuth.store import Store
+
+# one thread generating for ~3 s of windows: the 1 Hz thread snapshots see it inside them
+LONG_TG = ["-p", "0", "-n", "1024", "-r", "4", "-t", "1"]
+
+
+def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
+        engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    gpu = NvidiaSource.probe(FakeNVML(power_w=100.0, busy_pct=90.0))
+    assert gpu is not None
+    with Store(tmp_path / "s.db") as store:
+        sid = run_bench(store, engine, [str(dense_model)], LONG_TG, sources=[gpu])
+        (cell,) = load_cells(store, sid)
+        res = cell.resources()
+        warnings = store.warnings(sid)
+        env = json.loads(store.trials(sid)[0]["env_json"])
+    # the engine's one thread computes flat out and never blocks: with the GPU busy, that is spinning
+    assert res["spinning_threads"] == 1
+    (th,) = env["spinning_threads"]
+    assert th["cores"] == pytest.approx(1.0, abs=0.1) and th["voluntary_switches_per_s"] <= 10
+    assert [w["code"] for w in warnings] == ["spinning-thread"]
+    text = render_warnings(warnings)
+    assert "spinning-thread" in text and "--poll 0" in text
+    # energy over the timed windows only: a constant 100 W is 100 / (tokens/s) joules per token
+    tps = sum(cell.tokens_per_s) / len(cell.tokens_per_s)
+    assert res["joules_per_token"] == pytest.approx(100.0 / tps, rel=0.05)
+    assert res["energy_source"] == "counter"
+    assert res["gpu_busy_pct"] == pytest.approx(90.0)
+
+
+def test_no_gpu_no_spinning_flag(engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    with Store(tmp_path / "s.db") as store:
+        sid = run_bench(store, engine, [str(dense_model)], LONG_TG, sources=[NullSource()])
+        (cell,) = load_cells(store, sid)
+        res = cell.resources()
+        warnings = store.warnings(sid)
+        env = json.loads(store.trials(sid)[0]["env_json"])
+    # a CPU backend's busy thread is computing, not polling: seen, recorded, not flagged
+    assert [t["cores"] for t in env["busy_threads"]] == [pytest.approx(1.0, abs=0.1)]
+    assert "spinning_threads" not in env
+    assert all(w["code"] != "spinning-thread" for w in warnings)
+    assert res["spinning_threads"] is None and res["joules_per_token"] is None
+    assert res["busy_cores"] == pytest.approx(1.0, abs=0.15)
+
+
+def test_poll_flag_cpu_cost_is_reported_per_arm(engine: EngineBuild, dense_model: Path,
+                                                  cli_env: dict[str, str], tmp_path: Path) -> None:
+    """--poll 0 vs --poll 100: each arm's CPU ms/token, its own verdict, and CPU = busy cores x wall."""
+    out = tmp_path / "c.json"
+    p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out),
+                        "--arm", f"poll0={DEFAULT_ENGINE}", "--arm", f"poll100={DEFAULT_ENGINE}",
+                        "--flags", "poll0=--poll 0", "--flags", "poll100=--poll 100",
+                        "--model", str(dense_model), "-w", "tg64", "--max-pairs", "5", "--", "-r", "3", "-t", "2"],
+                       env=cli_env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    (c,) = json.loads(out.read_text())["comparisons"]
+    cpu = c["resource_verdicts"]["cpu_ms_per_token"]
+    assert cpu["verdict"] in ("cheaper", "costlier", "same", "unresolved")
+    assert cpu["ci"][0] <= cpu["ratio"] <= cpu["ci"][1]
+    for arm in ("baseline", "candidate"):
+        r = c["resources"][arm]
+        wall_ms_per_token = 1000 / c["tokens_per_s"][arm]["mean"]
+        assert r["busy_cores"] == pytest.approx(2.0, abs=0.35)
+        assert r["cpu_ms_per_token"] == pytest.approx(r["busy_cores"] * wall_ms_per_token, rel=0.1)
+    # the ratio of CPU cost is the ratio of the arms' CPU ms/token
+    assert cpu["ratio"] == pytest.approx(c["resources"]["candidate"]["cpu_ms_per_token"]
+                                         / c["resources"]["baseline"]["cpu_ms_per_token"], rel=0.05)
