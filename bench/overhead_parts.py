@@ -6,6 +6,7 @@ Arms, run in rotated order in every round (one engine process per arm per round)
   progress  the same plus --progress (the flag tokensleuth adds)
   proc      run_process: two reader threads stamping each line, no probe
   monitor   run_process with the Monitor: counters read at each line, sampler thread
+  runner    run_bench in this process: the whole runner (snapshots, store, one commit per trial)
   cli       the tokensleuth bench command, exactly as a user runs it
 Each arm is compared with bare: paired log ratios, 99% interval.
 
@@ -26,10 +27,13 @@ import numpy as np
 
 from _common import default_engine, tiny_model, tokensleuth_cmd
 from tokensleuth import stats
+from tokensleuth.bench import run_bench
 from tokensleuth.engines.llamabench import parse_jsonl
 from tokensleuth.engines.proc import run_process
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import probe_sources
+from tokensleuth.results import load_cells
+from tokensleuth.store import Store
 
 
 def tps_of(stdout: str) -> dict[str, float]:
@@ -44,6 +48,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--flags", default="-p 64 -n 64 -r 5")
+    ap.add_argument("--arms", default="bare,progress,proc,monitor,runner,cli", help="comma-separated, bare first")
     args = ap.parse_args()
     flags = args.flags.split()
     engine = default_engine()
@@ -72,6 +77,11 @@ def main() -> None:
 
     td = tempfile.mkdtemp()
 
+    def runner() -> dict[str, float]:
+        with Store(Path(td) / "r.db") as store:
+            sid = run_bench(store, engine, [str(model)], flags)
+            return {c.test: sum(c.tokens_per_s) / len(c.tokens_per_s) for c in load_cells(store, sid)}
+
     def cli() -> dict[str, float]:
         js = Path(td) / "b.json"
         subprocess.run([*tokensleuth_cmd(), "bench", "--db", f"{td}/s.db", "--model", str(model), "--json", str(js),
@@ -79,8 +89,9 @@ def main() -> None:
         doc = json.loads(js.read_text())
         return {r["workload"]: float(r["tokens_per_s"]["mean"]) for r in doc["results"]}
 
-    arms: list[tuple[str, Callable[[], dict[str, float]]]] = [
-        ("bare", bare), ("progress", progress), ("proc", proc), ("monitor", monitor), ("cli", cli)]
+    every: dict[str, Callable[[], dict[str, float]]] = {
+        "bare": bare, "progress": progress, "proc": proc, "monitor": monitor, "runner": runner, "cli": cli}
+    arms = [(name, every[name]) for name in args.arms.split(",")]
     got: dict[str, dict[str, list[float]]] = {name: {} for name, _ in arms}
     for r in range(args.rounds):
         k = r % len(arms)

@@ -142,3 +142,18 @@ def test_futility_rarely_costs_detection() -> None:
                 break
         with_stop += v == "slower"
     assert with_stop >= without - 3
+
+
+def test_unresolved_summary_says_how_many_pairs_the_band_needs() -> None:
+    from tokensleuth.compare import Comparison, summary_sentence
+
+    rng = np.random.default_rng(2)
+    b, c = _pairs(rng, 20, 1.0, 0.02)
+    est = stats.ratio_interval(b, c)
+    need = stats.pairs_for_same(est, 0.01)
+    assert need is not None and need > 20
+    text = summary_sentence([Comparison("m.gguf", "tg32", "a", "b", 20, b, c, est, "unresolved")], 0.01)
+    assert "unresolved after 20 pairs" in text and f"takes about {need} pairs" in text
+    # a decided cell carries no such hint
+    wide = summary_sentence([Comparison("m.gguf", "tg32", "a", "b", 20, b, c, est, "same")], 0.01)
+    assert "takes about" not in wide
