@@ -1,4 +1,5 @@
-"""What each token cost, end to end on the real engine: CPU, spinning threads, GPU energy.
+"""What each token cost, end to end on the real engine: CPU, spinning threads, GPU energy,
+confounders.
 
 The GPU here is the fake NVML module (this host has none); the same path ran on
 the lent H200 with real NVML (bench/device_gpu.sh, bench/results/device-h200-*.log).
@@ -41,9 +42,11 @@ def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
     assert res["spinning_threads"] == 1
     (th,) = env["spinning_threads"]
     assert th["cores"] == pytest.approx(1.0, abs=0.1) and th["voluntary_switches_per_s"] <= 10
-    assert [w["code"] for w in warnings] == ["spinning-thread"]
+    assert sorted(w["code"] for w in warnings) == ["gpu-process", "spinning-thread"]
+    # the fake GPU also hosts another process (pid 4242): a confounder, named in the warning
+    assert "[4242] resident on the GPU" in next(w["detail"] for w in warnings if w["code"] == "gpu-process")
     text = render_warnings(warnings)
-    assert "spinning-thread" in text and "--poll 0" in text
+    assert "spinning-thread" in text and "--poll 0" in text and "another process was resident" in text
     # energy over the timed windows only: a constant 100 W is 100 / (tokens/s) joules per token
     tps = sum(cell.tokens_per_s) / len(cell.tokens_per_s)
     assert res["joules_per_token"] == pytest.approx(100.0 / tps, rel=0.05)

@@ -71,6 +71,9 @@ def execute(
         warnings = confounders.compare_snapshots(before, after, (res.t1_ns - res.t0_ns) / 1e9, res.pid)
         host["monitor_notes"] = monitor.notes()
         host["peak_memory_mb"] = dict(monitor.peak_mb)
+        if monitor.gpu_others:
+            warnings.append(("gpu-process", ", ".join(
+                f"{name}[{pid}] resident on the GPU" for pid, name in sorted(monitor.gpu_others.items()))))
         if out.windows:
             spin = monitor.spinning(min(w.start_ns for w in out.windows), max(w.end_ns for w in out.windows))
             gpu_busy = [row[k] for _, row in timeline for k in row if k.endswith("_busy_pct")]

@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import psutil
+
 from tokensleuth.monitor.cpu import (
     ThreadCpuReader,
     cgroup_cpu_s,
@@ -35,6 +37,8 @@ class Monitor:
         self.threads: list[tuple[int, dict[int, tuple[str, int, int]]]] = []
         self.pid: int | None = None
         self.peak_mb: dict[str, float] = {}
+        # other processes seen resident on a GPU while the engine ran: pid -> name
+        self.gpu_others: dict[int, str] = {}
         self._cpu: ThreadCpuReader | None = None
         self._cgroup: str | None = None
         # Thread and memory reads serve spin detection and peaks: once a second is plenty.
@@ -84,10 +88,28 @@ class Monitor:
                 self.threads.append((t, thread_stats(self.pid)))
                 for k, v in memory_mb(self.pid).items():
                     self.peak_mb[k] = max(v, self.peak_mb.get(k, 0.0))
+                self._gpu_residents()
             tick += 1
             ready, _, _ = select.select([self._wake_r], [], [], self.interval_s)
             if ready:
                 break
+
+    def _gpu_residents(self) -> None:
+        own = {os.getpid(), self.pid or 0}
+        for s in self.sources:
+            others = getattr(s, "other_processes", None)
+            if others is None:
+                continue
+            try:
+                pids = others(own)
+            except Exception:  # a flaky driver read must not kill the measurement
+                continue
+            for pid in pids:
+                if pid not in self.gpu_others:
+                    try:
+                        self.gpu_others[pid] = psutil.Process(pid).name()
+                    except psutil.Error:
+                        self.gpu_others[pid] = "?"
 
     def start(self) -> None:
         if all(isinstance(s, NullSource) for s in self.sources):
