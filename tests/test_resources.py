@@ -11,6 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.conftest import tokensleuth_bin
@@ -91,3 +92,18 @@ def test_poll_flag_cpu_cost_is_reported_per_arm(engine: EngineBuild, dense_model
     # the ratio of CPU cost is the ratio of the arms' CPU ms/token
     assert cpu["ratio"] == pytest.approx(c["resources"]["candidate"]["cpu_ms_per_token"]
                                          / c["resources"]["baseline"]["cpu_ms_per_token"], rel=0.05)
+
+
+def test_timelines_follow_the_sample_interval(engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    gpu = NvidiaSource.probe(FakeNVML(power_w=50.0))
+    assert gpu is not None
+    gaps = {}
+    with Store(tmp_path / "s.db") as store:
+        for interval in (0.05, 0.25):
+            sid = run_bench(store, engine, [str(dense_model)], ["-p", "0", "-n", "512", "-r", "3", "-t", "1"],
+                            sources=[gpu], interval_s=interval)
+            ts = [t for t, row in store.timeline(int(store.trials(sid)[0]["id"])) if "gpu0_power_w" in row]
+            assert len(ts) >= 4
+            gaps[interval] = float(np.median(np.diff(ts))) / 1e9
+    assert gaps[0.05] == pytest.approx(0.05, rel=0.3)
+    assert gaps[0.25] == pytest.approx(0.25, rel=0.3)

@@ -34,6 +34,7 @@ def run_bench(
     resume: bool = False,
     on_trial: TrialCallback | None = None,
     sources: Sequence[Source] | None = None,
+    interval_s: float = 0.2,
 ) -> str:
     """Run (or resume) a bench study and return its id (``sources``: the monitor's, default probed)."""
     env = env or {}
@@ -49,7 +50,8 @@ def run_bench(
             "bench", spec, h, [(ARM, build.source, build.to_json(), (), env)], plan
         )
     arm = ArmRuntime(ARM, Path(build.bin_dir) / "llama-bench", tuple(flags), env)
-    execute(store, study_id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources)
+    execute(store, study_id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
+            interval_s=interval_s)
     statuses = [t["status"] for t in store.trials(study_id)]
     store.finish_study(study_id, "done" if "done" in statuses else "failed")
     return study_id

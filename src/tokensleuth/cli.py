@@ -140,6 +140,7 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
     resources: Annotated[bool, typer.Option(help="Show every resource column.")] = False,
+    sample_interval: Annotated[float, typer.Option(min=0.02, max=60, help="Seconds between power/clock/busy samples (timelines).")] = 0.2,
     db: DbOpt = None,
 ) -> None:
     """Run llama-bench under tokensleuth: store every sample, print a llama-bench table.
@@ -160,7 +161,7 @@ def bench(
     check_bench_flags(b, flags)
     with open_store(db) as store:
         study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
-                          resume=resume, on_trial=trial_printer())
+                          resume=resume, on_trial=trial_printer(), interval_s=sample_interval)
         cells = load_cells(store, study)
         engine_json = json.loads(store.arms(study)[0]["engine_json"])
         warn = render_warnings(store.warnings(study))
@@ -202,6 +203,7 @@ def compare(
     study: Annotated[Optional[Path], typer.Option("--study", help="TOML study file (instead of --arm/--model/…).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparisons as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
+    sample_interval: Annotated[float, typer.Option(min=0.02, max=60, help="Seconds between power/clock/busy samples (timelines).")] = 0.2,
     db: DbOpt = None,
 ) -> None:
     """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
@@ -222,7 +224,7 @@ def compare(
     else:
         spec = build_compare_spec(
             compare_args(arm, flags, env, cmake, model_paths(model), workload, baseline, band,
-                         min_pairs, max_pairs, budget, timeout, list(ctx.args)),
+                         min_pairs, max_pairs, budget, timeout, list(ctx.args), sample_interval),
             "command line")
     builds: dict[str, EngineBuild] = {}
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
@@ -249,7 +251,8 @@ def compare(
 
 def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[str], models: list[str],
                  workloads: list[str], baseline: str | None, band: str, min_pairs: int, max_pairs: int,
-                 budget: str | None, timeout: float, common: list[str]) -> dict[str, Any]:
+                 budget: str | None, timeout: float, common: list[str],
+                 sample_interval: float = 0.2) -> dict[str, Any]:
     """Turn compare's command-line syntax into the study dictionary a TOML file would hold."""
     arms: dict[str, dict[str, Any]] = {}
     for a in arm:
@@ -272,7 +275,7 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
         arms[name]["env"][var] = value
     data: dict[str, Any] = {"arms": list(arms.values()), "models": models, "band": band,
                             "min_pairs": min_pairs, "max_pairs": max_pairs, "timeout_s": timeout,
-                            "common_flags": common}
+                            "common_flags": common, "sample_interval_s": sample_interval}
     if workloads:
         data["workloads"] = workloads
     if baseline:

@@ -168,7 +168,8 @@ def run_compare(
     }
     names = [a.name for a in spec.arms]
     while True:
-        execute(store, study_id, runtimes, timeout_s=spec.timeout_s, on_trial=on_trial)
+        execute(store, study_id, runtimes, timeout_s=spec.timeout_s, on_trial=on_trial,
+                interval_s=spec.sample_interval_s)
         comps = analyze(store, study_id, spec)
         if spec.budget_s is not None and store.engine_seconds(study_id) >= spec.budget_s:
             break

@@ -28,13 +28,13 @@ def model_paths(models: list[str] | list[Path]) -> list[str]:
 
 
 def parse_duration(text: str) -> float:
-    """``90s``, ``30m``, ``2h`` or plain seconds -> seconds."""
+    """``500ms``, ``90s``, ``30m``, ``2h`` or plain seconds -> seconds."""
     t = text.strip().lower()
     mult = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], None)
     try:
-        value = float(t[:-1]) * mult if mult else float(t)
+        value = float(t[:-2]) / 1000 if t.endswith("ms") else float(t[:-1]) * mult if mult else float(t)
     except ValueError:
-        raise UserError(f"cannot read duration {text!r} — write e.g. 90s, 30m or 2h") from None
+        raise UserError(f"cannot read duration {text!r} — write e.g. 500ms, 90s, 30m or 2h") from None
     if value <= 0:
         raise UserError(f"duration {text!r} must be positive")
     return value
@@ -94,13 +94,14 @@ class CompareSpec(BaseModel):
     budget_s: float | None = None
     common_flags: list[str] = []
     timeout_s: float = 1800
+    sample_interval_s: float = Field(0.2, ge=0.02, le=60)
 
     @field_validator("band", mode="before")
     @classmethod
     def _band(cls, v: object) -> object:
         return parse_percent(v) if isinstance(v, str) else v
 
-    @field_validator("budget_s", mode="before")
+    @field_validator("budget_s", "sample_interval_s", mode="before")
     @classmethod
     def _budget(cls, v: object) -> object:
         return parse_duration(v) if isinstance(v, str) else v
