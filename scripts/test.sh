@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# The test suite: real llama.cpp, built once and cached under the user cache dir.
+# Lint (ruff), types (mypy --strict), then the test suite: real llama.cpp, built once and
+# cached under the user cache dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+.venv/bin/ruff check src tests bench
+.venv/bin/python -m mypy          # --strict, on src/tokensleuth (pyproject.toml)
 exec .venv/bin/python -m pytest -m "not gpu" "$@"

@@ -79,7 +79,7 @@ def import_file(store: Store, path: Path) -> tuple[str, int]:
     for r in rows:
         by_model.setdefault(str(r.raw.get("model_filename") or "unknown"), []).append(r)
     first = objs[0]
-    engine = {"source": f"import:{path.name}", "commit": first.get("build_commit"),
+    engine: dict[str, Any] = {"source": f"import:{path.name}", "commit": first.get("build_commit"),
               "build_number": int(first["build_number"]) if str(first.get("build_number", "")).isdigit() else None,
               "backends": [b for b in str(first.get("backends") or "").split(",") if b]}
     spec = {"file": str(path.resolve()), "format": fmt, "n": len(rows)}

@@ -88,7 +88,8 @@ def paired_log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> 
     c = np.asarray(candidate, dtype=float)
     if np.any(b <= 0) or np.any(c <= 0):
         raise ValueError("throughputs must be positive")
-    return np.log(c / b)
+    d: np.ndarray = np.log(c / b)
+    return d
 
 
 def ratio_interval(

@@ -336,7 +336,8 @@ class Store:
             raise UserError(f"no study {study_id!r} in {self.path} — list them with `tokensleuth studies`")
         if len(rows) > 1:
             raise UserError(f"study id {study_id!r} is ambiguous — give more characters")
-        return rows[0]
+        row: sqlite3.Row = rows[0]
+        return row
 
     def studies(self) -> list[sqlite3.Row]:
         return self.db.execute(

@@ -38,7 +38,7 @@ class AmdgpuSource:
 
     @classmethod
     def probe(cls, sysfs_root: Path) -> list[AmdgpuSource]:
-        out = []
+        out: list[AmdgpuSource] = []
         for _i, card in enumerate(sorted((sysfs_root / "class" / "drm").glob("card[0-9]*"))):
             dev = card / "device"
             if (dev / "gpu_busy_percent").exists():

@@ -16,6 +16,7 @@ JSON_SCHEMA_VERSION = 1
 def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> dict[str, Any]:
     results = []
     for c in cells:
+        tps: dict[str, float | None]
         if c.tokens_per_s:
             s = summarize(c.tokens_per_s)
             tps = {"mean": s.mean, "sd": s.sd}
