@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from _common import default_engine, tiny_model, tokensleuth_cmd
 from tests.planted import bisect_history
@@ -33,7 +34,7 @@ assert len(NAMES) == 24
 BENCH = ["-p", "0", "-n", "32", "-r", "5"]
 
 
-def tokensleuth_run(repo: Path, shas: dict[str, str], moe: Path, dense: Path, cache: Path, ccache: Path) -> dict:
+def tokensleuth_run(repo: Path, shas: dict[str, str], moe: Path, dense: Path, cache: Path, ccache: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as td:
         out = Path(td) / "b.json"
         env = dict(os.environ, TOKENSLEUTH_CACHE=str(cache), CCACHE_DIR=str(ccache),
@@ -56,7 +57,7 @@ def tokensleuth_run(repo: Path, shas: dict[str, str], moe: Path, dense: Path, ca
             "skipped": r["skipped"], "verified": r["verified"]}
 
 
-def baseline(repo: Path, shas: dict[str, str], moe: Path) -> dict:
+def baseline(repo: Path, shas: dict[str, str], moe: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as td:
         clone = Path(td) / "llama.cpp"
         subprocess.run(["git", "clone", "-q", str(repo), str(clone)], check=True)

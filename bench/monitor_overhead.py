@@ -51,7 +51,7 @@ def tps(bench: Path, model: Path, monitored: bool) -> float:
     if mon:
         mon.stop()
     out = llamabench.outcome_from(res, {}, {})
-    assert out.status == "done", out.message
+    assert out.status == "done" and out.results[0].avg_ts is not None, out.message
     return float(out.results[0].avg_ts)
 
 

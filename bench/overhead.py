@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +58,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as td:
         db, js = Path(td) / "s.db", Path(td) / "b.json"
         for i in range(args.pairs):
-            order = [("bare", lambda: bare(bench, model)), ("tool", lambda: via_tokensleuth(model, db, js))]
+            order: list[tuple[str, Callable[[], dict[str, float]]]] = [
+                ("bare", lambda: bare(bench, model)), ("tool", lambda: via_tokensleuth(model, db, js))]
             if i % 2:
                 order.reverse()
             for name, fn in order:

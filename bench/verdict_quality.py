@@ -26,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from typing import Any
 
 from _common import default_engine, tiny_model
 from tests.planted import planted_engine
@@ -71,7 +72,7 @@ def main() -> None:
     print(f"spin {spin} us per decode call; true ratio {true_ratio:.4f} (16 interleaved pairs)")
     print(f"noise: CV of a process's mean t/s between processes = {noise * 100:.2f}%")
 
-    results: dict[str, dict[str, object]] = {}
+    results: dict[str, dict[str, Any]] = {}
     for cond, cand_spin in (("A/A", 0), (f"{args.slowdown:.0%} slower", spin)):
         # tokensleuth
         verdicts: Counter[str] = Counter()

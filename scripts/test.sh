@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check src tests bench
-.venv/bin/python -m mypy          # --strict, on src/tokensleuth (pyproject.toml)
+.venv/bin/python -m mypy          # --strict on src, tests and bench (pyproject.toml)
 exec .venv/bin/python -m pytest -m "not gpu" "$@"

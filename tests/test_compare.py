@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from typing import Any
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.sources import DEFAULT_ENGINE
@@ -17,7 +18,7 @@ E = DEFAULT_ENGINE
 
 
 def compare(args: list[str], env: dict[str, str], tmp_path: Path, timeout: float = 900) -> tuple[
-        subprocess.CompletedProcess[str], dict]:
+        subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp_path / "c.json"
     p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out), *args], env=env,
                        capture_output=True, text=True, timeout=timeout)

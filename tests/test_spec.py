@@ -24,7 +24,10 @@ def test_percent() -> None:
 
 def test_sample_interval_in_a_study() -> None:
     arms = [{"name": "a", "source": "bin:/x"}, {"name": "b", "source": "bin:/x"}]
-    assert CompareSpec(arms=arms, models=["m.gguf"]).sample_interval_s == pytest.approx(0.2)
-    assert CompareSpec(arms=arms, models=["m.gguf"], sample_interval_s="500ms").sample_interval_s == 0.5
+    def spec(**kw: object) -> CompareSpec:
+        return CompareSpec.model_validate({"arms": arms, "models": ["m.gguf"], **kw})
+
+    assert spec().sample_interval_s == pytest.approx(0.2)
+    assert spec(sample_interval_s="500ms").sample_interval_s == 0.5
     with pytest.raises(ValidationError):
-        CompareSpec(arms=arms, models=["m.gguf"], sample_interval_s=0.001)
+        spec(sample_interval_s=0.001)

@@ -35,7 +35,9 @@ def test_ratio_is_geometric_mean() -> None:
 
 
 def test_verdict_band_edges() -> None:
-    mk = lambda lo, hi: stats.RatioEstimate(5, math.sqrt(lo * hi), lo, hi, 0.99)  # noqa: E731
+    def mk(lo: float, hi: float) -> stats.RatioEstimate:
+        return stats.RatioEstimate(5, math.sqrt(lo * hi), lo, hi, 0.99)
+
     assert stats.verdict(mk(0.95, 0.985), 0.01) == "slower"
     assert stats.verdict(mk(0.95, 0.995), 0.01) == "unresolved"  # overlaps the band
     assert stats.verdict(mk(1.011, 1.05), 0.01) == "faster"

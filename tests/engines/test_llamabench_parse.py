@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from typing import Any
 
 from tests.conftest import GOLDEN
 from tokensleuth.engines.llamabench import (
@@ -23,10 +24,11 @@ from tokensleuth.errors import UserError
 
 def test_progress_lines_parse() -> None:
     p = parse_progress("llama-bench: benchmark 3/4: depth run 2/2 (cached)\n")
-    assert (p.test, p.kind, p.rep) == (3, "depth", 2)
+    assert p is not None and (p.test, p.kind, p.rep) == (3, "depth", 2)
     p = parse_progress("llama-bench: benchmark 2/4: generation run 1/5")
-    assert (p.test, p.kind, p.rep) == (2, "gen", 1)
-    assert parse_progress("llama-bench: benchmark 1/4: warmup prompt run").kind == "warmup"
+    assert p is not None and (p.test, p.kind, p.rep) == (2, "gen", 1)
+    w = parse_progress("llama-bench: benchmark 1/4: warmup prompt run")
+    assert w is not None and w.kind == "warmup"
     assert parse_progress("load_tensors: CPU_Mapped model buffer size") is None
 
 
@@ -81,7 +83,7 @@ def test_outcome_done_from_replay() -> None:
 
 
 def test_outcome_statuses() -> None:
-    base = dict(argv=("x",), t0_ns=0, t1_ns=10, started_at=0.0, ended_at=1.0)
+    base: dict[str, Any] = dict(argv=("x",), t0_ns=0, t1_ns=10, started_at=0.0, ended_at=1.0)
     crash = ProcResult(returncode=-11, timed_out=False, lines=[Line("err", 5, "boom\n")], **base)
     assert outcome_from(crash, {}, {}).status == "crashed"
     assert "SIGSEGV" in outcome_from(crash, {}, {}).message
