@@ -31,21 +31,30 @@ LONG_TG = ["-p", "0", "-n", "1024", "-r", "4", "-t", "1"]
 
 def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
         engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
-    gpu = NvidiaSource.probe(FakeNVML(power_w=100.0, busy_pct=90.0))
+    # another process on the GPU (visible here), and a pid from another PID namespace
+    other = subprocess.Popen(["sleep", "60"])
+    gpu = NvidiaSource.probe(FakeNVML(power_w=100.0, busy_pct=90.0, gpu_pids=(other.pid, 4_000_000)))
     assert gpu is not None
-    with Store(tmp_path / "s.db") as store:
-        sid = run_bench(store, engine, [str(dense_model)], LONG_TG, sources=[gpu])
-        (cell,) = load_cells(store, sid)
-        res = cell.resources()
-        warnings = store.warnings(sid)
-        env = json.loads(store.trials(sid)[0]["env_json"])
+    try:
+        with Store(tmp_path / "s.db") as store:
+            sid = run_bench(store, engine, [str(dense_model)], LONG_TG, sources=[gpu])
+            (cell,) = load_cells(store, sid)
+            res = cell.resources()
+            warnings = store.warnings(sid)
+            env = json.loads(store.trials(sid)[0]["env_json"])
+    finally:
+        other.kill()
+        other.wait()
     # the engine's one thread computes flat out and never blocks: with the GPU busy, that is spinning
     assert res["spinning_threads"] == 1
     (th,) = env["spinning_threads"]
     assert th["cores"] == pytest.approx(1.0, abs=0.1) and th["voluntary_switches_per_s"] <= 10
     assert sorted(w["code"] for w in warnings) == ["gpu-process", "spinning-thread"]
-    # the fake GPU also hosts another process (pid 4242): a confounder, named in the warning
-    assert "[4242] resident on the GPU" in next(w["detail"] for w in warnings if w["code"] == "gpu-process")
+    # the fake GPU also hosts another process: a confounder, named in the warning; a pid that
+    # does not exist here (a host pid seen from a container, maybe the engine's own) is only recorded
+    detail = next(w["detail"] for w in warnings if w["code"] == "gpu-process")
+    assert detail == f"sleep[{other.pid}] resident on the GPU"
+    assert env["gpu_pids_not_in_this_namespace"] == [4_000_000]
     text = render_warnings(warnings)
     assert "spinning-thread" in text and "--poll 0" in text and "another process was resident" in text
     # energy over the timed windows only: a constant 100 W is 100 / (tokens/s) joules per token

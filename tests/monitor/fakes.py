@@ -19,11 +19,12 @@ class FakeNVML:
     NVML_CLOCK_MEM = 2
 
     def __init__(self, power_w: float = 100.0, energy: bool = True, clock_mhz: float = 1980.0,
-                 busy_pct: float = 87.0, clock: Any = None) -> None:
+                 busy_pct: float = 87.0, clock: Any = None, gpu_pids: tuple[int, ...] = (4242,)) -> None:
         self.power_w = power_w
         self.energy = energy
         self.clock_mhz = clock_mhz
         self.busy = busy_pct
+        self.gpu_pids = gpu_pids
         self.now = clock or time.monotonic
         self.t0 = self.now()
 
@@ -54,7 +55,7 @@ class FakeNVML:
         return SimpleNamespace(used=5 << 30, total=80 << 30)
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[Any]:
-        return [SimpleNamespace(pid=4242, usedGpuMemory=1 << 30)]
+        return [SimpleNamespace(pid=p, usedGpuMemory=1 << 30) for p in self.gpu_pids]
 
     def nvmlDeviceGetName(self, h: int) -> str:
         return "Fake H200"

@@ -39,6 +39,9 @@ class Monitor:
         self.peak_mb: dict[str, float] = {}
         # other processes seen resident on a GPU while the engine ran: pid -> name
         self.gpu_others: dict[int, str] = {}
+        # GPU pids that do not exist in this PID namespace: in a container NVML reports
+        # host pids, the engine's own among them, so these are recorded, not warned about
+        self.gpu_unseen: set[int] = set()
         self._cpu: ThreadCpuReader | None = None
         self._cgroup: str | None = None
         # Thread and memory reads serve spin detection and peaks: once a second is plenty.
@@ -105,11 +108,14 @@ class Monitor:
             except Exception:  # a flaky driver read must not kill the measurement
                 continue
             for pid in pids:
-                if pid not in self.gpu_others:
-                    try:
-                        self.gpu_others[pid] = psutil.Process(pid).name()
-                    except psutil.Error:
-                        self.gpu_others[pid] = "?"
+                if pid in self.gpu_others or pid in self.gpu_unseen:
+                    continue
+                try:
+                    self.gpu_others[pid] = psutil.Process(pid).name()
+                except psutil.NoSuchProcess:
+                    self.gpu_unseen.add(pid)
+                except psutil.Error:
+                    self.gpu_others[pid] = "?"
 
     def start(self) -> None:
         if all(isinstance(s, NullSource) for s in self.sources):
