@@ -9,7 +9,7 @@ import pytest
 from tests.monitor.fakes import FakeNVML
 from tokensleuth.monitor.amdgpu import AmdgpuSource
 from tokensleuth.monitor.attribute import counter_deltas, integrate_power_j, window_resources
-from tokensleuth.monitor.cpu import ThreadCpuReader
+from tokensleuth.monitor.cpu import ProcessCpuReader, ThreadCpuReader
 from tokensleuth.monitor.nvidia import NvidiaSource
 from tokensleuth.monitor.rapl import RaplSource
 from tokensleuth.monitor.sources import NullSource, probe_sources
@@ -130,7 +130,8 @@ def test_schedstat_fixture(tmp_path: Path) -> None:
     assert ThreadCpuReader(12345, tmp_path).read_ns() is None
 
 
-def test_busy_and_idle_children_cpu() -> None:
+@pytest.mark.parametrize("reader", [ThreadCpuReader, ProcessCpuReader])
+def test_busy_and_idle_children_cpu(reader: type[ThreadCpuReader] | type[ProcessCpuReader]) -> None:
     """Ground truth: a busy-looping child uses ~1 core, a sleeping child ~0."""
     import subprocess
     import time
@@ -138,7 +139,7 @@ def test_busy_and_idle_children_cpu() -> None:
     busy = subprocess.Popen(["python3", "-c", "import time\nt=time.time()\nwhile time.time()-t<1.5: pass"])
     idle = subprocess.Popen(["sleep", "1.5"])
     time.sleep(0.2)
-    rb, ri = ThreadCpuReader(busy.pid), ThreadCpuReader(idle.pid)
+    rb, ri = reader(busy.pid), reader(idle.pid)
     b0, i0, t0 = (rb.read_ns() or 0) / 1e9, (ri.read_ns() or 0) / 1e9, time.monotonic()
     time.sleep(1.0)
     b1, i1, t1 = (rb.read_ns() or 0) / 1e9, (ri.read_ns() or 0) / 1e9, time.monotonic()
@@ -148,6 +149,38 @@ def test_busy_and_idle_children_cpu() -> None:
     idle.wait()
     assert (b1 - b0) / (t1 - t0) == pytest.approx(1.0, abs=0.25)
     assert (i1 - i0) / (t1 - t0) < 0.05
+
+
+def test_process_clock_matches_schedstat_and_keeps_exited_threads(tmp_path: Path) -> None:
+    import subprocess
+    import time
+
+    # two busy threads for 0.6 s that then exit, the main thread sleeping on
+    code = ("import threading, time\n"
+            "def f():\n    t = time.time()\n    while time.time() - t < 0.6: pass\n"
+            "ts = [threading.Thread(target=f) for _ in range(2)]\n[t.start() for t in ts]\n"
+            "[t.join() for t in ts]\ntime.sleep(3)\n")
+    child = subprocess.Popen(["python3", "-c", code])
+    try:
+        time.sleep(0.3)
+        clock, walk = ProcessCpuReader(child.pid), ThreadCpuReader(child.pid)
+        assert clock.fallback is None  # the clock is readable here: no directory walk
+        a, b = clock.read_ns(), walk.read_ns()
+        assert a is not None and b is not None and abs(a - b) < 5_000_000  # same runtime, ns apart
+        time.sleep(1.2)  # the busy threads have exited by now
+        c = clock.read_ns()
+        # their CPU (~0.6 s: the GIL lets one run at a time) is still counted after they exited
+        assert c is not None and c >= a and c / 1e9 >= 0.5
+        clock.close()
+        walk.close()
+    finally:
+        child.kill()
+        child.wait()
+    assert ProcessCpuReader(child.pid).read_ns() is None  # gone
+    # where the clock cannot be read, the schedstat walk answers (here: a fixture tree)
+    _w(tmp_path / "4000001" / "task" / "4000001" / "schedstat", "700 1 2\n")
+    r = ProcessCpuReader(4_000_001, tmp_path)
+    assert r.fallback is not None and r.read_ns() == 700
 
 
 def test_spinning_threads_rule() -> None:

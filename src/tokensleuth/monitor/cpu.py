@@ -4,12 +4,49 @@
 (Documentation/scheduler/sched-stats.rst, field 1), far finer than the 10 ms
 clock ticks of ``/proc/<pid>/stat`` that psutil reports; at thousands of tokens
 per second the ticks would quantize CPU ms/token to nonsense.
+
+Cheaper still, and what window edges use: the process's CPU-time clock, read
+with one ``clock_gettime`` on the clock id Linux derives from the pid
+(``MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED)`` in include/linux/posix-timers.h).
+It is the same scheduler runtime summed over every thread, exited ones included,
+in ns, for about 0.3 µs instead of a directory walk.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+
+
+def process_cpu_clock(pid: int) -> int:
+    """Linux's clock id for ``pid``'s whole-process scheduler CPU time."""
+    return ((~pid) << 3) | 2  # CPUCLOCK_SCHED, process-wide (not per-thread) clock
+
+
+class ProcessCpuReader:
+    """One process's on-CPU ns from its CPU-time clock; the schedstat walk where the
+    clock cannot be read (another kernel, no permission)."""
+
+    def __init__(self, pid: int, proc_root: Path = Path("/proc")) -> None:
+        self.clock = process_cpu_clock(pid)
+        self.fallback: ThreadCpuReader | None = None
+        try:
+            time.clock_gettime_ns(self.clock)
+        except (OSError, OverflowError):
+            self.fallback = ThreadCpuReader(pid, proc_root)
+
+    def read_ns(self) -> int | None:
+        if self.fallback is not None:
+            return self.fallback.read_ns()
+        try:
+            return time.clock_gettime_ns(self.clock)
+        except OSError:  # the process is gone
+            return None
+
+    def close(self) -> None:
+        if self.fallback is not None:
+            self.fallback.close()
 
 
 class ThreadCpuReader:

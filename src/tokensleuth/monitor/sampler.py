@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 
 from tokensleuth.monitor.cpu import (
-    ThreadCpuReader,
+    ProcessCpuReader,
     cgroup_cpu_s,
     cgroup_of,
     memory_mb,
@@ -42,7 +42,7 @@ class Monitor:
         # GPU pids that do not exist in this PID namespace: in a container NVML reports
         # host pids, the engine's own among them, so these are recorded, not warned about
         self.gpu_unseen: set[int] = set()
-        self._cpu: ThreadCpuReader | None = None
+        self._cpu: ProcessCpuReader | None = None
         self._cgroup: str | None = None
         # Thread and memory reads serve spin detection and peaks: once a second is plenty.
         self.slow_every = max(1, round(1.0 / interval_s)) if interval_s > 0 else 1
@@ -56,7 +56,7 @@ class Monitor:
         out: dict[str, float] = {}
         if self.pid != pid or self._cpu is None:
             self.pid = pid
-            self._cpu = ThreadCpuReader(pid)
+            self._cpu = ProcessCpuReader(pid)
             # An engine in a cgroup of its own (a container, a systemd scope) is also
             # charged there: children and helper processes included.
             own, eng = cgroup_of("self"), cgroup_of(pid)
