@@ -4,7 +4,7 @@ Each line of stdout and stderr is stamped with the monotonic clock the moment it
 is read (two blocking reader threads, no polling), and an optional probe (e.g.
 the process tree's CPU time) is read at the same instant, so the edges of each
 timed repetition carry counter values. A watchdog kills the process when it runs
-past its timeout.
+past its timeout; it sleeps until then (no polling while the engine runs).
 """
 
 from __future__ import annotations
@@ -111,17 +111,31 @@ def run_process(
     ]
     for th in threads:
         th.start()
-    timed_out = False
+    # The watchdog is a timer thread asleep on one futex until the deadline: Popen.wait
+    # with a timeout would poll waitpid ~20 times a second, and every wake-up preempts
+    # an engine thread on a machine whose cores the engine uses (about 1% of pp t/s on
+    # 2 cores, bench/overhead.py).
+    fired = threading.Event()
+
+    def watchdog() -> None:
+        if proc.poll() is None:  # (None too while the main thread sits in wait())
+            fired.set()
+            _kill_tree(proc.pid)
+
+    timer = threading.Timer(timeout_s, watchdog) if timeout_s is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill_tree(proc.pid)
         proc.wait()
     except BaseException:
         _kill_tree(proc.pid)
         proc.wait()
         raise
+    finally:
+        if timer is not None:
+            timer.cancel()
+    timed_out = fired.is_set()
     t1 = time.monotonic_ns()
     for th in threads:
         th.join(timeout=5)
