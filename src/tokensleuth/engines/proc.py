@@ -112,9 +112,8 @@ def run_process(
     for th in threads:
         th.start()
     # The watchdog is a timer thread asleep on one futex until the deadline: Popen.wait
-    # with a timeout would poll waitpid ~20 times a second, and every wake-up preempts
-    # an engine thread on a machine whose cores the engine uses (about 1% of pp t/s on
-    # 2 cores, bench/overhead.py).
+    # with a timeout would poll waitpid ~20 times a second, and each wake-up can preempt
+    # an engine thread where the engine uses every core.
     fired = threading.Event()
 
     def watchdog() -> None:
