@@ -37,8 +37,9 @@ def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
     assert gpu is not None
     try:
         with Store(tmp_path / "s.db") as store:
-            sid = run_bench(store, engine, [str(dense_model)], LONG_TG, sources=[gpu])
-            (cell,) = load_cells(store, sid)
+            # two tests in one trial: each test's cell carries the trial's readings
+            sid = run_bench(store, engine, [str(dense_model)], ["-p", "0", "-n", "1024,1000", "-r", "4", "-t", "1"], sources=[gpu])
+            cell, second = load_cells(store, sid)
             res = cell.resources()
             warnings = store.warnings(sid)
             env = json.loads(store.trials(sid)[0]["env_json"])
@@ -46,7 +47,9 @@ def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
         other.kill()
         other.wait()
     # the engine's one thread computes flat out and never blocks: with the GPU busy, that is spinning
-    assert res["spinning_threads"] == 1
+    assert (cell.test, second.test) == ("tg1024", "tg1000")
+    assert res["spinning_threads"] == 1 and second.resources()["spinning_threads"] == 1
+    assert res["peak_rss_anon_mb"] and second.resources()["peak_rss_anon_mb"] == res["peak_rss_anon_mb"]
     (th,) = env["spinning_threads"]
     assert th["cores"] == pytest.approx(1.0, abs=0.1) and th["voluntary_switches_per_s"] <= 10
     assert sorted(w["code"] for w in warnings) == ["gpu-process", "spinning-thread"]
@@ -107,6 +110,7 @@ def test_timelines_follow_the_sample_interval(engine: EngineBuild, dense_model: 
     gpu = NvidiaSource.probe(FakeNVML(power_w=50.0))
     assert gpu is not None
     gaps = {}
+    short = {}
     with Store(tmp_path / "s.db") as store:
         for interval in (0.05, 0.25):
             sid = run_bench(store, engine, [str(dense_model)], ["-p", "0", "-n", "512", "-r", "3", "-t", "1"],
@@ -114,5 +118,10 @@ def test_timelines_follow_the_sample_interval(engine: EngineBuild, dense_model: 
             ts = [t for t, row in store.timeline(int(store.trials(sid)[0]["id"])) if "gpu0_power_w" in row]
             assert len(ts) >= 4
             gaps[interval] = float(np.median(np.diff(ts))) / 1e9
+            # a window is "short" against the interval it was sampled at (5 samples at least)
+            (cell,) = load_cells(store, sid)
+            assert {w["short_window"] for w in cell.windows} == {w["window_s"] < 5 * interval for w in cell.windows}
+            short[interval] = all(w["short_window"] for w in cell.windows)
     assert gaps[0.05] == pytest.approx(0.05, rel=0.3)
     assert gaps[0.25] == pytest.approx(0.25, rel=0.3)
+    assert short == {0.05: False, 0.25: True}  # ~0.35 s windows: long at 0.05 s, short at 0.25 s

@@ -108,6 +108,7 @@ class Cell:
 def load_cells(store: Store, study_id: str) -> list[Cell]:
     cells: dict[tuple[str, str, str, int], Cell] = {}
     timelines: dict[int, Any] = {}
+    envs: dict[int, dict[str, Any]] = {}
     windows_cache: dict[int, dict[tuple[int, int], Any]] = {}
     for r in store.results(study_id):
         raw = json.loads(r["raw_json"])
@@ -135,18 +136,21 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             windows_cache[trial_id] = {(int(w["test_idx"]), int(w["rep"])): w
                                        for w in store.windows(trial_id)}
         wins = windows_cache[trial_id]
-        if trial_id not in timelines:
+        if trial_id not in timelines:  # read once per trial, shared by its tests' cells
             timelines[trial_id] = store.timeline(trial_id)
-            env = json.loads(r["env_json"] or "{}")
-            cell.notes += env.get("monitor_notes", [])
-            cell.spinning.append(len(env.get("spinning_threads", [])))
-            mem = env.get("peak_memory_mb") or {}
-            if "RssAnon" in mem:
-                cell.peak_anon_mb = max(cell.peak_anon_mb or 0.0, mem["RssAnon"])
-                cell.peak_file_mb = max(cell.peak_file_mb or 0.0, mem.get("RssFile", 0.0))
-            for t in env.get("spinning_threads", []):
-                cell.notes.append(f"spinning thread {t['name']}: {t['cores']} cores with "
-                                  f"{t['voluntary_switches_per_s']} voluntary switches/s while the GPU works")
+            envs[trial_id] = json.loads(r["env_json"] or "{}")
+        # one result row per (trial, test): each cell takes the trial's readings once
+        env = envs[trial_id]
+        cell.notes += env.get("monitor_notes", [])
+        cell.spinning.append(len(env.get("spinning_threads", [])))
+        mem = env.get("peak_memory_mb") or {}
+        if "RssAnon" in mem:
+            cell.peak_anon_mb = max(cell.peak_anon_mb or 0.0, mem["RssAnon"])
+            cell.peak_file_mb = max(cell.peak_file_mb or 0.0, mem.get("RssFile", 0.0))
+        for t in env.get("spinning_threads", []):
+            cell.notes.append(f"spinning thread {t['name']}: {t['cores']} cores with "
+                              f"{t['voluntary_switches_per_s']} voluntary switches/s while the GPU works")
+        interval_s = float(env.get("sample_interval_s", 0.2))
         for s in samples:
             w = wins.get((int(r["test_idx"]), int(s["rep"])))
             if w is None:
@@ -156,7 +160,8 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
                 cell.window_ms += (int(w["end_ns"]) - int(w["start_ns"])) / 1e6
                 cell.window_tokens += int(s["tokens"])
             counters = json.loads(w["counters_json"]) if w["counters_json"] else {}
-            res = window_resources(int(w["start_ns"]), int(w["end_ns"]), counters, timelines[trial_id])
+            res = window_resources(int(w["start_ns"]), int(w["end_ns"]), counters, timelines[trial_id],
+                                   interval_s)
             res["tokens"] = int(s["tokens"])
             cell.windows.append(res)
     return list(cells.values())

@@ -71,6 +71,7 @@ def execute(
         warnings = confounders.compare_snapshots(before, after, (res.t1_ns - res.t0_ns) / 1e9, res.pid)
         host["monitor_notes"] = monitor.notes()
         host["peak_memory_mb"] = dict(monitor.peak_mb)
+        host["sample_interval_s"] = monitor.interval_s  # what the sampler really used
         if monitor.gpu_unseen:
             host["gpu_pids_not_in_this_namespace"] = sorted(monitor.gpu_unseen)
         if monitor.gpu_others:
