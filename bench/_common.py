@@ -8,6 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tokensleuth.engines.llamabench import bench_test_name, parse_jsonl  # noqa: E402
 from tokensleuth.models.synth import synth  # noqa: E402
 from tokensleuth.paths import cache_dir  # noqa: E402
 from tokensleuth.sources import DEFAULT_ENGINE  # noqa: E402
@@ -33,3 +34,9 @@ def tokensleuth_cmd() -> list[str]:
         return [str(exe)]
     found = shutil.which("tokensleuth")
     return [found] if found else [sys.executable, "-m", "tokensleuth.cli"]
+
+
+def tps_by_test(stdout: str) -> dict[str, float]:
+    """llama-bench ``-o jsonl`` output -> {test name: avg t/s}."""
+    return {bench_test_name(int(o["n_prompt"]), int(o["n_gen"]), int(o.get("n_depth") or 0)): float(o["avg_ts"])
+            for o in parse_jsonl(stdout)}

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import default_engine, tiny_model, tokensleuth_cmd
+from _common import default_engine, tiny_model, tokensleuth_cmd, tps_by_test
 from tokensleuth import stats
 
 FLAGS = ["-p", "128", "-n", "32", "-r", "5"]
@@ -29,12 +29,7 @@ FLAGS = ["-p", "128", "-n", "32", "-r", "5"]
 def bare(bench: Path, model: Path) -> dict[str, float]:
     out = subprocess.run([str(bench), "-m", str(model), *FLAGS, "-o", "jsonl"], capture_output=True,
                          text=True, check=True)
-    res = {}
-    for line in out.stdout.splitlines():
-        o = json.loads(line)
-        name = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-        res[name] = float(o["avg_ts"])
-    return res
+    return tps_by_test(out.stdout)
 
 
 def via_tokensleuth(model: Path, db: Path, js: Path) -> dict[str, float]:

@@ -25,23 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import default_engine, tiny_model, tokensleuth_cmd
+from _common import default_engine, tiny_model, tokensleuth_cmd, tps_by_test
 from tokensleuth import stats
 from tokensleuth.bench import run_bench
-from tokensleuth.engines.llamabench import parse_jsonl
 from tokensleuth.engines.proc import run_process
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import probe_sources
 from tokensleuth.results import load_cells
 from tokensleuth.store import Store
-
-
-def tps_of(stdout: str) -> dict[str, float]:
-    res = {}
-    for o in parse_jsonl(stdout):
-        name = f"pp{o['n_prompt']}" if o["n_prompt"] else f"tg{o['n_gen']}"
-        res[name] = float(o["avg_ts"])
-    return res
 
 
 def main() -> None:
@@ -58,13 +49,13 @@ def main() -> None:
     srcs = probe_sources()
 
     def bare() -> dict[str, float]:
-        return tps_of(subprocess.run(base, capture_output=True, text=True, check=True).stdout)
+        return tps_by_test(subprocess.run(base, capture_output=True, text=True, check=True).stdout)
 
     def progress() -> dict[str, float]:
-        return tps_of(subprocess.run([*base, "--progress"], capture_output=True, text=True, check=True).stdout)
+        return tps_by_test(subprocess.run([*base, "--progress"], capture_output=True, text=True, check=True).stdout)
 
     def proc() -> dict[str, float]:
-        return tps_of(run_process([*base, "--progress"]).text("out"))
+        return tps_by_test(run_process([*base, "--progress"]).text("out"))
 
     def monitor() -> dict[str, float]:
         m = Monitor(srcs, 0.2)
@@ -73,7 +64,7 @@ def main() -> None:
             res = run_process([*base, "--progress"], probe=m.edge)
         finally:
             m.stop()
-        return tps_of(res.text("out"))
+        return tps_by_test(res.text("out"))
 
     td = tempfile.mkdtemp()
 

@@ -13,6 +13,7 @@ import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tokensleuth.compare import Comparison, run_compare
@@ -81,11 +82,12 @@ class Candidate:
     date: str | None = None
 
 
+GIT_FORMAT = "--format=%H%x1f%s%x1f%an%x1f%aI"  # sha, subject, author, date
+
+
 def git_candidates(repo: str, good: str, bad: str) -> list[Candidate]:
     """good, then every commit on the first-parent path from good to bad."""
     cache = BuildCache()
-    from pathlib import Path
-
     r = Path(repo).expanduser().resolve()
     g = cache.resolve_rev(r, good)
     b = cache.resolve_rev(r, bad)
@@ -93,7 +95,7 @@ def git_candidates(repo: str, good: str, bad: str) -> list[Candidate]:
     if anc.returncode != 0:
         raise UserError(f"--good {good} is not an ancestor of --bad {bad} — swap them or pick other revisions")
     log = subprocess.run(["git", "-C", str(r), "log", "--reverse", "--first-parent", "--ancestry-path",
-                          "--format=%H%x1f%s%x1f%an%x1f%aI", f"{g}..{b}"],
+                          GIT_FORMAT, f"{g}..{b}"],
                          capture_output=True, text=True, check=True).stdout
     out = [_git_cand(r, g)]
     for line in log.splitlines():
@@ -104,8 +106,8 @@ def git_candidates(repo: str, good: str, bad: str) -> list[Candidate]:
     return out
 
 
-def _git_cand(r: Any, sha: str) -> Candidate:
-    line = subprocess.run(["git", "-C", str(r), "log", "-1", "--format=%H%x1f%s%x1f%an%x1f%aI", sha],
+def _git_cand(r: Path, sha: str) -> Candidate:
+    line = subprocess.run(["git", "-C", str(r), "log", "-1", GIT_FORMAT, sha],
                           capture_output=True, text=True, check=True).stdout.strip()
     full, subject, author, date = line.split("\x1f")
     return Candidate(full[:10], f"git:{r}@{full}", full, subject, author, date)
@@ -136,8 +138,6 @@ def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] |
 
 
 def bin_candidates(dirs: Sequence[str]) -> list[Candidate]:
-    from pathlib import Path
-
     if len(dirs) < 2:
         raise UserError("a bin: bisect needs at least two folders, good first and bad last")
     return [Candidate(Path(d).name, f"bin:{d}") for d in dirs]
@@ -217,8 +217,7 @@ class Bisector:
     def classify(self, i: int, b: EngineBuild) -> Step:
         """bad when clearly slower than good, in line with the endpoint regression; good when the same."""
         endpoint = float(self.store.get_state(self.study, "endpoint_ratio"))
-        # Half the endpoint regression separates "like good" from "like bad".
-        band = max(min(abs(1 - endpoint) / 2, 0.25), self.spec["band"])
+        band = half_regression_band(endpoint, self.spec["band"])
         outcome, comps = "unresolved", []
         for max_pairs in (self.spec["max_pairs"], self.spec["max_pairs"] * 2):  # unresolved: measure again
             comps = self.compare(0, i, self.spec["models"], band, max_pairs)
@@ -251,6 +250,12 @@ class Bisector:
             if self.build(i) is None:
                 raise EngineError(f"endpoint {self.cands[i].label} does not build — choose another endpoint")
         return self.compare(0, n, self.spec["models"], self.spec["band"], self.spec["max_pairs"])
+
+
+def half_regression_band(endpoint_ratio: float, band: float) -> float:
+    """The band that separates "like good" from "like bad": half the endpoint regression
+    (at most 25%, at least the user's band)."""
+    return max(min(abs(1 - endpoint_ratio) / 2, 0.25), band)
 
 
 def specific_to_model(endpoint_ratio: float, control_verdicts: Sequence[str]) -> bool | None:
@@ -313,10 +318,10 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
         result["verification"] = [c.to_json() for c in verify]
         if spec.get("control_models"):
             # The control question is "did the control move like the measured model?", so
-            # its equivalence band is half the endpoint regression (as in classify): a
-            # control inside it did not move like the regression; one beyond it did.
-            # Measuring against a ±1% band instead leaves noisy controls unresolved.
-            cband = max(min(abs(1 - worst.estimate.ratio) / 2, 0.25), spec["band"])
+            # it is judged in the same band as the candidates: a control inside it did not
+            # move like the regression; one beyond it did. (A ±1% band leaves noisy
+            # controls unresolved.)
+            cband = half_regression_band(worst.estimate.ratio, spec["band"])
             result["control_band"] = cband
             log(f"controls at good, parent and culprit (band ±{cband:.1%})")
             result["controls"] = {

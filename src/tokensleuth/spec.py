@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
+import tomllib
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from tokensleuth.engines.llamabench import parse_workload
 from tokensleuth.errors import UserError
 from tokensleuth.models.info import check_gguf
 
@@ -53,13 +58,6 @@ def parse_percent(text: str) -> float:
 
 
 # -- compare -------------------------------------------------------------------------
-
-import shlex  # noqa: E402
-import tomllib  # noqa: E402
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator  # noqa: E402
-
-from tokensleuth.engines.llamabench import parse_workload  # noqa: E402
 
 WORKLOAD_FLAGS = {"-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg"}
 
