@@ -40,6 +40,7 @@ out = Console(highlight=False, soft_wrap=True)
 
 DbOpt = Annotated[Optional[Path], typer.Option("--db", help="Study store (default: TOKENSLEUTH_DB or the user data dir).")]
 CmakeOpt = Annotated[list[str], typer.Option("--cmake", help="Extra CMake flag for the engine build, e.g. --cmake -DGGML_CUDA=ON (repeatable).")]
+SampleIntervalOpt = Annotated[float, typer.Option(min=0.02, max=60, help="Seconds between power/clock/busy samples (timelines).")]
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
@@ -140,7 +141,7 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
     resources: Annotated[bool, typer.Option(help="Show every resource column.")] = False,
-    sample_interval: Annotated[float, typer.Option(min=0.02, max=60, help="Seconds between power/clock/busy samples (timelines).")] = 0.2,
+    sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
 ) -> None:
     """Run llama-bench under tokensleuth: store every sample, print a llama-bench table.
@@ -203,7 +204,7 @@ def compare(
     study: Annotated[Optional[Path], typer.Option("--study", help="TOML study file (instead of --arm/--model/…).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparisons as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
-    sample_interval: Annotated[float, typer.Option(min=0.02, max=60, help="Seconds between power/clock/busy samples (timelines).")] = 0.2,
+    sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
 ) -> None:
     """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
