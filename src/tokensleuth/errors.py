@@ -16,3 +16,19 @@ class EngineError(Exception):
     """The engine or a measurement failed (build failure, no samples). Exit code 1."""
 
     exit_code = 1
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: the run stops, the study is marked ``interrupted``.
+
+    A BaseException (like KeyboardInterrupt) so that no ``except Exception`` in a driver
+    swallows it. Exit code 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"interrupted by signal {signum}")
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
