@@ -142,20 +142,23 @@ def run_compare(
     on_trial: TrialCallback | None = None,
     on_round: Callable[[int, int], None] | None = None,
     create: bool = False,
+    measure: bool = True,
 ) -> tuple[str, list[Comparison]]:
     """Run (or resume) a compare study to its verdicts; return (study id, comparisons).
 
-    ``create`` (for drivers such as bisect): reuse the latest study of this exact
-    spec, finished or not, and start one only when there is none.
+    ``create`` (for drivers such as bisect): continue the latest study that measures
+    the same thing, finished or not (its cells that are still open under this spec's
+    band and pair budget get more pairs), and start one only when there is none.
+    ``measure=False`` only reads that study back (("", []) when there is none).
     """
     spec_json = spec.model_dump()
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
-    h = spec_hash(spec_json)
+    h = spec_hash(measurement_identity(spec_json))
     study_id = store.find_resumable("compare", h) if resume else None
     if create and study_id is None:
-        done = store.find_study("compare", h)
-        if done is not None:
-            return done, analyze(store, done, spec)
+        study_id = store.find_study("compare", h)
+    if not measure:
+        return (study_id, analyze(store, study_id, spec)) if study_id else ("", [])
     if resume and study_id is None and not create:
         raise UserError("no unfinished compare study matches this command — run it without --resume")
     if study_id is None:
@@ -199,6 +202,16 @@ def run_compare(
             on_round(len(open_cells), max(open_cells.values()))
     store.finish_study(study_id)
     return study_id, analyze(store, study_id, spec)
+
+
+# What decides when to stop, not what is measured: a study asked again with another band
+# or pair budget continues the pairs it has (bisect re-judges at twice the pairs).
+STOPPING_RULES = ("band", "min_pairs", "max_pairs", "budget_s")
+
+
+def measurement_identity(spec_json: dict[str, Any]) -> dict[str, Any]:
+    """The spec without its stopping rules: two specs that measure the same thing hash alike."""
+    return {k: v for k, v in spec_json.items() if k not in STOPPING_RULES}
 
 
 def _planned_pairs(store: Store, study_id: str) -> dict[CellKey, int]:

@@ -1,0 +1,118 @@
+"""Judge A against B: build both through the cache, compare them sequentially, report.
+
+The one step bisect (and later decompose) repeats: two engine sources, the same models,
+workloads and flags, a band and a pair budget. The comparison is a compare study whose
+identity leaves out the stopping rules (band, pair budget), so asking again with a wider
+budget or another band continues the pairs already measured instead of starting over.
+A comparison that ended ``unresolved`` in an earlier invocation is a place to add pairs:
+the first time this process asks for it again, its budget doubles past the pairs it has.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokensleuth.compare import Comparison, run_compare
+from tokensleuth.errors import EngineError
+from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.spec import build_compare_spec
+from tokensleuth.store import Store
+
+Log = Callable[[str], None]
+FAILED_STATUSES = ("failed", "crashed", "timeout")
+
+
+@dataclass(frozen=True, slots=True)
+class ArmFailure:
+    """An arm none of whose trials succeeded on some model x workload."""
+
+    arm: str  # "A" (baseline) or "B" (candidate)
+    status: str  # crashed | timeout | failed (garbage output, bad exit)
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    study: str
+    comparisons: list[Comparison]
+    failures: list[ArmFailure] = field(default_factory=list)
+
+    def failed(self, arm: str) -> ArmFailure | None:
+        return next((f for f in self.failures if f.arm == arm), None)
+
+    def verdicts(self) -> set[str]:
+        return {c.verdict for c in self.comparisons}
+
+
+class Judge:
+    """Builds sources once per process and compares pairs of them in one store."""
+
+    def __init__(self, store: Store, *, workloads: Sequence[str], flags: Sequence[str],
+                 cmake: Sequence[str], timeout_s: float, arm_flags: dict[str, list[str]] | None = None,
+                 log: Log | None = None, cache: BuildCache | None = None) -> None:
+        self.store = store
+        self.workloads = list(workloads)
+        self.flags = list(flags)
+        self.cmake = list(cmake)
+        self.timeout_s = timeout_s
+        self.arm_flags = arm_flags or {}  # source -> extra flags (pinned parameters)
+        self.log = log or (lambda s: None)
+        self.cache = cache or BuildCache()
+        self.builds: dict[str, EngineBuild | None] = {}
+        self.build_errors: dict[str, str] = {}
+        self._extended: set[tuple[str, str, tuple[str, ...]]] = set()
+
+    def build(self, source: str) -> EngineBuild | None:
+        """The source's build, or None when it does not build (the reason in build_errors)."""
+        if source not in self.builds:
+            try:
+                self.builds[source] = self.cache.get(source, self.cmake)
+            except EngineError as exc:
+                self.build_errors[source] = str(exc).splitlines()[0][:200] if str(exc) else "build failed"
+                self.builds[source] = None
+        return self.builds[source]
+
+    def compare(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int) -> Judgement:
+        """Compare source ``b`` (candidate) with ``a`` (baseline); both must build."""
+        ba, bb = self.build(a), self.build(b)
+        if ba is None or bb is None:
+            raise EngineError(f"cannot compare: {a if ba is None else b} does not build")
+        spec_data: dict[str, Any] = {
+            "arms": [{"name": "A", "source": a, "cmake": self.cmake, "flags": self.arm_flags.get(a, [])},
+                     {"name": "B", "source": b, "cmake": self.cmake, "flags": self.arm_flags.get(b, [])}],
+            "models": list(models), "workloads": self.workloads, "band": band,
+            "max_pairs": max_pairs, "common_flags": self.flags, "timeout_s": self.timeout_s,
+        }
+        key = (a, b, tuple(models))
+        if key not in self._extended:
+            # First ask in this process: a stored unresolved answer gets more pairs, never handed back.
+            self._extended.add(key)
+            prev = run_compare(self.store, build_compare_spec(spec_data, "judge"), {"A": ba, "B": bb},
+                               resume=True, create=True, measure=False)[1]
+            done = max((c.pairs for c in prev if c.verdict == "unresolved"), default=0)
+            if done >= max_pairs:
+                spec_data["max_pairs"] = 2 * done
+        spec = build_compare_spec(spec_data, "judge")
+        sid, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True)
+        return Judgement(sid, comps, arm_failures(self.store, sid))
+
+
+def arm_failures(store: Store, study_id: str) -> list[ArmFailure]:
+    """Arms that failed every trial of some cell (crash, hang, garbage): one entry per arm."""
+    done: set[tuple[str, str, str]] = set()
+    failed: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    for t in store.trials(study_id):
+        k = (t["arm"], t["model"], t["workload"])
+        if t["status"] == "done":
+            done.add(k)
+        elif t["status"] in FAILED_STATUSES:
+            failed[k].append(t)
+    out: dict[str, ArmFailure] = {}
+    for k, rows in failed.items():
+        if k not in done and k[0] not in out:
+            last = rows[-1]
+            out[k[0]] = ArmFailure(k[0], str(last["status"]), str(last["message"] or ""))
+    return [out[a] for a in sorted(out)]
