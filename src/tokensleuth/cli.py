@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -17,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokensleuth import __version__
-from tokensleuth.errors import EngineError, UserError
+from tokensleuth.errors import EngineError, Interrupted, UserError
 from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
@@ -509,32 +513,85 @@ def report(
 
 # -- entry point ---------------------------------------------------------------------
 
+RESUMABLE = ("bench", "compare", "bisect")  # commands that take --resume
+
+
+def one_line(text: str) -> str:
+    """A message as one terminal line: control characters (a newline in a path or a TOML
+    key) are escaped, so an error is always exactly one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def interrupted_line(signum: int, argv: list[str]) -> str:
+    name = signal.Signals(signum).name
+    command = next((a for a in argv if not a.startswith("-")), "")
+    if command in RESUMABLE:
+        return f"interrupted ({name}) — rerun the same command with --resume to continue where it stopped"
+    return f"interrupted ({name}) — nothing was half-stored; run the command again"
+
+
+@contextmanager
+def signals_raise_interrupted() -> Iterator[None]:
+    """SIGINT and SIGTERM raise :class:`Interrupted` in the main thread while the CLI runs.
+
+    Not KeyboardInterrupt: typer turns that into a silent exit code. Interrupted unwinds
+    through the runner (which kills the engine's process tree) and the store (which marks
+    the study ``interrupted``). A second signal while unwinding is ignored, so the clean-up
+    (kill the engine, one rollback or status update) is not cut short half-way.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    fired: list[int] = []
+
+    def handler(signum: int, frame: object) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise Interrupted(signum)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; user errors become one line on stderr and exit 2."""
+    """Run the CLI; errors become one line on stderr and their exit code (2 input, 1 engine)."""
+    args = list(argv if argv is not None else sys.argv[1:])
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv if argv is not None else sys.argv[1:], prog_name="tokensleuth",
-                     standalone_mode=False)
+        with signals_raise_interrupted():
+            rv = command.main(args=args, prog_name="tokensleuth", standalone_mode=False)
+    except Interrupted as exc:
+        err.print(interrupted_line(exc.signum, args), markup=False)
+        return exc.exit_code
+    except KeyboardInterrupt:  # raised by code, not by a signal (the handler raises Interrupted)
+        err.print(interrupted_line(signal.SIGINT, args), markup=False)
+        return Interrupted(signal.SIGINT).exit_code
     except UserError as exc:
-        err.print(f"error: {exc}", markup=False)
-        return 2
+        err.print(f"error: {one_line(str(exc))}", markup=False)
+        return exc.exit_code
     except click_exc.NoArgsIsHelpError as exc:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), markup=False)
         return 2
     except click_exc.UsageError as exc:
         hint = f" — see `{exc.ctx.command_path} --help`" if exc.ctx else ""
-        err.print(f"error: {exc.format_message()}{hint}", markup=False)
+        err.print(f"error: {one_line(exc.format_message())}{hint}", markup=False)
         return 2
     except EngineError as exc:
         err.print(f"error: {exc}", markup=False)
-        return 1
+        return exc.exit_code
     except typer.Exit as exc:
         return int(exc.exit_code)
     except typer.Abort:
         err.print("aborted", markup=False)
         return 130
-    return 0
+    # standalone_mode=False returns a typer.Exit's code (a command's `raise typer.Exit(1)`)
+    # instead of raising it; a command that returns normally gives None.
+    return rv if isinstance(rv, int) else 0
 
 
 if __name__ == "__main__":
