@@ -3,8 +3,17 @@
 Each line of stdout and stderr is stamped with the monotonic clock the moment it
 is read (two blocking reader threads, no polling), and an optional probe (e.g.
 the process tree's CPU time) is read at the same instant, so the edges of each
-timed repetition carry counter values. A watchdog kills the process when it runs
-past its timeout; it sleeps until then (no polling while the engine runs).
+timed repetition carry counter values. The two readers take one lock around the
+stamp and the probe: edges are serialised (a probe is never entered twice at
+once) and each stamp is taken with its probe reading, not before a wait for the
+other reader. A watchdog kills the process when it runs past its timeout; it
+sleeps until then (no polling while the engine runs).
+
+The engine never outlives tokensleuth: it runs in a session of its own (a
+terminal's Ctrl-C reaches tokensleuth alone, which then kills it, so a user's
+interrupt is never recorded as an engine crash), any exception or interrupt
+while it runs kills its process tree, and if tokensleuth is killed outright
+(SIGKILL) the kernel kills the engine (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
@@ -53,13 +62,50 @@ class ProcResult:
         return "\n".join(got[-n:])
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    # If tokensleuth is killed (even with SIGKILL), the engine must not run on and
-    # disturb the next measurement: PR_SET_PDEATHSIG = 1.
+# prctl(2) option and its argument, converted to C values once in the parent.
+_PR_SET_PDEATHSIG = ctypes.c_int(1)
+_SIGKILL = ctypes.c_ulong(signal.SIGKILL)
+
+
+def _resolve_prctl() -> Any:
+    """libc's prctl, looked up in the parent at import (None where there is none).
+
+    The child of a fork must not load libraries or import modules: another thread
+    (the sampler, the readers of an earlier trial) may have held the loader's or
+    the allocator's lock at the fork, and the child would wait on it forever
+    (the warning on ``preexec_fn`` in the subprocess docs). Resolved here, the
+    child's whole work is one foreign call with prepared arguments.
+    """
     try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
+        fn = ctypes.CDLL(None, use_errno=True).prctl  # libc is already mapped: no dlopen of a file
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_ulong]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_PRCTL = _resolve_prctl()
+
+
+def _die_with_parent_fn(parent_pid: int) -> Callable[[], None] | None:
+    """The child's pre-exec step: ask for SIGKILL when tokensleuth dies (Linux).
+
+    If tokensleuth is killed (even with SIGKILL), the engine must not run on and
+    disturb the next measurement or hold the GPU. A parent that died between the
+    fork and the prctl would never send the signal, so the child checks it is
+    still our child afterwards (os.getppid is one syscall, no lock).
+    """
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+
+    def child() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(_PR_SET_PDEATHSIG, _SIGKILL)
+        if os.getppid() != parent_pid:
+            os._exit(137)
+
+    return child
 
 
 def run_process(
@@ -87,7 +133,8 @@ def run_process(
             text=True,
             errors="replace",
             bufsize=1,
-            preexec_fn=_die_with_parent,
+            start_new_session=True,  # setsid() in C, no Python in the child
+            preexec_fn=_die_with_parent_fn(os.getpid()),
         )
     except OSError as exc:
         t1 = time.monotonic_ns()
@@ -95,37 +142,44 @@ def run_process(
                           spawn_error=f"cannot start {argv[0]}: {exc.strerror or exc}")
 
     lines: list[Line] = []
+    # One lock for the stamp, the probe and the list: the two readers' edges are
+    # serialised, so a probe with state (a wrapping energy counter, a reader set up
+    # lazily at its first call) never runs twice at once.
     lock = threading.Lock()
 
     def reader(stream: Any, name: str) -> None:
         for text in iter(stream.readline, ""):
-            t = time.monotonic_ns()
-            value = probe(proc.pid) if probe is not None else None
             with lock:
+                t = time.monotonic_ns()
+                value = probe(proc.pid) if probe is not None else None
                 lines.append(Line(name, t, text, value))
         stream.close()
 
-    threads = [
-        threading.Thread(target=reader, args=(proc.stdout, "out"), daemon=True),
-        threading.Thread(target=reader, args=(proc.stderr, "err"), daemon=True),
-    ]
-    for th in threads:
-        th.start()
-    # The watchdog is a timer thread asleep on one futex until the deadline: Popen.wait
-    # with a timeout would poll waitpid ~20 times a second, and each wake-up can preempt
-    # an engine thread where the engine uses every core.
-    fired = threading.Event()
-
-    def watchdog() -> None:
-        if proc.poll() is None:  # (None too while the main thread sits in wait())
-            fired.set()
-            _kill_tree(proc.pid)
-
-    timer = threading.Timer(timeout_s, watchdog) if timeout_s is not None else None
-    if timer is not None:
-        timer.daemon = True
-        timer.start()
+    # Everything after the spawn is guarded: whatever ends this call early (the
+    # watchdog thread aside, an exception or a KeyboardInterrupt / Interrupted
+    # raised in this thread by a signal handler) kills the engine before it returns.
+    timer: threading.Timer | None = None
     try:
+        threads = [
+            threading.Thread(target=reader, args=(proc.stdout, "out"), daemon=True),
+            threading.Thread(target=reader, args=(proc.stderr, "err"), daemon=True),
+        ]
+        for th in threads:
+            th.start()
+        # The watchdog is a timer thread asleep on one futex until the deadline: Popen.wait
+        # with a timeout would poll waitpid ~20 times a second, and each wake-up can preempt
+        # an engine thread where the engine uses every core.
+        fired = threading.Event()
+
+        def watchdog() -> None:
+            if proc.poll() is None:  # (None too while the main thread sits in wait())
+                fired.set()
+                _kill_tree(proc.pid)
+
+        if timeout_s is not None:
+            timer = threading.Timer(timeout_s, watchdog)
+            timer.daemon = True
+            timer.start()
         proc.wait()
     except BaseException:
         _kill_tree(proc.pid)
@@ -138,19 +192,27 @@ def run_process(
     t1 = time.monotonic_ns()
     for th in threads:
         th.join(timeout=5)
-    lines.sort(key=lambda ln: ln.t_ns)
+    with lock:
+        lines.sort(key=lambda ln: ln.t_ns)
     return ProcResult(tuple(argv), proc.returncode, timed_out, t0, t1, started_at, time.time(), lines,
                       pid=proc.pid)
 
 
 def _kill_tree(pid: int) -> None:
+    """SIGKILL the engine, its descendants, and anything left in its session's group."""
     try:
         parent = psutil.Process(pid)
         procs = parent.children(recursive=True) + [parent]
     except psutil.NoSuchProcess:
-        return
+        procs = []
     for p in procs:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
+    # A grandchild whose parent already exited is no longer in the tree, but still in the
+    # process group the engine leads (start_new_session): its pgid is the engine's pid.
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,126 @@
+"""The process seam: serialised window edges, and no engine outlives an interrupt or a kill."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tokensleuth.engines.proc import run_process
+from tokensleuth.errors import Interrupted
+
+
+def _wait_for(path: Path, timeout_s: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.01)
+    raise AssertionError(f"{path} never written")
+
+
+def _gone(pid: int, timeout_s: float = 5.0) -> bool:
+    """Whether ``pid`` has exited (a zombie waiting for its new parent counts as exited)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_edges_are_serialised_across_the_two_reader_threads() -> None:
+    """A probe with state (RAPL wrap tracking, lazy set-up) is never entered twice at once,
+    and each line's stamp is taken with its own probe reading."""
+    active = 0
+    max_active = 0
+    calls = 0
+    guard = threading.Lock()
+
+    def probe(pid: int) -> int:
+        nonlocal active, max_active, calls
+        with guard:
+            active += 1
+            max_active = max(max_active, active)
+            calls += 1
+            n = calls
+        time.sleep(0.003)  # a slow read widens any overlap between the two readers
+        with guard:
+            active -= 1
+        return n
+
+    # stdout and stderr written at once, 40 lines each
+    script = "for i in $(seq 40); do echo out$i; echo err$i >&2; done"
+    res = run_process(["sh", "-c", script], probe=probe, timeout_s=30)
+    assert res.returncode == 0
+    assert len(res.lines) == 80 and calls == 80
+    assert max_active == 1
+    # stamps in time order carry probe readings in call order: stamp and probe are one step
+    assert [ln.probe for ln in res.lines] == sorted(ln.probe for ln in res.lines)
+
+
+def test_engine_runs_in_its_own_session() -> None:
+    """A terminal's Ctrl-C goes to tokensleuth alone, so it is never recorded as an engine crash."""
+    res = run_process(["sh", "-c", "ps -o sid= -p $$"], timeout_s=30)
+    assert res.returncode == 0
+    assert int(res.text("out").strip()) != os.getsid(0)
+
+
+@pytest.mark.parametrize("how", ["KeyboardInterrupt", "Interrupted"])
+def test_an_interrupt_while_the_engine_runs_kills_it(how: str, tmp_path: Path) -> None:
+    """KeyboardInterrupt, or the CLI's Interrupted raised by its SIGTERM handler, in the main
+    thread while run_process waits: the engine and its children are dead when it propagates."""
+    pidfile, childfile = tmp_path / "pid", tmp_path / "child"
+    script = f"sleep 60 & echo $! > {childfile}; echo $$ > {pidfile}; wait"
+    main = threading.main_thread().ident
+    assert main is not None and threading.get_ident() == main
+    signum = signal.SIGINT if how == "KeyboardInterrupt" else signal.SIGTERM
+    old = signal.getsignal(signum)
+    if how == "Interrupted":
+        def raise_interrupted(sig: int, frame: object) -> None:
+            raise Interrupted(sig)
+        signal.signal(signum, raise_interrupted)
+
+    def interrupt() -> None:
+        _wait_for(pidfile)
+        _wait_for(childfile)
+        signal.pthread_kill(main, signum)  # to the main thread, so its waitpid is interrupted
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    expected: type[BaseException] = KeyboardInterrupt if how == "KeyboardInterrupt" else Interrupted
+    try:
+        with pytest.raises(expected):
+            run_process(["sh", "-c", script], timeout_s=60)
+    finally:
+        signal.signal(signum, old)
+        t.join(timeout=10)
+    engine, child = int(_wait_for(pidfile)), int(_wait_for(childfile))
+    assert _gone(engine) and _gone(child)
+
+
+def test_engine_dies_when_tokensleuth_is_killed(tmp_path: Path) -> None:
+    """SIGKILL leaves no handler to run: the kernel kills the engine (PR_SET_PDEATHSIG)."""
+    pidfile = tmp_path / "pid"
+    code = ("import sys; from tokensleuth.engines.proc import run_process; "
+            "run_process(['sh', '-c', 'echo $$ > ' + sys.argv[1] + '; exec sleep 60'])")
+    tool = subprocess.Popen([sys.executable, "-c", code, str(pidfile)])
+    try:
+        engine = int(_wait_for(pidfile))
+        # the sampler-like thread is what made preexec_fn unsafe; the spawn still worked
+        tool.kill()
+        tool.wait()
+        assert _gone(engine)
+    finally:
+        if tool.poll() is None:
+            tool.kill()
