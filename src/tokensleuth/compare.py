@@ -143,6 +143,7 @@ def run_compare(
     on_round: Callable[[int, int], None] | None = None,
     create: bool = False,
     measure: bool = True,
+    add_pairs_to: int | None = None,
 ) -> tuple[str, list[Comparison]]:
     """Run (or resume) a compare study to its verdicts; return (study id, comparisons).
 
@@ -150,6 +151,8 @@ def run_compare(
     the same thing, finished or not (its cells that are still open under this spec's
     band and pair budget get more pairs), and start one only when there is none.
     ``measure=False`` only reads that study back (("", []) when there is none).
+    ``add_pairs_to``: the caller asked for more pairs (a resumed unresolved answer):
+    unresolved cells get one round up to that many pairs before the futility stop applies.
     """
     spec_json = spec.model_dump()
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
@@ -185,11 +188,15 @@ def run_compare(
             n_planned = have.get(key, 0)
             if c.verdict != "unresolved" or key in broken:
                 continue
+            if add_pairs_to is not None and n_planned < add_pairs_to:
+                open_cells[key] = max(open_cells.get(key, 0), add_pairs_to)
+                continue
             if not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):
                 continue  # futile: no ratio in the interval could give a verdict by max_pairs
             target = stats.next_pair_target(n_planned, spec.min_pairs, spec.max_pairs)
             if target is not None:
                 open_cells[key] = max(open_cells.get(key, 0), target)
+        add_pairs_to = None  # one forced round at most
         if not open_cells:
             break
         plan = []

@@ -87,16 +87,21 @@ class Judge:
             "max_pairs": max_pairs, "common_flags": self.flags, "timeout_s": self.timeout_s,
         }
         key = (a, b, tuple(models))
+        add_to = None
         if key not in self._extended:
-            # First ask in this process: a stored unresolved answer gets more pairs, never handed back.
+            # First ask in this process: an unresolved answer stored by an earlier run is a
+            # place to add pairs (one doubling past what it has), never an answer to hand back.
             self._extended.add(key)
-            prev = run_compare(self.store, build_compare_spec(spec_data, "judge"), {"A": ba, "B": bb},
-                               resume=True, create=True, measure=False)[1]
+            prev_id, prev = run_compare(self.store, build_compare_spec(spec_data, "judge"),
+                                        {"A": ba, "B": bb}, resume=True, create=True, measure=False)
             done = max((c.pairs for c in prev if c.verdict == "unresolved"), default=0)
-            if done >= max_pairs:
-                spec_data["max_pairs"] = 2 * done
+            # (a study cut short by a kill just continues its plan: same totals as an uninterrupted run)
+            if done >= 2 and self.store.study(prev_id)["status"] == "done":
+                add_to = 2 * done
+                spec_data["max_pairs"] = max(max_pairs, add_to)
         spec = build_compare_spec(spec_data, "judge")
-        sid, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True)
+        sid, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True,
+                                 add_pairs_to=add_to)
         return Judgement(sid, comps, arm_failures(self.store, sid))
 
 

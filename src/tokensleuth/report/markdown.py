@@ -136,8 +136,13 @@ def render_warnings(rows: Sequence[Any]) -> str:
 def render_bisect(r: dict[str, Any]) -> str:
     """Culprit, evidence table, controls and the step log of a bisect result."""
     out = []
-    if r.get("reason"):
+    status = r.get("status") or ("no-regression" if r.get("reason") else None)  # results stored before 0.2
+    if status == "no-regression":
         out.append(f"No bisect: {r['reason']} ({r['good']} vs {r['bad']}).")
+    elif status == "crash":
+        out.append(f"Bisect stopped, endpoint crashed: {r['reason']}.")
+    elif status == "unresolved":
+        out.append(f"UNRESOLVED ({r['good']} vs {r['bad']}): {r.get('reason') or 'no answer yet'}.")
     elif r.get("first_bad"):
         c = r.get("culprit") or {}
         who = f" — {c.get('subject')} ({c.get('author')}, {c.get('date')})" if c.get("subject") else ""
