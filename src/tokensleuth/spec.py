@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from tokensleuth.engines.llamabench import parse_workload
 from tokensleuth.errors import UserError
+from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
 from tokensleuth.models.info import check_gguf
 
 
@@ -33,28 +35,53 @@ def model_paths(models: list[str] | list[Path]) -> list[str]:
 
 
 def parse_duration(text: str) -> float:
-    """``500ms``, ``90s``, ``30m``, ``2h`` or plain seconds -> seconds."""
+    """``500ms``, ``90s``, ``30m``, ``2h`` or plain seconds -> seconds (finite, > 0)."""
     t = text.strip().lower()
     mult = {"s": 1, "m": 60, "h": 3600}.get(t[-1:], None)
     try:
         value = float(t[:-2]) / 1000 if t.endswith("ms") else float(t[:-1]) * mult if mult else float(t)
     except ValueError:
         raise UserError(f"cannot read duration {text!r} — write e.g. 500ms, 90s, 30m or 2h") from None
-    if value <= 0:
-        raise UserError(f"duration {text!r} must be positive")
+    if not math.isfinite(value) or value <= 0:
+        raise UserError(f"duration {text!r} must be a positive number of seconds — write e.g. 90s or 30m")
     return value
 
 
+def check_seconds(value: float, what: str, most: float) -> float:
+    """A number of seconds that is finite, positive and at most ``most``."""
+    if not math.isfinite(value) or not 0 < value <= most:
+        raise UserError(f"{what} {value!r} is out of range — give seconds above 0 and at most {most:g}")
+    return float(value)
+
+
 def parse_percent(text: str) -> float:
-    """``1%`` or ``0.01`` -> 0.01."""
+    """``1%`` or ``0.01`` -> 0.01 (between 0.1% and 50%)."""
     t = text.strip()
     try:
         value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise UserError(f"cannot read {text!r} as a band — write e.g. 1% or 0.01") from None
-    if not 0 < value < 0.5:
-        raise UserError(f"band {text!r} is out of range — use a value between 0.1% and 50%")
-    return value
+    return check_band(value, text)
+
+
+def check_band(value: float, text: object = None) -> float:
+    """A band as a fraction, between 0.1% and 50% (nan and inf fail the comparison)."""
+    if not MIN_BAND <= value <= MAX_BAND:
+        shown = text if text is not None else value
+        raise UserError(f"band {shown!r} is out of range — use a value between 0.1% and 50% (0.001 to 0.5)")
+    return float(value)
+
+
+def _number(v: object, what: str) -> float | None:
+    """``v`` as a float when it is a plain number, None for other types (pydantic's to refuse)."""
+    if isinstance(v, bool):  # pydantic would read true as 1.0
+        raise UserError(f"{what} is {str(v).lower()} — give a number")
+    if not isinstance(v, (int, float)):
+        return None
+    try:
+        return float(v)
+    except OverflowError:  # an integer too large for a float
+        raise UserError(f"{what} {v} is out of range") from None
 
 
 # -- compare -------------------------------------------------------------------------
@@ -97,12 +124,18 @@ class CompareSpec(BaseModel):
     @field_validator("band", mode="before")
     @classmethod
     def _band(cls, v: object) -> object:
-        return parse_percent(v) if isinstance(v, str) else v
+        if isinstance(v, str):
+            return parse_percent(v)
+        number = _number(v, "band")
+        return v if number is None else check_band(number)
 
-    @field_validator("budget_s", "sample_interval_s", mode="before")
+    @field_validator("budget_s", "timeout_s", "sample_interval_s", mode="before")
     @classmethod
-    def _budget(cls, v: object) -> object:
-        return parse_duration(v) if isinstance(v, str) else v
+    def _seconds(cls, v: object, info: ValidationInfo) -> object:
+        most = {"budget_s": MAX_BUDGET_S, "timeout_s": MAX_TIMEOUT_S}.get(info.field_name or "", 60.0)
+        number = parse_duration(v) if isinstance(v, str) else _number(v, str(info.field_name))
+        # (the sample interval's own bounds, 0.02 to 60 s, are the Field's)
+        return v if number is None else check_seconds(number, str(info.field_name), most)
 
     @field_validator("common_flags", mode="before")
     @classmethod
@@ -140,10 +173,25 @@ def load_compare_toml(path: Path) -> CompareSpec:
     if not path.is_file():
         raise UserError(f"study file {path} does not exist — check the path")
     try:
-        data = tomllib.loads(path.read_text())
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"cannot read study file {path}: {exc.strerror or exc} — check its permissions") from None
+    return parse_compare_toml(raw, str(path))
+
+
+def parse_compare_toml(raw: bytes, where: str) -> CompareSpec:
+    """A study from the bytes of a TOML file (``where`` names it in messages)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{where} is not UTF-8 text (byte {exc.start}) — save it as UTF-8") from None
+    try:
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path} is not valid TOML ({exc}) — fix the line it names") from exc
-    return build_compare_spec(data, str(path))
+        raise UserError(f"{where} is not valid TOML ({exc}) — fix the line it names") from None
+    except RecursionError:  # tomllib recurses once per nesting level
+        raise UserError(f"{where} nests arrays or tables too deeply — a study file is two levels deep") from None
+    return build_compare_spec(data, where)
 
 
 def build_compare_spec(data: dict[str, Any], where: str) -> CompareSpec:
@@ -152,6 +200,10 @@ def build_compare_spec(data: dict[str, Any], where: str) -> CompareSpec:
     except ValidationError as exc:
         e = exc.errors()[0]
         loc = ".".join(str(x) for x in e["loc"])
+        if e["type"] == "extra_forbidden":
+            raise UserError(f"{where}: unknown key {loc!r} — see `tokensleuth compare --help` for the keys") from None
         raise UserError(f"{where}: {loc}: {e['msg']} — see `tokensleuth compare --help`") from None
+    except RecursionError:
+        raise UserError(f"{where}: values nest too deeply — a study is arms, models and settings") from None
     spec.check()
     return spec
