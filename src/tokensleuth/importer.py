@@ -1,96 +1,119 @@
-"""Import existing llama-bench outputs (JSON, JSONL, SQL) into the store."""
+"""Import existing llama-bench outputs (JSON, JSONL, SQL) into the store.
+
+Every format is read as data by a pure parser (the SQL too: it is never run), each
+result is checked like live engine output, and the whole file is stored in one
+transaction: a file is imported entirely or, with one error line, not at all.
+"""
 
 from __future__ import annotations
 
-import json
-import sqlite3
+import os
+import re
 import time
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.engines.llamabench import MalformedOutput, result_row
+from tokensleuth.engines.llamabench import (
+    MalformedOutput,
+    parse_json,
+    parse_jsonl,
+    result_row,
+    show,
+    summary_row,
+)
+from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.errors import UserError
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import ResultRow, Store, TrialOutcome
 
+FORMATS_HINT = "import reads llama-bench -o json, -o jsonl or -o sql output"
+# A file that starts with an SQL statement is read as SQL, so that a statement other
+# than llama-bench's two is named in the error rather than called an unknown format.
+SQL_START = re.compile(r"(?i)(CREATE|INSERT|ATTACH|DETACH|DROP|SELECT|PRAGMA|BEGIN|DELETE|UPDATE|ALTER|WITH"
+                       r"|REPLACE|VACUUM)\b")
+
+
+def _detect(text: str) -> str:
+    head = text.lstrip().lstrip("\ufeff").lstrip()
+    if head.startswith("["):
+        return "json"
+    if head.startswith("{"):
+        return "jsonl"
+    if SQL_START.match(head):
+        return "sql"
+    raise UserError(f"unknown file format — {FORMATS_HINT}")
+
 
 def parse_bench_file(text: str) -> tuple[str, list[dict[str, Any]]]:
     """Detect the format of a llama-bench output and return its result objects."""
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        try:
-            data = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"the file looks like llama-bench JSON but is not valid JSON ({exc}) — "
-                            "check that the run finished") from exc
-        return "json", [d for d in data if isinstance(d, dict)]
-    if stripped.startswith("{"):
-        out = []
-        for i, line in enumerate(stripped.splitlines(), 1):
-            if line.strip():
-                try:
-                    out.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise UserError(f"line {i} is not JSON — is this llama-bench -o jsonl output?") from exc
-        return "jsonl", out
-    if "INSERT INTO" in text.upper() or "CREATE TABLE" in text.upper():
-        # llama-bench -o sql prints SQLite statements; run them in a private memory DB.
-        mem = sqlite3.connect(":memory:")
-        try:
-            mem.executescript(text)
-            tables = [r[0] for r in mem.execute("SELECT name FROM sqlite_master WHERE type='table'")]
-            if not tables:
-                raise UserError("the SQL creates no table — is this llama-bench -o sql output?")
-            mem.row_factory = sqlite3.Row
-            rows = [dict(r) for r in mem.execute(f"SELECT * FROM {tables[0]}")]
-        except sqlite3.Error as exc:
-            raise UserError(f"cannot read the SQL ({exc}) — is this llama-bench -o sql output?") from exc
-        finally:
-            mem.close()
-        return "sql", rows
-    raise UserError("unknown file format — import reads llama-bench -o json, -o jsonl or -o sql output")
+    fmt = _detect(text)
+    body = text.lstrip().lstrip("\ufeff")
+    try:
+        if fmt == "json":
+            return fmt, parse_json(body)
+        if fmt == "jsonl":
+            return fmt, parse_jsonl(body, need_samples=False)
+        return fmt, parse_sql(body)
+    except MalformedOutput as exc:
+        hint = {"json": "check that the run finished and the file is llama-bench -o json output",
+                "jsonl": "is this llama-bench -o jsonl output?",
+                "sql": "is this llama-bench -o sql output? (only its CREATE TABLE and INSERT "
+                       "statements are read, never run)"}[fmt]
+        raise UserError(f"the file is not valid llama-bench {fmt.upper()}: {exc} — {hint}") from None
 
 
 def _row(idx: int, obj: dict[str, Any]) -> ResultRow:
-    if obj.get("samples_ns"):
-        return result_row(idx, obj)
-    # SQL output has no per-repetition samples: keep llama-bench's mean and sd.
-    from tokensleuth.engines.llamabench import bench_test_name
+    # JSON formats carry each repetition; SQL (and JSON before samples_ns existed)
+    # carries llama-bench's mean and sd only.
+    return result_row(idx, obj) if "samples_ns" in obj else summary_row(idx, obj)
 
-    n_p, n_g, n_d = (int(obj.get(k) or 0) for k in ("n_prompt", "n_gen", "n_depth"))
-    return ResultRow(idx, bench_test_name(n_p, n_g, n_d), n_p, n_g, n_d,
-                     float(obj["avg_ts"]) if obj.get("avg_ts") not in (None, "") else None,
-                     float(obj["stddev_ts"]) if obj.get("stddev_ts") not in (None, "") else None,
-                     obj, ())
+
+def _shown_path(path: Path) -> str:
+    """The path as text the store can hold (a non-UTF-8 name would not encode)."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def import_file(store: Store, path: Path) -> tuple[str, int]:
     """Store one llama-bench output file as an ``import`` study; return (id, results)."""
+    shown = _shown_path(path)
     if not path.is_file():
-        raise UserError(f"{path} does not exist — give the path of a llama-bench output file")
-    fmt, objs = parse_bench_file(path.read_text(errors="replace"))
-    if not objs:
-        raise UserError(f"{path} holds no llama-bench results")
+        raise UserError(f"{show(shown)} is not a file — give the path of a llama-bench output file")
     try:
-        rows = [_row(i, o) for i, o in enumerate(objs)]
-    except (MalformedOutput, KeyError, ValueError) as exc:
-        raise UserError(f"{path}: a result is not in llama-bench's format ({exc})") from exc
+        text = path.read_text(errors="replace")
+    except OSError as exc:
+        raise UserError(f"cannot read {show(shown)} ({exc.strerror}) — check the path and its permissions") from None
+    fmt, objs = parse_bench_file(text)
+    if not objs:
+        raise UserError(f"{show(shown)} holds no llama-bench results — {FORMATS_HINT}")
+    rows = []
+    for i, obj in enumerate(objs):
+        try:
+            rows.append(_row(i, obj))
+        except MalformedOutput as exc:
+            raise UserError(f"result {i + 1} of {show(shown)} is not a llama-bench result: {exc} — "
+                            f"{FORMATS_HINT}") from None
     by_model: dict[str, list[ResultRow]] = {}
     for r in rows:
-        by_model.setdefault(str(r.raw.get("model_filename") or "unknown"), []).append(r)
+        by_model.setdefault(_text(r.raw.get("model_filename")) or "unknown", []).append(r)
     first = objs[0]
-    engine: dict[str, Any] = {"source": f"import:{path.name}", "commit": first.get("build_commit"),
-              "build_number": int(first["build_number"]) if str(first.get("build_number", "")).isdigit() else None,
-              "backends": [b for b in str(first.get("backends") or "").split(",") if b]}
-    spec = {"file": str(path.resolve()), "format": fmt, "n": len(rows)}
-    study = store.create_study("import", spec, spec_hash(spec),
-                               [("imported", engine["source"], engine, (), {})], [])
+    build = first.get("build_number")
+    backends = _text(first.get("backends")) or ""
+    name = Path(shown).name
+    engine: dict[str, Any] = {
+        "source": f"import:{name}", "commit": _text(first.get("build_commit")),
+        "build_number": build if isinstance(build, int) and not isinstance(build, bool) else None,
+        "backends": [b for b in backends.split(",") if b]}
+    spec = {"file": _shown_path(path.resolve()), "format": fmt, "n": len(rows)}
     now = time.time()
+    trials = []
     for model, rs in by_model.items():
         rs = [ResultRow(i, r.test, r.n_prompt, r.n_gen, r.n_depth, r.avg_ts, r.stddev_ts, r.raw, r.samples)
               for i, r in enumerate(rs)]
-        out = TrialOutcome("done", 0, f"imported from {path.name} ({fmt})", "", now, now, 0, 0,
-                           {"imported_from": str(path)}, tuple(rs), ())
-        store.import_trial(study, "imported", model, out)
-    store.finish_study(study)
+        trials.append((model, TrialOutcome("done", 0, f"imported from {name} ({fmt})", "", now, now, 0, 0,
+                                           {"imported_from": spec["file"]}, tuple(rs), ())))
+    study = store.import_study("import", spec, spec_hash(spec), ("imported", engine["source"], engine), trials)
     return study, len(rows)

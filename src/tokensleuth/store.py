@@ -425,12 +425,83 @@ class Store:
         self, study_id: str, arm: str, model: str, out: TrialOutcome
     ) -> None:
         """Store an already-finished trial (from ``import``) in one transaction."""
-        self.add_trials(study_id, [PlannedTrial(arm, model, "", ())])
-        row = self.db.execute(
-            "SELECT id FROM trials WHERE study_id=? ORDER BY seq DESC LIMIT 1", (study_id,)
-        ).fetchone()
-        self.mark_running(int(row["id"]))
-        self.finish_trial(int(row["id"]), out)
+        with self.tx() as db:
+            self._insert_finished_trial(db, study_id, arm, model, out)
+
+    def import_study(
+        self,
+        kind: str,
+        spec: dict[str, Any],
+        spec_hash: str,
+        arm: tuple[str, str, dict[str, Any]],
+        trials: Sequence[tuple[str, TrialOutcome]],
+    ) -> str:
+        """Store a finished study of finished trials (``import``): all of it or, on any error, nothing.
+
+        ``arm`` is (name, source, engine); ``trials`` are (model, outcome). One
+        transaction, so a failure half-way (or a kill) never leaves a study
+        ``running`` or a file half-imported.
+        """
+        study_id = uuid.uuid4().hex[:10]
+        now = time.time()
+        name, source, engine = arm
+        with self.tx() as db:
+            db.execute(
+                "INSERT INTO studies(id, kind, spec_hash, spec_json, status, created_at, finished_at)"
+                " VALUES (?,?,?,?,'done',?,?)",
+                (study_id, kind, spec_hash, json.dumps(spec, sort_keys=True), now, now),
+            )
+            db.execute(
+                "INSERT INTO arms(study_id, name, source, engine_json, flags_json, env_json)"
+                " VALUES (?,?,?,?,'[]','{}')",
+                (study_id, name, source, json.dumps(engine)),
+            )
+            for model, out in trials:
+                self._insert_finished_trial(db, study_id, name, model, out)
+        return study_id
+
+    @staticmethod
+    def _insert_finished_trial(
+        db: sqlite3.Connection, study_id: str, arm: str, model: str, out: TrialOutcome
+    ) -> None:
+        """Append a finished trial with its results and samples, inside the caller's transaction."""
+        seq = int(db.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM trials WHERE study_id=?",
+                             (study_id,)).fetchone()[0])
+        trial_id = db.execute(
+            "INSERT INTO trials(study_id, arm_id, seq, model, workload, argv_json, status, exit_code,"
+            " message, stderr_tail, started_at, ended_at, t0_ns, t1_ns, env_json)"
+            " SELECT ?, id, ?, ?, '', '[]', ?,?,?,?,?,?,?,?,? FROM arms WHERE study_id=? AND name=?",
+            (study_id, seq, model, out.status, out.exit_code, out.message, out.stderr_tail,
+             out.started_at, out.ended_at, out.t0_ns, out.t1_ns, json.dumps(out.env), study_id, arm),
+        ).lastrowid
+        if trial_id is None or db.execute("SELECT changes()").fetchone()[0] != 1:
+            raise ValueError(f"study {study_id} has no arm {arm!r}")
+        for r in out.results:
+            rid = db.execute(
+                "INSERT INTO results(trial_id, test_idx, test, n_prompt, n_gen, n_depth,"
+                " avg_ts, stddev_ts, raw_json) VALUES (?,?,?,?,?,?,?,?,?)",
+                (trial_id, r.test_idx, r.test, r.n_prompt, r.n_gen, r.n_depth, r.avg_ts,
+                 r.stddev_ts, json.dumps(r.raw)),
+            ).lastrowid
+            db.executemany(
+                "INSERT INTO samples(result_id, rep, duration_ns, tokens, tokens_per_s) VALUES (?,?,?,?,?)",
+                [(rid, s.rep, s.duration_ns, s.tokens, s.tokens_per_s) for s in r.samples],
+            )
+        # Imports carry no windows, timeline or warnings today; store them if a caller has any.
+        db.executemany(
+            "INSERT INTO windows(trial_id, test_idx, rep, start_ns, end_ns, cpu_ms, counters_json)"
+            " VALUES (?,?,?,?,?,?,?)",
+            [(trial_id, w.test_idx, w.rep, w.start_ns, w.end_ns, w.cpu_ms,
+              json.dumps(w.counters) if w.counters else None) for w in out.windows],
+        )
+        db.executemany(
+            "INSERT OR IGNORE INTO timeline(trial_id, t_ns, values_json) VALUES (?,?,?)",
+            [(trial_id, t, json.dumps(v)) for t, v in out.timeline],
+        )
+        db.executemany(
+            "INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)",
+            [(trial_id, c, d) for c, d in out.warnings],
+        )
 
     # -- reading back ------------------------------------------------------------
 

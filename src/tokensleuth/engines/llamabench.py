@@ -12,6 +12,7 @@ times of those lines bracket each sample's wall-clock window.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -26,12 +27,21 @@ from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
 # Flags tokensleuth sets itself; a user passing them would break parsing.
 OWNED_FLAGS = {"-o", "--output", "-oe", "--output-err", "--progress", "-m", "--model"}
 
+# Counts are bounded to 9 digits: llama-bench prints C ints, and an unbounded \d+
+# would hand int() a number too long to convert (Python refuses > 4300 digits).
 PROGRESS_RE = re.compile(
-    r"^llama-bench: benchmark (?P<test>\d+)/(?P<ntests>\d+): "
+    r"^llama-bench: benchmark (?P<test>\d{1,9})/(?P<ntests>\d{1,9}): "
     r"(?P<what>starting|warmup prompt run|warmup generation run"
-    r"|depth run (?P<drep>\d+)/\d+(?: \(cached\))?"
-    r"|prompt run (?P<prep>\d+)/\d+|generation run (?P<grep>\d+)/\d+)\s*$"
+    r"|depth run (?P<drep>\d{1,9})/\d{1,9}(?: \(cached\))?"
+    r"|prompt run (?P<prep>\d{1,9})/\d{1,9}|generation run (?P<grep>\d{1,9})/\d{1,9})\s*$"
 )
+
+# What the store can hold: SQLite integers are signed 64-bit.
+INT64_MAX = 2**63 - 1
+# llama-bench's counts (tokens, depth) are C ints.
+INT32_MAX = 2**31 - 1
+# llama-bench's JSON is two levels deep; anything much deeper is not its output.
+MAX_JSON_DEPTH = 16
 
 
 class MalformedOutput(ValueError):
@@ -74,14 +84,37 @@ def bench_test_name(n_prompt: int, n_gen: int, n_depth: int) -> str:
     return f"{name}@d{n_depth}" if n_depth else name
 
 
+# pp<N>, tg<N> or pp<N>+tg<N>, each optionally @d<N>; ASCII digits only, at most 10 of
+# them (a longer number is out of llama-bench's int range anyway).
+WORKLOAD_RE = re.compile(
+    r"(?:pp(?P<p>[0-9]{1,10}))?(?P<plus>\+)?(?:tg(?P<g>[0-9]{1,10}))?(?:@d(?P<d>[0-9]{1,10}))?"
+)
+
+
 def parse_workload(name: str) -> tuple[int, int, int]:
-    """``pp512`` / ``tg128`` / ``pp2048@d4096`` / ``pp512+tg128`` -> (n_prompt, n_gen, n_depth)."""
-    m = re.fullmatch(r"(?:pp(\d+))?(?:\+)?(?:tg(\d+))?(?:@d(\d+))?", name.strip().replace(" ", ""))
-    if not m or not (m.group(1) or m.group(2)) or (name.count("+") and not (m.group(1) and m.group(2))):
+    """``pp512`` / ``tg128`` / ``pp512+tg128``, each optionally ``@d4096`` -> (n_prompt, n_gen, n_depth)."""
+    m = WORKLOAD_RE.fullmatch("".join(name.split()))
+    both = bool(m and m["p"] and m["g"])
+    if not m or not (m["p"] or m["g"]) or bool(m["plus"]) != both:
         raise UserError(
-            f"unknown workload {name!r} — use llama-bench's names: pp512, tg128, pp512+tg128, pp2048@d4096"
+            f"unknown workload {show(name)} — use llama-bench's names: pp512, tg128, pp512+tg128, pp2048@d4096"
         )
-    return int(m.group(1) or 0), int(m.group(2) or 0), int(m.group(3) or 0)
+    n_prompt, n_gen, n_depth = (int(m[k] or 0) for k in ("p", "g", "d"))
+    if (m["p"] and not n_prompt) or (m["g"] and not n_gen):
+        raise UserError(f"workload {show(name)} times no tokens — give a count above 0, e.g. pp512 or tg128")
+    if max(n_prompt, n_gen, n_depth) > INT32_MAX:
+        raise UserError(f"workload {show(name)} is larger than llama-bench can run — use counts below 2^31")
+    return n_prompt, n_gen, n_depth
+
+
+def canonical_workload(name: str) -> str:
+    """The one name a workload is planned, stored and matched under: llama-bench's own.
+
+    ``tg128@d0`` -> ``tg128``, ``pp0512`` -> ``pp512``: results come back under the
+    name :func:`bench_test_name` gives them, so a study keyed by anything else finds
+    no cells for its workload.
+    """
+    return bench_test_name(*parse_workload(name))
 
 
 def workload_flags(name: str) -> list[str]:
@@ -94,51 +127,188 @@ def workload_flags(name: str) -> list[str]:
     return flags + ["-d", str(n_depth)]
 
 
-def parse_jsonl(text: str) -> list[dict[str, Any]]:
+def show(text: str, limit: int = 60) -> str:
+    """A piece of untrusted input, fit for a one-line message: quoted, ASCII, short."""
+    shown = ascii(text[:limit])
+    return shown + "…" if len(text) > limit else shown
+
+
+# -- strict JSON ---------------------------------------------------------------------
+# llama-bench prints plain JSON. Anything the store cannot hold, or that Python's json
+# would turn into something odd (inf for 1e400, NaN, a 5000-digit int, a lone UTF-16
+# surrogate that SQLite refuses to encode), is malformed output, found while parsing.
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > 19 or abs(int(text)) > INT64_MAX:
+        raise MalformedOutput(f"integer {show(text, 24)} does not fit in 64 bits")
+    return int(text)
+
+
+def _json_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise MalformedOutput(f"number {show(text, 24)} is out of range")
+    return value
+
+
+def _json_constant(name: str) -> Any:
+    raise MalformedOutput(f"{name} is not a number llama-bench prints")
+
+
+def check_text(text: str) -> None:
+    """Refuse strings the store and the terminal cannot carry: NUL, lone surrogates."""
+    if "\x00" in text:
+        raise MalformedOutput(f"a string holds a NUL character: {show(text, 40)}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise MalformedOutput(f"a string holds a lone UTF-16 surrogate: {show(text, 40)}") from None
+
+
+def _check_tree(value: Any, depth: int) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise MalformedOutput(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    if isinstance(value, str):
+        check_text(value)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            check_text(k)
+            _check_tree(v, depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _check_tree(v, depth + 1)
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` for llama-bench output; MalformedOutput for anything it would not print."""
+    try:
+        value = json.loads(text, parse_int=_json_int, parse_float=_json_float,
+                           parse_constant=_json_constant)
+    except json.JSONDecodeError as exc:
+        raise MalformedOutput(f"not JSON ({exc.msg}: line {exc.lineno} column {exc.colno})") from None
+    except RecursionError:
+        raise MalformedOutput("JSON nested too deeply") from None
+    _check_tree(value, 0)
+    return value
+
+
+def parse_json(text: str) -> list[dict[str, Any]]:
+    """Parse llama-bench ``-o json`` output: one array of result objects."""
+    data = loads_json(text)
+    if not isinstance(data, list):
+        raise MalformedOutput("not a JSON array of results")
+    for i, obj in enumerate(data, 1):
+        if not isinstance(obj, dict):
+            raise MalformedOutput(f"array element {i} is {_kind(obj)}, not a result object")
+    return data
+
+
+def parse_jsonl(text: str, *, need_samples: bool = True) -> list[dict[str, Any]]:
     """Parse llama-bench ``-o jsonl`` output: one object per test, nothing else."""
     out: list[dict[str, Any]] = []
-    for i, line in enumerate(text.splitlines(), 1):
+    # split on "\n" only: str.splitlines would also break a JSON string at U+2028 or \x1c
+    for i, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MalformedOutput(f"stdout line {i} is not JSON: {line[:80]!r}") from exc
-        if not isinstance(obj, dict) or "samples_ns" not in obj:
-            raise MalformedOutput(f"stdout line {i} is not a llama-bench result (no samples_ns)")
+            obj = loads_json(line)
+        except MalformedOutput as exc:
+            raise MalformedOutput(f"line {i}: {exc}") from None
+        if not isinstance(obj, dict):
+            raise MalformedOutput(f"line {i} is {_kind(obj)}, not a llama-bench result object")
+        if need_samples and "samples_ns" not in obj:
+            raise MalformedOutput(f"line {i} is not a llama-bench result (no samples_ns)")
         out.append(obj)
     return out
 
 
-def result_row(idx: int, obj: Mapping[str, Any]) -> ResultRow:
-    """One llama-bench JSON result -> a stored result with its samples."""
-    n_prompt = int(obj.get("n_prompt", 0))
-    n_gen = int(obj.get("n_gen", 0))
-    n_depth = int(obj.get("n_depth", 0))
-    tokens = n_prompt + n_gen  # llama-bench's t/s counts prompt and generated tokens
-    samples_ns = [int(s) for s in obj.get("samples_ns") or []]
-    if tokens <= 0:
+# -- results -------------------------------------------------------------------------
+
+
+def _kind(value: Any) -> str:
+    return {type(None): "null", bool: "a boolean", str: "a string", list: "a list",
+            dict: "an object", float: "a float", int: "an integer"}.get(type(value), type(value).__name__)
+
+
+def _int_field(obj: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    """A count llama-bench prints as a C int: 0 <= value < 2^31."""
+    if key not in obj and default is not None:
+        return default
+    value = obj.get(key)
+    if value is None:
+        raise MalformedOutput(f"result has no {key}" if key not in obj else f"{key} is null")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise MalformedOutput(f"{key} is {_kind(value)}, not an integer")
+    if not 0 <= value <= INT32_MAX:
+        raise MalformedOutput(f"{key} = {value} is out of range (0 to 2^31-1)")
+    return value
+
+
+def _float_field(obj: Mapping[str, Any], key: str) -> float | None:
+    """An optional number (llama-bench's avg_ts, stddev_ts): None when absent or null."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MalformedOutput(f"{key} is {_kind(value)}, not a number")
+    out = float(value)
+    if not math.isfinite(out) or out < 0:
+        raise MalformedOutput(f"{key} = {value} is not a finite non-negative number")
+    return out
+
+
+def _counts(obj: Mapping[str, Any]) -> tuple[int, int, int]:
+    # n_depth is absent in builds older than -d (2025): those tests ran at depth 0.
+    n_prompt, n_gen = _int_field(obj, "n_prompt"), _int_field(obj, "n_gen")
+    n_depth = _int_field(obj, "n_depth", default=0)
+    if n_prompt + n_gen <= 0:
         raise MalformedOutput("result has neither prompt nor generated tokens")
-    if any(s <= 0 for s in samples_ns):
-        raise MalformedOutput("result has a non-positive sample duration")
+    return n_prompt, n_gen, n_depth
+
+
+def result_row(idx: int, obj: Mapping[str, Any]) -> ResultRow:
+    """One llama-bench JSON result -> a stored result with its samples.
+
+    Every field the store or the statistics use is checked for type and range, so
+    that any engine output is either a result or :class:`MalformedOutput`.
+    """
+    n_prompt, n_gen, n_depth = _counts(obj)
+    tokens = n_prompt + n_gen  # llama-bench's t/s counts prompt and generated tokens
+    raw_ns = obj.get("samples_ns")
+    if not isinstance(raw_ns, list):
+        raise MalformedOutput(f"samples_ns is {_kind(raw_ns)}, not a list of durations")
+    if not raw_ns:
+        raise MalformedOutput("samples_ns is empty: the result has no repetitions")
+    samples_ns: list[int] = []
+    for s in raw_ns:
+        if isinstance(s, bool) or not isinstance(s, int) or not 0 < s <= INT64_MAX:
+            raise MalformedOutput(f"samples_ns holds {show(repr(s), 30)}, not a positive duration in ns")
+        samples_ns.append(s)
+    samples_ts = obj.get("samples_ts")
+    if samples_ts is not None and (not isinstance(samples_ts, list) or len(samples_ts) != len(samples_ns)):
+        raise MalformedOutput("samples_ts and samples_ns do not have one entry per repetition each")
     return ResultRow(
         test_idx=idx,
         test=bench_test_name(n_prompt, n_gen, n_depth),
         n_prompt=n_prompt,
         n_gen=n_gen,
         n_depth=n_depth,
-        avg_ts=_float(obj.get("avg_ts")),
-        stddev_ts=_float(obj.get("stddev_ts")),
+        avg_ts=_float_field(obj, "avg_ts"),
+        stddev_ts=_float_field(obj, "stddev_ts"),
         raw=dict(obj),
         samples=tuple(SampleRow(i, s, tokens) for i, s in enumerate(samples_ns)),
     )
 
 
-def _float(v: Any) -> float | None:
-    try:
-        return None if v is None else float(v)
-    except (TypeError, ValueError):
-        return None
+def summary_row(idx: int, obj: Mapping[str, Any]) -> ResultRow:
+    """A llama-bench result without per-repetition samples (``-o sql``, old JSON): its mean and sd."""
+    n_prompt, n_gen, n_depth = _counts(obj)
+    avg_ts = _float_field(obj, "avg_ts")
+    if not avg_ts:
+        raise MalformedOutput("result has neither samples_ns nor a positive avg_ts")
+    return ResultRow(idx, bench_test_name(n_prompt, n_gen, n_depth), n_prompt, n_gen, n_depth,
+                     avg_ts, _float_field(obj, "stddev_ts"), dict(obj), ())
 
 
 def extract_windows(res: ProcResult) -> list[WindowRow]:
