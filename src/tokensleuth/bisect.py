@@ -177,7 +177,8 @@ class Bisector:
         self.spec = spec
         self.log = log or (lambda s: None)
         self.judge_ = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"],
-                                     cmake=spec["cmake"], timeout_s=spec["timeout_s"], log=self.log)
+                                     cmake=spec["cmake"], timeout_s=spec["timeout_s"], log=self.log,
+                                     pin_to=cands[0].source if spec.get("pin_params") else None)
 
     def build(self, i: int) -> EngineBuild | None:
         b = self.judge_.build(self.cands[i].source)
@@ -322,6 +323,7 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
             raise EngineError(f"endpoint {cands[i].label} does not build — choose another endpoint")
     ends = bis.compare(0, len(cands) - 1, spec["models"], spec["band"], spec["max_pairs"])
     result["endpoints"] = [c.to_json() for c in ends.comparisons]
+    result["param_diffs"] = [d.to_json() for d in ends.param_diffs]
     stop = endpoint_answer(ends, spec["band"], good.label, bad.label)
     if stop is not None:
         result["status"], result["reason"] = stop
@@ -362,6 +364,8 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     result["verified"] = all(c.verdict == want for c in verify.comparisons if c.workload == worst.workload
                              and c.model == worst.model)
     result["verification"] = [c.to_json() for c in verify.comparisons]
+    # llama-bench's own settings that changed at the culprit: the likely cause, not the engine
+    result["culprit_param_diffs"] = [d.to_json() for d in verify.param_diffs]
     if spec.get("control_models"):
         # The control question is "did the control move like the measured model?", so
         # it is judged in the same band as the candidates: a control inside it did not

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth import stats
+from tokensleuth.engines import llamabench_params as params
 from tokensleuth.engines.llamabench import workload_flags
 from tokensleuth.errors import UserError
 from tokensleuth.plan import pair_round
@@ -43,6 +44,8 @@ class Comparison:
     cpu_verdict: str = "unresolved"
     base_res: dict[str, Any] = field(default_factory=dict)
     cand_res: dict[str, Any] = field(default_factory=dict)
+    # llama-bench's own settings that differ between the arms' runs (requested or not)
+    param_diffs: list[params.ParamDiff] = field(default_factory=list)
 
     def warnings(self) -> list[str]:
         """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
@@ -71,6 +74,7 @@ class Comparison:
                 "candidate": _mean_sd(self.cand_ts),
             },
             "resources": {"baseline": self.base_res, "candidate": self.cand_res},
+            "param_diffs": [d.to_json() for d in self.param_diffs],
             "warnings": self.warnings(),
             "resource_verdicts": {
                 "cpu_ms_per_token": {
@@ -94,15 +98,31 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
     """Pure read of the store into comparisons (one per candidate x model x workload)."""
     # (model, workload, arm) -> pair -> (mean t/s, cpu_ms, tokens)
     per: dict[tuple[str, str, str], dict[int, tuple[float, float | None, int]]] = defaultdict(dict)
+    loaded = load_cells(store, study_id)
+    # The per-trial statistic: mean t/s over the repetitions that did not stall, and the CPU
+    # attributed to their timed durations (stats.trial_tokens_per_s, results.load_cells).
+    trial_ts = {(tid, c.test_idx): v for c in loaded for tid, v in c.trial_means.items()}
+    trial_cpu = {(tid, c.test_idx): v for c in loaded for tid, v in c.trial_cpu.items()}
     for r in store.trial_stats(study_id):
+        key = (int(r["trial_id"]), int(r["test_idx"]))
+        cpu_ms, tokens = trial_cpu.get(key, (r["cpu_ms"], int(r["tokens"])))
         per[(r["model"], r["workload"], r["arm"])][int(r["pair"])] = (
-            float(r["mean_ts"]), r["cpu_ms"], int(r["tokens"]))
+            trial_ts.get(key, float(r["mean_ts"])), cpu_ms, tokens)
     base = spec.baseline_name()
-    cells = {(c.arm, c.model, c.test): c for c in load_cells(store, study_id)}
+    cells = {(c.arm, c.model, c.test): c for c in loaded}
 
     def res(arm: str, model: str, w: str) -> dict[str, Any]:
         c = cells.get((arm, model, w))
         return c.resources() if c else {}
+
+    reported = arm_settings(store, study_id)
+    arm_flags = {a.name: a.flags for a in spec.arms}
+
+    def diffs(cand: str) -> list[params.ParamDiff]:
+        if base not in reported or cand not in reported:
+            return []
+        asked = params.flag_fields(arm_flags[base]) | params.flag_fields(arm_flags[cand])
+        return params.diff(reported[base], reported[cand], asked)
 
     out = []
     for model in spec.models:
@@ -129,7 +149,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
                         cpu_verdict = {"faster": "costlier", "slower": "cheaper"}.get(v, v)
                 out.append(Comparison(
                     model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
-                    res(base, model, w), res(cand, model, w)))
+                    res(base, model, w), res(cand, model, w), diffs(cand)))
     return out
 
 
@@ -211,6 +231,58 @@ def run_compare(
     return study_id, analyze(store, study_id, spec)
 
 
+def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
+    """Each arm's llama-bench settings as its first finished run reported them."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in store.results(study_id):
+        if r["arm"] not in out:
+            try:
+                out[r["arm"]] = params.settings(json.loads(r["raw_json"]))
+            except (ValueError, TypeError, AttributeError):
+                continue  # an imported row without an object: nothing to diff
+    return out
+
+
+def unasked_diffs_sentence(comps: list[Comparison]) -> str:
+    """Settings that differ between arms without the user asking: the likely cause."""
+    seen: dict[str, list[str]] = {}
+    for c in comps:
+        labels = [d.label() for d in c.param_diffs if not d.requested]
+        if labels and c.candidate not in seen:
+            seen[c.candidate] = labels
+    if not seen:
+        return ""
+    base = comps[0].baseline
+    parts = [f"{cand}'s llama-bench ran with other settings than {base}'s ({', '.join(labels)})"
+             for cand, labels in seen.items()]
+    return (" Not asked for: " + "; ".join(parts) + " — likely part of the difference; rerun with "
+            "--pin-params to give every arm the baseline's values.")
+
+
+def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
+               log: Callable[[str], None] | None = None) -> CompareSpec:
+    """The spec with every candidate given the baseline's llama-bench settings where they
+    differ unasked (read from one short run of each arm on the first model)."""
+    base = spec.baseline_name()
+    arms = {a.name: a for a in spec.arms}
+    probe = {n: params.probe_settings(Path(builds[n].bin_dir) / "llama-bench", spec.models[0],
+                                      [*a.flags, *spec.common_flags], spec.timeout_s)
+             for n, a in arms.items()}
+    new_arms = []
+    for a in spec.arms:
+        if a.name == base:
+            new_arms.append(a)
+            continue
+        asked = params.flag_fields(arms[base].flags) | params.flag_fields(a.flags)
+        flags, cannot = params.pin_flags(probe[base], probe[a.name],
+                                         params.help_text(Path(builds[a.name].bin_dir) / "llama-bench"), asked)
+        if log:
+            log(f"pinned {a.name} to {base}'s settings: {' '.join(flags) or 'nothing differed'}"
+                + (f"; cannot pin {', '.join(cannot)}" if cannot else ""))
+        new_arms.append(a.model_copy(update={"flags": [*a.flags, *flags]}))
+    return spec.model_copy(update={"arms": new_arms})
+
+
 # What decides when to stop, not what is measured: a study asked again with another band
 # or pair budget continues the pairs it has (bisect re-judges at twice the pairs).
 STOPPING_RULES = ("band", "min_pairs", "max_pairs", "budget_s")
@@ -278,7 +350,7 @@ def summary_sentence(comps: list[Comparison], band: float) -> str:
             parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is unresolved after "
                          f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band"
                          f"{hint})")
-    return "; ".join(parts) + "."
+    return "; ".join(parts) + "." + unasked_diffs_sentence(comps)
 
 
 def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],

@@ -13,9 +13,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tokensleuth.compare import Comparison, run_compare
+from tokensleuth.engines import llamabench_params as params
 from tokensleuth.errors import EngineError
 from tokensleuth.sources.build import BuildCache, EngineBuild
 from tokensleuth.spec import build_compare_spec
@@ -39,6 +41,8 @@ class Judgement:
     study: str
     comparisons: list[Comparison]
     failures: list[ArmFailure] = field(default_factory=list)
+    # llama-bench settings that differ between A's and B's runs and nobody asked for
+    param_diffs: list[params.ParamDiff] = field(default_factory=list)
 
     def failed(self, arm: str) -> ArmFailure | None:
         return next((f for f in self.failures if f.arm == arm), None)
@@ -52,13 +56,15 @@ class Judge:
 
     def __init__(self, store: Store, *, workloads: Sequence[str], flags: Sequence[str],
                  cmake: Sequence[str], timeout_s: float, arm_flags: dict[str, list[str]] | None = None,
-                 log: Log | None = None, cache: BuildCache | None = None) -> None:
+                 pin_to: str | None = None, log: Log | None = None, cache: BuildCache | None = None) -> None:
         self.store = store
         self.workloads = list(workloads)
         self.flags = list(flags)
         self.cmake = list(cmake)
         self.timeout_s = timeout_s
         self.arm_flags = arm_flags or {}  # source -> extra flags (pinned parameters)
+        self.pin_to = pin_to  # give every other source this source's llama-bench settings
+        self._pin_base: dict[str, Any] | None = None
         self.log = log or (lambda s: None)
         self.cache = cache or BuildCache()
         self.builds: dict[str, EngineBuild | None] = {}
@@ -80,6 +86,8 @@ class Judge:
         ba, bb = self.build(a), self.build(b)
         if ba is None or bb is None:
             raise EngineError(f"cannot compare: {a if ba is None else b} does not build")
+        for src, build in ((a, ba), (b, bb)):
+            self._pin(src, build, models[0])
         spec_data: dict[str, Any] = {
             "arms": [{"name": "A", "source": a, "cmake": self.cmake, "flags": self.arm_flags.get(a, [])},
                      {"name": "B", "source": b, "cmake": self.cmake, "flags": self.arm_flags.get(b, [])}],
@@ -102,7 +110,26 @@ class Judge:
         spec = build_compare_spec(spec_data, "judge")
         sid, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True,
                                  add_pairs_to=add_to)
-        return Judgement(sid, comps, arm_failures(self.store, sid))
+        unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
+        return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
+
+    def _pin(self, source: str, build: EngineBuild, model: str) -> None:
+        """Flags that give ``source`` the pinned source's llama-bench settings (once each)."""
+        if self.pin_to is None or source == self.pin_to or source in self.arm_flags:
+            return
+        base_build = self.build(self.pin_to)
+        if base_build is None:
+            raise EngineError(f"cannot pin settings to {self.pin_to}: it does not build")
+        bench = Path(build.bin_dir) / "llama-bench"
+        if self._pin_base is None:
+            self._pin_base = params.probe_settings(Path(base_build.bin_dir) / "llama-bench", model,
+                                                   self.flags, self.timeout_s)
+        mine = params.probe_settings(bench, model, self.flags, self.timeout_s)
+        flags, cannot = params.pin_flags(self._pin_base, mine, params.help_text(bench),
+                                         params.flag_fields(self.flags))
+        self.arm_flags[source] = flags
+        self.log(f"  pinned {source}: {' '.join(flags) or 'settings already equal'}"
+                 + (f"; cannot pin {', '.join(cannot)}" if cannot else ""))
 
 
 def arm_failures(store: Store, study_id: str) -> list[ArmFailure]:

@@ -61,6 +61,15 @@ def fmt_ts(values: Sequence[float], avg: float | None = None, sd: float | None =
     return "—"
 
 
+def flags_label(res: dict[str, Any]) -> str:
+    """A cell's own confounders in a few characters: ``stall×2, short-window``."""
+    out = []
+    for code in res.get("flags") or []:
+        n = res.get("stalled_repetitions") if code == "stall" else None
+        out.append(f"{code}×{n}" if n else code)
+    return ", ".join(out)
+
+
 def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
                  resources: bool = False) -> str:
     params = varying_params(cells)
@@ -69,10 +78,13 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
     gpu_cols = [("GPU %", "gpu_busy_pct", "{:.0f}"), ("clock MHz", "gpu_clock_mhz", "{:.0f}"),
                 ("power W", "power_w", "{:.1f}"), ("J/tok", "joules_per_token", "{:.4f}"),
                 ("tok/J", "tokens_per_joule", "{:.2f}")] if gpu else []
+    # confounders the cells' own samples show (stall, short-window, impossible-figure): a column
+    # only when some cell has one, so a clean table keeps llama-bench's shape
+    flagged = any(r["flags"] for r in all_res)
     headers = ["model", "size", "params", "backend", *(_SHORT[p] for p in params), "test", "t/s",
-               "n", "CPU ms/tok", "busy cores", *(h for h, _, _ in gpu_cols)]
+               "n", "CPU ms/tok", "busy cores", *(h for h, _, _ in gpu_cols), *(["flags"] if flagged else [])]
     right = [False, True, True, False, *([True] * len(params)), True, True, True, True, True,
-             *([True] * len(gpu_cols))]
+             *([True] * len(gpu_cols)), *([False] if flagged else [])]
     rows = []
     for c, res in zip(cells, all_res, strict=False):
         cpu = res["cpu_ms_per_token"]
@@ -83,6 +95,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
             c.test, fmt_ts(c.tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.tokens_per_s)),
             "—" if cpu is None else f"{cpu:.3f}", "—" if busy is None else f"{busy:.2f}",
             *("—" if res[k] is None else f.format(res[k]) for _, k, f in gpu_cols),
+            *([flags_label(res)] if flagged else []),
         ])
     commit = engine.get("commit") or "unknown"
     number = engine.get("build_number")
@@ -92,9 +105,11 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
 
 def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: str) -> str:
     """Compare table: per model x workload, both arms' t/s, ratio, 99% CI, verdict, pairs."""
+    flagged = any(c.base_res.get("flags") or c.cand_res.get("flags") for c in comps)
     headers = ["model", "test", "baseline", "t/s", "candidate", "t/s", "ratio", "99% CI", "verdict",
-               "pairs", "CPU ms/tok", "CPU verdict"]
-    right = [False, True, False, True, False, True, True, True, False, True, True, False]
+               "pairs", "CPU ms/tok", "CPU verdict", *(["flags"] if flagged else [])]
+    right = [False, True, False, True, False, True, True, True, False, True, True, False,
+             *([False] if flagged else [])]
     rows = []
     for c in comps:
         e = c.estimate
@@ -107,6 +122,9 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
             "—" if e is None else f"[{e.lo:.4f}, {e.hi:.4f}]",
             f"**{c.verdict}**" if c.verdict in ("faster", "slower") else c.verdict,
             str(c.pairs), cpu, c.cpu_verdict,
+            *(["; ".join(f"{arm}: {flags_label(r)}" for arm, r in ((c.baseline, c.base_res),
+                                                                   (c.candidate, c.cand_res)) if r.get("flags"))]
+              if flagged else []),
         ])
     drift = [w for c in comps for w in c.warnings()]
     tail = ["", "Warnings:", *(f"- {w}" for w in drift)] if drift else []
@@ -133,6 +151,10 @@ def render_warnings(rows: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
+def _setting(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
 def render_bisect(r: dict[str, Any]) -> str:
     """Culprit, evidence table, controls and the step log of a bisect result."""
     out = []
@@ -157,6 +179,13 @@ def render_bisect(r: dict[str, Any]) -> str:
                     False: "Control models moved at the culprit too: not model-specific.",
                     None: "Control models were too noisy to say whether the regression is model-specific."}
                    [r["specific_to_model"]])
+    for key, where in (("culprit_param_diffs", "at the culprit"), ("param_diffs", "between the endpoints")):
+        if r.get(key):
+            changed = ", ".join(f"{d['field']}: {_setting(d['baseline'])} → {_setting(d['candidate'])}"
+                                for d in r[key])
+            out.append(f"llama-bench's own settings changed {where} ({changed}): likely the cause, not the "
+                       "engine — rerun with --pin-params to hold them at the good side's values.")
+            break
     if r.get("skipped"):
         out.append(f"Skipped (did not build): {', '.join(r['skipped'])}.")
     if r.get("crashed"):

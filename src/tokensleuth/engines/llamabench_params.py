@@ -1,0 +1,189 @@
+"""llama-bench's own settings, as it reports them: diff two arms, pin one to the other.
+
+A comparison of two engine versions measures whatever changed between them, and that
+includes llama-bench's defaults: release b9437 turned ``flash_attn`` from false to
+auto and ``n_gpu_layers`` from 99 to -1, and a bisect over it then names b9437 as
+"faster" for a reason that is not in the engine. Every result row carries the settings
+the run used, so the arms' settings are diffed, differences the user did not ask for
+are named beside the verdict, and ``--pin-params`` passes the baseline's values to the
+candidate explicitly (in the syntax each version's ``--help`` accepts) so the comparison
+asks what the engine change alone is worth.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.errors import EngineError
+
+# JSON field -> llama-bench flags that set it (the first is the one passed when pinning).
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "n_batch": ("-b", "--batch-size"),
+    "n_ubatch": ("-ub", "--ubatch-size"),
+    "n_threads": ("-t", "--threads"),
+    "cpu_mask": ("-C", "--cpu-mask"),
+    "cpu_strict": ("--cpu-strict",),
+    "poll": ("--poll",),
+    "type_k": ("-ctk", "--cache-type-k"),
+    "type_v": ("-ctv", "--cache-type-v"),
+    "n_gpu_layers": ("-ngl", "--n-gpu-layers"),
+    "n_cpu_moe": ("-ncmoe", "--n-cpu-moe"),
+    "split_mode": ("-sm", "--split-mode"),
+    "main_gpu": ("-mg", "--main-gpu"),
+    "no_kv_offload": ("-nkvo", "--no-kv-offload"),
+    "flash_attn": ("-fa", "--flash-attn"),
+    "use_mmap": ("-mmp", "--mmap"),
+    "load_mode": ("-lm", "--load-mode"),
+    "embeddings": ("-embd", "--embeddings"),
+    "no_op_offload": ("-nopo", "--no-op-offload"),
+    "no_host": ("--no-host",),
+    "repack": ("--repack",),
+}
+# Settings reported but not worth a line: which devices ran is the host's business, and a
+# tensor split or override list has no single-token flag value to pin.
+UNPINNABLE = ("devices", "tensor_split", "tensor_buft_overrides")
+
+
+@dataclass(frozen=True, slots=True)
+class ParamDiff:
+    """One setting that differs between the baseline's run and the candidate's."""
+
+    field: str
+    baseline: Any
+    candidate: Any
+    requested: bool  # the arms' own flags set it: the user asked for this difference
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "baseline": self.baseline, "candidate": self.candidate,
+                "requested": self.requested}
+
+    def label(self) -> str:
+        return f"{self.field}: {_show(self.baseline)} → {_show(self.candidate)}"
+
+
+def _show(v: Any) -> str:
+    return str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def settings(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The run settings of one llama-bench result object (other fields dropped)."""
+    return {k: result[k] for k in (*SETTINGS, *UNPINNABLE) if k in result}
+
+
+def flag_fields(flags: Sequence[str]) -> set[str]:
+    """Settings that these llama-bench flags set (``-t 1`` sets n_threads)."""
+    by_flag = {f: field for field, fs in SETTINGS.items() for f in fs}
+    return {by_flag[f.split("=", 1)[0]] for f in flags if f.split("=", 1)[0] in by_flag}
+
+
+def diff(base: Mapping[str, Any], cand: Mapping[str, Any], requested: set[str]) -> list[ParamDiff]:
+    """Settings present in both runs whose values differ (a field only one version reports
+    is a new setting, not a change of one)."""
+    out = []
+    for k in (*SETTINGS, *UNPINNABLE):
+        if k in base and k in cand and _norm(k, base[k]) != _norm(k, cand[k]):
+            out.append(ParamDiff(k, base[k], cand[k], k in requested))
+    return out
+
+
+def _norm(field: str, v: Any) -> Any:
+    # flash_attn went from a bool to an int (-1 auto, 0 off, 1 on) to names across versions
+    if field == "flash_attn":
+        return _fa_state(v)
+    return v
+
+
+def _fa_state(v: Any) -> str | None:
+    if isinstance(v, bool):
+        return "on" if v else "off"
+    if isinstance(v, int):
+        return {-1: "auto", 0: "off", 1: "on"}.get(v)
+    if isinstance(v, str) and v.lower() in ("on", "off", "auto", "enabled", "disabled"):
+        return {"enabled": "on", "disabled": "off"}.get(v.lower(), v.lower())
+    return None
+
+
+def accepted_values(help_text: str, flag: str) -> list[str] | None:
+    """The value choices ``--help`` lists for a flag (``<on|off|auto>``), None if open-ended,
+    and [] when this version has no such flag."""
+    for line in help_text.splitlines():
+        names = re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", line.split("<")[0])
+        if flag in names:
+            m = re.search(r"<([^>]*)>", line)
+            if m and "|" in m.group(1):
+                return [c.strip() for c in m.group(1).split("|")]
+            return None
+    return []
+
+
+def render(field: str, value: Any, choices: list[str] | None) -> str | None:
+    """The flag value that sets ``field`` to ``value`` in a version whose help lists
+    ``choices``; None when that version cannot express it."""
+    if field == "flash_attn":
+        state = _fa_state(value)
+        if state is None:
+            return None
+        if choices is None or state in choices:
+            return state
+        if "0" in choices and state in ("on", "off"):  # older: -fa <0|1>
+            return "1" if state == "on" else "0"
+        return None
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (int, float, str)):
+        text = str(value)
+        return text if choices is None or text in choices else None
+    return None
+
+
+def pin_flags(base: Mapping[str, Any], cand: Mapping[str, Any], cand_help: str,
+              requested: set[str]) -> tuple[list[str], list[str]]:
+    """Flags that give the candidate the baseline's settings where they differ unasked,
+    and the settings that this candidate's version cannot be given (with why)."""
+    flags: list[str] = []
+    cannot: list[str] = []
+    for d in diff(base, cand, requested):
+        if d.requested:
+            continue
+        if d.field in UNPINNABLE:
+            cannot.append(f"{d.field} (no single flag value)")
+            continue
+        flag = next((f for f in SETTINGS[d.field] if accepted_values(cand_help, f) != []), None)
+        if flag is None:
+            cannot.append(f"{d.field} (this version has no flag for it)")
+            continue
+        value = render(d.field, d.baseline, accepted_values(cand_help, flag))
+        if value is None:
+            cannot.append(f"{d.field}={_show(d.baseline)} (this version does not accept it)")
+            continue
+        flags += [flag, value]
+    return flags, cannot
+
+
+def help_text(bench_bin: Path) -> str:
+    """llama-bench's ``--help`` (the flags and values this version accepts)."""
+    try:
+        p = subprocess.run([str(bench_bin), "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineError(f"{bench_bin} --help failed: {exc}") from exc
+    return p.stdout + p.stderr
+
+
+def probe_settings(bench_bin: Path, model: str, flags: Sequence[str], timeout_s: float) -> dict[str, Any]:
+    """The settings this llama-bench runs ``flags`` with, from one tiny run (8 prompt tokens)."""
+    from tokensleuth.engines.llamabench import MalformedOutput, parse_jsonl, run_trial
+
+    res = run_trial(bench_bin, model, [*flags, "-p", "8", "-n", "0", "-r", "1"], timeout_s=timeout_s)
+    try:
+        rows = parse_jsonl(res.text("out"))
+    except MalformedOutput as exc:
+        raise EngineError(f"cannot read the settings of {bench_bin}: {exc}") from exc
+    if res.returncode != 0 or not rows:
+        raise EngineError(f"cannot read the settings of {bench_bin}: it exited with {res.returncode} "
+                          f"({res.tail('err').strip()[-200:]})")
+    return settings(rows[0])
