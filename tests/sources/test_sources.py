@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import os
+import platform
+import re
+import struct
 import subprocess
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tokensleuth.errors import UserError
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
-from tokensleuth.sources.build import BuildCache, EngineBuild, backends_from_flags, host_flags
+from tokensleuth.sources.build import BuildCache, EngineBuild, backends_from_flags, bench_help, host_flags
 
 
 def test_parse_sources(tmp_path: Path) -> None:
@@ -62,3 +67,69 @@ def test_bad_revision_is_a_user_error(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     with pytest.raises(UserError, match="not a revision"):
         BuildCache(tmp_path / "cache").get(f"git:{tmp_path}@no-such-rev")
+
+
+# -- bin: engines that cannot run are the user's path being wrong: one line, before any trial
+
+
+def _bin(tmp_path: Path, name: str, content: bytes | None, mode: int = 0o755) -> Path:
+    d = tmp_path / name
+    d.mkdir()
+    if content is None:
+        (d / "llama-bench").mkdir()  # a folder where the program should be
+    else:
+        (d / "llama-bench").write_bytes(content)
+        (d / "llama-bench").chmod(mode)
+    return d
+
+
+# An ELF header for another machine (e_machine 183 = AArch64 here on x86-64, 62 = x86-64 elsewhere).
+_FOREIGN = 62 if platform.machine() == "aarch64" else 183
+FOREIGN_ELF = (b"\x7fELF\x02\x01\x01" + b"\0" * 9
+               + struct.pack("<HHIQQQIHHHHHH", 2, _FOREIGN, 1, 0x400000, 64, 0, 0, 64, 56, 0, 64, 0, 0) + b"\0" * 64)
+
+UNRUNNABLE = [
+    ("not executable", b"#!/bin/sh\necho hi\n", 0o644, "is not executable"),
+    ("empty", b"", 0o755, "is an empty file"),
+    ("bad shebang", b"#!/nonexistent/interp\n", 0o755, "#! interpreter '/nonexistent/interp' does not exist"),
+    ("no shebang", b"echo hello\n", 0o755, "not a program"),
+    ("folder", None, 0o755, "is a folder"),
+    ("foreign ELF", FOREIGN_ELF, 0o755, "another kind of machine"),
+    ("random bytes", bytes(range(256)) * 8, 0o755, "not a program"),
+]
+
+
+@pytest.mark.parametrize("name, content, mode, message", UNRUNNABLE, ids=[c[0] for c in UNRUNNABLE])
+def test_bin_engine_that_cannot_run_is_a_user_error(tmp_path: Path, name: str, content: bytes | None,
+                                                    mode: int, message: str) -> None:
+    if name == "not executable" and os.geteuid() == 0:
+        mode = 0o644  # root may run a file only when some x bit is set: none here
+    d = _bin(tmp_path, "b", content, mode)
+    with pytest.raises(UserError, match=re.escape(message)):
+        BuildCache(tmp_path / "cache").get(f"bin:{d}")
+
+
+def test_bin_engine_whose_help_hangs_is_refused_and_killed(tmp_path: Path) -> None:
+    marker = f"tokensleuth-hang-{os.getpid()}"
+    d = _bin(tmp_path, "hang", f"#!/usr/bin/env bash\n(exec -a {marker} sleep 60) &\nwait\n".encode())
+    t0 = time.monotonic()
+    with pytest.raises(UserError, match="did not finish in 0.5 s"):
+        bench_help(d / "llama-bench", timeout_s=0.5)
+    assert time.monotonic() - t0 < 5
+    time.sleep(0.2)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def test_bin_engine_that_crashes_is_left_to_the_trials(tmp_path: Path) -> None:
+    # a llama-bench that starts and then crashes is an engine fault (exit 1 later), not bad input
+    d = _bin(tmp_path, "segv", b"#!/bin/sh\nkill -SEGV $$\n")
+    b = BuildCache(tmp_path / "cache").get(f"bin:{d}")
+    assert b.bin_dir == str(d.resolve()) and b.build_number is None
+
+
+def test_bin_of_an_unknown_user(tmp_path: Path) -> None:
+    for text in ("bin:~nosuchuser-tokensleuth/x", "git:~nosuchuser-tokensleuth/x@HEAD"):
+        with pytest.raises(UserError, match="no such user"):
+            parse_source(text)
+    with pytest.raises(UserError, match="embedded null byte"):
+        parse_source("bin:/tmp/a\0b")

@@ -47,15 +47,34 @@ def parse_source(text: str) -> Source:
         path, at, rev = rest.rpartition("@")
         if not at or not path or not rev:
             raise UserError(f"engine source {text!r} needs a revision — write git:PATH@REV")
-        repo = Path(path).expanduser().resolve()
-        if not (repo / ".git").exists() and not (repo / "HEAD").exists():
+        repo = _user_path(path, text)
+        if not _exists(repo / ".git") and not _exists(repo / "HEAD"):
             raise UserError(f"{repo} is not a git checkout — point git:PATH@REV at a llama.cpp clone")
         return Source("git", text, path=repo, rev=rev)
     if kind == "bin":
-        d = Path(rest).expanduser().resolve()
-        if not d.is_dir():
+        d = _user_path(rest, text)
+        if not _exists(d) or not d.is_dir():
             raise UserError(f"{d} is not a directory — bin:DIR must name a folder holding llama-bench")
         return Source("bin", text, path=d)
     raise UserError(
         f"unknown engine source kind {kind!r} in {text!r} — use git:, pypi: or bin:"
     )
+
+
+def _user_path(text: str, source: str) -> Path:
+    """``text`` as an absolute path (``~`` and ``~user`` expanded); one line when it cannot be."""
+    try:
+        return Path(text).expanduser().resolve()
+    except RuntimeError:  # ~nosuchuser (no such home directory), or a symlink loop
+        raise UserError(f"cannot resolve the path in {source!r} (no such user, or a symlink loop) "
+                        "— write the full path") from None
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte
+        raise UserError(f"cannot use the path in {source!r}: {exc} — write a valid path") from None
+
+
+def _exists(p: Path) -> bool:
+    """Whether ``p`` exists; a path the OS refuses (a name too long) does not."""
+    try:
+        return p.exists()
+    except (OSError, ValueError):
+        return False
