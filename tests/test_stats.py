@@ -159,3 +159,63 @@ def test_unresolved_summary_says_how_many_pairs_the_band_needs() -> None:
     # a decided cell carries no such hint
     wide = summary_sentence([Comparison("m.gguf", "tg32", "a", "b", 20, b, c, est, "same")], 0.01)
     assert "takes about" not in wide
+
+
+# -- the per-trial statistic under stalls (issue 8) --------------------------------------
+
+
+def _trial(durations_ms: list[float], tokens: int = 64) -> tuple[list[float], list[int]]:
+    ns = [int(d * 1e6) for d in durations_ms]
+    return [tokens * 1e9 / d for d in ns], ns
+
+
+def test_a_repetition_far_beyond_the_fastest_is_a_stall() -> None:
+    # the field case: 60 ms repetitions, one preempted into 7.8 s
+    assert stats.stalled_reps([int(60e6)] * 9 + [int(7.8e9)]) == [9]
+    # at -r 2 (where a median is the mean of the two and cannot tell them apart)
+    assert stats.stalled_reps([int(1.5e9), int(60e6)]) == [0]
+    # most of a trial stalled: the fastest repetition is the reference, still flagged
+    assert stats.stalled_reps([int(60e6), int(1.5e9), int(7.8e9)]) == [1, 2]
+    # ordinary spread, even 4x, is not a stall; one repetition has nothing to compare with
+    assert stats.stalled_reps([int(60e6), int(66e6), int(240e6)]) == []
+    assert stats.stalled_reps([int(7.8e9)]) == []
+
+
+def test_trial_statistic_leaves_a_planted_stall_out() -> None:
+    ts, ns = _trial([60.0, 61.0, 59.0, 60.5, 7800.0])
+    rate = stats.trial_tokens_per_s(ts, ns)
+    clean = sum(ts[:4]) / 4
+    assert rate.stalled == (4,) and rate.kept == 4
+    assert rate.tokens_per_s == pytest.approx(clean)
+    # the plain mean (what the statistic was) is 20% low; total tokens / total time 90% low
+    assert sum(ts) / 5 == pytest.approx(0.8 * clean, rel=0.01)
+    assert 5 * 64e9 / sum(ns) < 0.04 * clean
+    # a clean trial: exactly llama-bench's avg_ts (the mean of per-repetition t/s)
+    ts2, ns2 = _trial([60.0, 63.0, 58.0])
+    clean2 = stats.trial_tokens_per_s(ts2, ns2)
+    assert clean2.stalled == () and clean2.tokens_per_s == pytest.approx(sum(ts2) / 3)
+    with pytest.raises(ValueError):
+        stats.trial_tokens_per_s(ts2, ns2[:2])
+
+
+def test_one_stalled_trial_no_longer_moves_the_paired_verdict() -> None:
+    """A/A pairs at 1% noise, one baseline trial with a stall: the verdict stays `same`."""
+    rng = np.random.default_rng(8)
+    base, cand = [], []
+    stalled_base_means = []
+    for j in range(10):
+        b_ms = list(60 * np.exp(rng.normal(0, 0.002, 5)) * math.exp(rng.normal(0, 0.001)))
+        c_ms = list(60 * np.exp(rng.normal(0, 0.002, 5)) * math.exp(rng.normal(0, 0.001)))
+        if j == 3:
+            b_ms[2] = 4000.0  # one repetition of one trial preempted into 4 s
+        bts, bns = _trial(b_ms)
+        cts, cns = _trial(c_ms)
+        base.append(stats.trial_tokens_per_s(bts, bns).tokens_per_s)
+        cand.append(stats.trial_tokens_per_s(cts, cns).tokens_per_s)
+        stalled_base_means.append(sum(bts) / len(bts))
+    robust = stats.ratio_interval(base, cand)
+    naive = stats.ratio_interval(stalled_base_means, cand)
+    assert stats.verdict(robust, 0.01) == "same"
+    # with the plain mean that one trial is 20% slow: the interval balloons past the band
+    assert stats.verdict(naive, 0.01) == "unresolved"
+    assert naive.hi - naive.lo > 10 * (robust.hi - robust.lo)

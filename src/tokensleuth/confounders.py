@@ -1,4 +1,5 @@
-"""Confounder checks around a trial: other busy processes, swap activity.
+"""Confounder checks around a trial: other busy processes, swap activity, and what the
+trial's own samples show (stalled repetitions, uncertain window edges, impossible figures).
 
 Warnings are values ``(code, detail)`` stored with the trial and rendered by the
 report in one place.
@@ -11,13 +12,24 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error
+from tokensleuth.monitor.sampler import engine_cpus
+from tokensleuth.stats import STALL_FACTOR, stalled_reps
+from tokensleuth.store import TrialOutcome
+
 BUSY_CORE_FRACTION = 0.10  # another process using >10% of a core during the trial
 
 REMEDY = {
     "busy-process": "another process used CPU during the measurement — rerun on a quiet system",
     "swap": "the system swapped during the measurement — free memory or use a smaller model",
     "gpu-process": "another process was resident on the GPU — stop it and rerun",
-    "short-window": "windows are shorter than the power sampling allows — use more tokens per test",
+    "short-window": "repetitions this short are not much longer than the latency of their window edges, so "
+                    "their CPU figures are coarse — use more tokens per test (e.g. pp512 rather than pp64)",
+    "stall": f"a repetition took over {STALL_FACTOR:g}x the trial's fastest: an engine thread was preempted and "
+             "the others waited for it (another process, or as many threads as cores); the stalled repetition is "
+             "left out of the trial's t/s — rerun on a quiet system, or with fewer threads (-t) than cores",
+    "impossible-figure": "a figure beyond what the hardware allows (more busy cores than CPUs) — the windows "
+                         "are too short for their edges; use more tokens per test",
     "spinning-thread": "a CPU thread polled while the GPU worked — try --poll 0 or check the backend's sync mode",
 }
 
@@ -59,3 +71,48 @@ def compare_snapshots(a: Snapshot, b: Snapshot, seconds: float, engine_pid: int 
     if b.swap_io > a.swap_io:
         out.append(("swap", f"{(b.swap_io - a.swap_io) / (1 << 20):.1f} MiB swapped in/out"))
     return out
+
+
+def outcome_warnings(out: TrialOutcome, cpus: int | None = None) -> list[tuple[str, str]]:
+    """Warnings the trial's own samples and windows show: stalls, edge errors, impossible figures.
+
+    ``cpus``: the logical CPUs the engine may run on, for the busy-cores bound (default: the
+    affinity an engine inherits from this process).
+    """
+    cpus = cpus if cpus is not None else engine_cpus()
+    found: list[tuple[str, str]] = []
+    stalls = []
+    durations: dict[tuple[int, int], int] = {}
+    for r in out.results:
+        ds = [s.duration_ns for s in r.samples]
+        fastest = min(ds, default=0)
+        for i in stalled_reps(ds):
+            stalls.append(f"{r.test} repetition {r.samples[i].rep + 1}/{len(ds)} took "
+                          f"{ds[i] / 1e6:.1f} ms against {fastest / 1e6:.1f} ms")
+        durations.update({(r.test_idx, s.rep): s.duration_ns for s in r.samples})
+    if stalls:
+        found.append(("stall", "; ".join(stalls)))
+    worst: tuple[float, int, int] | None = None  # (error, window ns, engine ns)
+    n_bad = n = 0
+    cpu = span = 0.0
+    for w in out.windows:
+        d = durations.get((w.test_idx, w.rep))
+        err = edge_error(w.end_ns - w.start_ns, d)
+        if err is not None and d is not None:
+            n += 1
+            if err > EDGE_ERROR_LIMIT:
+                n_bad += 1
+                if worst is None or err > worst[0]:
+                    worst = (err, w.end_ns - w.start_ns, d)
+        if w.cpu_ms is not None:
+            share = attributed_cpu_ms(w.cpu_ms, w.end_ns - w.start_ns, d)
+            cpu += share.cpu_ms
+            span += share.duration_ms
+    if worst is not None:
+        err, win, eng = worst
+        found.append(("short-window", f"{n_bad} of {n} windows differ from llama-bench's own durations by more "
+                                      f"than {EDGE_ERROR_LIMIT:.0%} (worst {abs(win - eng) / 1e6:.2f} ms on a "
+                                      f"{eng / 1e6:.2f} ms repetition, {err:.0%})"))
+    if cpus and span > 0 and cpu / span > cpus:
+        found.append(("impossible-figure", f"busy cores {cpu / span:.2f} on {cpus} CPUs"))
+    return found

@@ -6,7 +6,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokensleuth.monitor.attribute import window_resources
+from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error, window_resources
+from tokensleuth.stats import STALL_FACTOR, trial_tokens_per_s
 from tokensleuth.store import Store
 
 # llama-bench result fields that tell two rows of one test apart.
@@ -23,13 +24,22 @@ class Cell:
     test: str
     test_idx: int
     meta: dict[str, Any]
-    tokens_per_s: list[float] = field(default_factory=list)
-    # one entry per trial: the trial's mean t/s (the unit of a paired comparison)
+    tokens_per_s: list[float] = field(default_factory=list)  # every sample, as llama-bench reported it
+    # one entry per trial: its mean t/s over the repetitions that did not stall (the unit
+    # of a paired comparison; stats.trial_tokens_per_s says why)
     trial_means: dict[int, float] = field(default_factory=dict)
     trial_seq: dict[int, int] = field(default_factory=dict)
+    # per trial: (attributed CPU ms, tokens) over the windows of its repetitions that did not stall
+    trial_cpu: dict[int, tuple[float, int]] = field(default_factory=dict)
+    # CPU ms attributed to the engine's timed durations, and those durations (ms)
     cpu_ms: float = 0.0
     window_ms: float = 0.0
     window_tokens: int = 0
+    # stalled repetitions: {"trial", "rep", "duration_ms", "fastest_ms"}
+    stalls: list[dict[str, Any]] = field(default_factory=list)
+    # per window with an engine duration: |window - engine duration| / engine duration
+    edge_errors: list[float] = field(default_factory=list)
+    cpus: int | None = None  # logical CPUs the engine could use (fewest seen over trials)
     avg_ts: float | None = None  # imported results without samples
     stddev_ts: float | None = None
     windows: list[dict[str, Any]] = field(default_factory=list)  # per-window resources
@@ -79,6 +89,8 @@ class Cell:
             notes.append("some windows are shorter than 5 power samples: power means are coarse")
         if self.peak_anon_mb is None:
             notes.append("peak memory: no sample (trial shorter than the sampling interval)")
+        flags = self.flags(busy, tw_mean("busy_pct"))
+        notes += self._flag_notes(flags, busy, tw_mean("busy_pct"))
         return {
             "cpu_ms_per_token": cpu_ms_per_token,
             "busy_cores": busy,
@@ -101,8 +113,42 @@ class Cell:
                 if any(x.get("cgroup_cpu_ms") is not None for x in w) else None),
             "peak_rss_anon_mb": self.peak_anon_mb,
             "peak_rss_file_mb": self.peak_file_mb,
+            "stalled_repetitions": len(self.stalls),
+            "stalls": list(self.stalls),
+            "edge_error_max": max(self.edge_errors, default=None),
+            "windows_over_edge_limit": sum(e > EDGE_ERROR_LIMIT for e in self.edge_errors),
+            "flags": flags,
             "notes": notes,
         }
+
+    def flags(self, busy: float | None = None, gpu_busy: float | None = None) -> list[str]:
+        """Confounder codes this cell's own samples show (rendered beside its figures)."""
+        out = []
+        if self.stalls:
+            out.append("stall")
+        if any(e > EDGE_ERROR_LIMIT for e in self.edge_errors):
+            out.append("short-window")
+        if (busy is not None and self.cpus and busy > self.cpus) or (gpu_busy is not None and gpu_busy > 100):
+            out.append("impossible-figure")
+        return out
+
+    def _flag_notes(self, flags: list[str], busy: float | None, gpu_busy: float | None) -> list[str]:
+        notes = []
+        if "stall" in flags:
+            notes.append(f"{len(self.stalls)} repetition(s) took over {STALL_FACTOR:g}x their trial's fastest "
+                         "(stalled): left out of the per-trial t/s that comparisons use and of the CPU figures; tokens_per_s and "
+                         "samples keep them as llama-bench reported")
+        if "short-window" in flags:
+            bad = sum(e > EDGE_ERROR_LIMIT for e in self.edge_errors)
+            notes.append(f"{bad} of {len(self.edge_errors)} windows differ from llama-bench's own durations by "
+                         f"more than {EDGE_ERROR_LIMIT:.0%} (worst {max(self.edge_errors):.0%}): CPU figures are "
+                         "coarse; use more tokens per test")
+        if busy is not None and self.cpus and busy > self.cpus:
+            notes.append(f"busy cores {busy:.2f} exceed the {self.cpus} CPUs the engine could use: "
+                         "a measurement error (windows too short for their edges), not a real figure")
+        if gpu_busy is not None and gpu_busy > 100:
+            notes.append(f"GPU busy {gpu_busy:.0f}% exceeds 100%: the driver's reading is wrong")
+        return notes
 
 
 def load_cells(store: Store, study_id: str) -> list[Cell]:
@@ -129,9 +175,14 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
                 cell.trial_seq[trial_id] = int(r["seq"])
             continue
         ts = [float(s["tokens_per_s"]) for s in samples]
+        durations = [int(s["duration_ns"]) for s in samples]
         cell.tokens_per_s.extend(ts)
-        cell.trial_means[trial_id] = sum(ts) / len(ts)
+        rate = trial_tokens_per_s(ts, durations)
+        cell.trial_means[trial_id] = rate.tokens_per_s
         cell.trial_seq[trial_id] = int(r["seq"])
+        for i in rate.stalled:
+            cell.stalls.append({"trial": int(r["seq"]), "rep": int(samples[i]["rep"]),
+                                "duration_ms": durations[i] / 1e6, "fastest_ms": min(durations) / 1e6})
         if trial_id not in windows_cache:
             windows_cache[trial_id] = {(int(w["test_idx"]), int(w["rep"])): w
                                        for w in store.windows(trial_id)}
@@ -141,6 +192,9 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             envs[trial_id] = json.loads(r["env_json"] or "{}")
         # one result row per (trial, test): each cell takes the trial's readings once
         env = envs[trial_id]
+        cpus = (env.get("monitor") or {}).get("process", {}).get("cpus_allowed") or env.get("cpu_count")
+        if cpus:
+            cell.cpus = min(cell.cpus or int(cpus), int(cpus))
         cell.notes += env.get("monitor_notes", [])
         cell.spinning.append(len(env.get("spinning_threads", [])))
         mem = env.get("peak_memory_mb") or {}
@@ -151,17 +205,29 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             cell.notes.append(f"spinning thread {t['name']}: {t['cores']} cores with "
                               f"{t['voluntary_switches_per_s']} voluntary switches/s while the GPU works")
         interval_s = float(env.get("sample_interval_s", 0.2))
-        for s in samples:
+        for i, s in enumerate(samples):
             w = wins.get((int(r["test_idx"]), int(s["rep"])))
             if w is None:
                 continue
-            if w["cpu_ms"] is not None:
-                cell.cpu_ms += float(w["cpu_ms"])
-                cell.window_ms += (int(w["end_ns"]) - int(w["start_ns"])) / 1e6
+            window_ns = int(w["end_ns"]) - int(w["start_ns"])
+            engine_ns = int(s["duration_ns"])
+            if w["cpu_ms"] is not None and i not in rate.stalled:
+                # CPU over llama-bench's own duration, not the window's edges (attribute.py);
+                # a stalled repetition's spinning is left out with its t/s
+                share = attributed_cpu_ms(float(w["cpu_ms"]), window_ns, engine_ns)
+                cell.cpu_ms += share.cpu_ms
+                cell.window_ms += share.duration_ms
                 cell.window_tokens += int(s["tokens"])
+                cpu, tokens = cell.trial_cpu.get(trial_id, (0.0, 0))
+                cell.trial_cpu[trial_id] = (cpu + share.cpu_ms, tokens + int(s["tokens"]))
+            err = edge_error(window_ns, engine_ns)
+            if err is not None:
+                cell.edge_errors.append(err)
             counters = json.loads(w["counters_json"]) if w["counters_json"] else {}
             res = window_resources(int(w["start_ns"]), int(w["end_ns"]), counters, timelines[trial_id],
                                    interval_s)
             res["tokens"] = int(s["tokens"])
+            res["engine_s"] = engine_ns / 1e9
+            res["edge_error"] = err
             cell.windows.append(res)
     return list(cells.values())

@@ -69,6 +69,7 @@ def execute(
         after = confounders.snapshot()
         out = llamabench.outcome_from(res, host, arm.env)
         warnings = confounders.compare_snapshots(before, after, (res.t1_ns - res.t0_ns) / 1e9, res.pid)
+        warnings += confounders.outcome_warnings(out)  # stalls, edge errors, impossible figures
         host["monitor_notes"] = monitor.notes()
         host["peak_memory_mb"] = dict(monitor.peak_mb)
         host["sample_interval_s"] = monitor.interval_s  # what the sampler really used

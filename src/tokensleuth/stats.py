@@ -3,8 +3,9 @@
 The comparison unit is a *pair*: one engine process of each arm, run back to back
 in alternating order (AB, BA, ...). Between-process variation (thread placement,
 page cache, clocks) is usually larger than within-process variation, so each
-process contributes one number, its mean tokens/s, and repetitions inside a
-process only sharpen that number. The paired statistic is
+process contributes one number, its mean tokens/s over the repetitions that did
+not stall (:func:`trial_tokens_per_s`), and repetitions inside a process only
+sharpen that number. The paired statistic is
 
     d_j = log(tps_candidate_j / tps_baseline_j)
 
@@ -36,11 +37,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from scipy import stats as sps
 
-VERDICTS = ("faster", "slower", "same", "unresolved")
+# A verdict is one of these four; a misspelt "slower" is a type error (mypy --strict).
+Verdict = Literal["faster", "slower", "same", "unresolved"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,64 @@ class RatioEstimate:
             raise ValueError("ratio outside its own interval")
 
 
+# A repetition that took this many times the trial's fastest one stalled (see below).
+STALL_FACTOR = 5.0
+
+
+def stalled_reps(durations_ns: Sequence[int], factor: float = STALL_FACTOR) -> list[int]:
+    """Indices of the repetitions that took more than ``factor`` x the trial's fastest.
+
+    A stall is not noise: with as many engine threads as cores, one preempted thread
+    holds every other thread at ggml's spin barrier for whole scheduler slices, and
+    60 ms repetitions became 1.5-7.8 s ones on a 2-core machine with one other busy
+    process (issue 8). Ordinary spread is a few percent, so a factor of 5 separates
+    the two with room to spare. The reference is the fastest repetition, not the
+    median: interference only ever adds time, so the fastest is the closest to the
+    undisturbed duration (the argument of the ``timeit`` docs for taking the
+    minimum), and unlike a median it still tells a stall from a normal repetition
+    at ``-r 2`` and when most repetitions of a trial stalled. The fastest repetition
+    itself is never a stall, so a trial always keeps at least one.
+    """
+    if len(durations_ns) < 2:
+        return []
+    fastest = min(durations_ns)
+    if fastest <= 0:
+        return []
+    return [i for i, d in enumerate(durations_ns) if d > factor * fastest]
+
+
+@dataclass(frozen=True, slots=True)
+class TrialRate:
+    """One engine process's tokens/s, the unit of the paired statistic."""
+
+    tokens_per_s: float
+    kept: int  # repetitions that count
+    stalled: tuple[int, ...]  # repetition indices left out
+
+
+def trial_tokens_per_s(tokens_per_s: Sequence[float], durations_ns: Sequence[int],
+                       factor: float = STALL_FACTOR) -> TrialRate:
+    """The trial's mean tokens/s over its repetitions that did not stall.
+
+    Why this and not a median or total tokens / total time: on a trial without a
+    stall it is exactly llama-bench's own ``avg_ts`` (the mean of per-repetition
+    t/s), so tokensleuth's per-trial figure matches what llama-bench prints and
+    what studies stored before this change were compared on; total time would
+    weight each repetition by its duration, which is what lets one 7.8 s
+    repetition drag a trial of 60 ms ones to a tenth of its speed. A median would
+    shrug off one stall in three, but not one in two (the median of two is their
+    mean), and it throws away the precision of the other repetitions on every
+    clean trial. A stall is a different mechanism from the spread of normal
+    repetitions (tens of times slower, not percent), so it is detected and left
+    out explicitly (:func:`stalled_reps`) and reported as a ``stall`` confounder.
+    """
+    if not tokens_per_s or len(tokens_per_s) != len(durations_ns):
+        raise ValueError("need one duration per repetition")
+    stalled = stalled_reps(durations_ns, factor)
+    kept = [v for i, v in enumerate(tokens_per_s) if i not in stalled]
+    return TrialRate(float(np.mean(kept)), len(kept), tuple(stalled))
+
+
 def paired_log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndarray:
     if len(baseline) != len(candidate):
         raise ValueError("paired samples need equal length")
@@ -110,7 +171,7 @@ def ratio_interval(
     return RatioEstimate(n, math.exp(mean), math.exp(mean - t * se), math.exp(mean + t * se), confidence)
 
 
-def verdict(est: RatioEstimate | None, band: float) -> str:
+def verdict(est: RatioEstimate | None, band: float) -> Verdict:
     """faster/slower/same when the interval settles it against ±band, else unresolved."""
     if est is None or not (0 < band < 1):
         return "unresolved"
@@ -178,23 +239,3 @@ def pairs_for_same(est: RatioEstimate, band: float, limit: int = 10_000) -> int 
             return n
         n = n + max(1, n // 8)
     return None
-
-
-def welch_ratio_interval(
-    baseline: Sequence[float], candidate: Sequence[float], confidence: float = 0.99
-) -> RatioEstimate:
-    """Unpaired fallback: ratio of geometric means with a Welch interval on logs."""
-    lb = np.log(np.asarray(baseline, dtype=float))
-    lc = np.log(np.asarray(candidate, dtype=float))
-    if len(lb) < 2 or len(lc) < 2:
-        raise ValueError("need at least 2 values per arm")
-    vb, vc = lb.var(ddof=1) / len(lb), lc.var(ddof=1) / len(lc)
-    se = math.sqrt(vb + vc)
-    diff = float(lc.mean() - lb.mean())
-    if se == 0:
-        return RatioEstimate(min(len(lb), len(lc)), math.exp(diff), math.exp(diff), math.exp(diff),
-                             confidence, "welch on log throughput")
-    df = (vb + vc) ** 2 / (vb**2 / (len(lb) - 1) + vc**2 / (len(lc) - 1))
-    t = float(sps.t.ppf(0.5 + confidence / 2, df=df))
-    return RatioEstimate(min(len(lb), len(lc)), math.exp(diff), math.exp(diff - t * se),
-                         math.exp(diff + t * se), confidence, "welch on log throughput")

@@ -5,16 +5,33 @@ the device has one (NVML total energy, amdgpu energy1_input, RAPL), else the
 trapezoid integral of sampled power; both are kept when both exist so a report
 can cross-check them. A window shorter than ~5 sampling intervals has too few
 power samples for a fair integral or mean, and is flagged.
+
+A window's edges are the arrival times of llama-bench's progress lines, so they
+carry the latency of printing and reading a line (and of waking the reader on a
+machine whose cores the engine keeps busy): about a millisecond on a busy
+2-core machine, against 4-10 ms pp64 repetitions (issue 8). Where llama-bench
+reports the repetition's own duration (``samples_ns``), CPU time is attributed
+over it (:func:`attributed_cpu_ms`) and the difference between the two is the
+window's edge error (:func:`edge_error`), flagged above :data:`EDGE_ERROR_LIMIT`.
+CPU readings are coarse too: Linux's per-process CPU clock only counts a thread
+running on another core up to its last scheduler tick (kernel/sched/cputime.c,
+``thread_group_cputime``; 4 ms steps at HZ=250 on the machine of issue 8), so a
+single few-ms window's busy cores is noise; the figures reported sum many windows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 Timeline = Sequence[tuple[int, Mapping[str, float]]]
+
+# A window whose edges differ from the engine's own duration by more than this
+# share of it is flagged (``short-window``): its CPU figures carry that error.
+EDGE_ERROR_LIMIT = 0.05
 
 
 def _series(timeline: Timeline, key: str, start_ns: int, end_ns: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,3 +101,35 @@ def counter_deltas(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, 
         else:
             out[k] = b[k] - a[k]
     return out
+
+
+def edge_error(window_ns: int, engine_ns: int | None) -> float | None:
+    """|window - engine duration| / engine duration; None where the engine gave none."""
+    if engine_ns is None or engine_ns <= 0:
+        return None
+    return abs(window_ns - engine_ns) / engine_ns
+
+
+@dataclass(frozen=True, slots=True)
+class CpuShare:
+    """A window's CPU time attributed to the engine's timed duration."""
+
+    cpu_ms: float  # CPU ms of the timed duration
+    duration_ms: float  # the timed duration: the engine's own where known, else the window
+
+
+def attributed_cpu_ms(cpu_ms: float, window_ns: int, engine_ns: int | None) -> CpuShare:
+    """CPU time of the engine's timed duration, from the CPU time read at the window's edges.
+
+    The CPU rate is taken over ``max(window, engine duration)`` and multiplied by the
+    engine's duration. A window longer than the repetition (late edges) then sheds the
+    CPU of the untimed work it also covers (printing, the next repetition's set-up); a
+    window shorter than the repetition is never stretched up to it, so edge latency can
+    only make busy cores lower, never above what the cores allow.
+    """
+    if engine_ns is None or engine_ns <= 0:
+        return CpuShare(cpu_ms, window_ns / 1e6)
+    span = max(window_ns, engine_ns)
+    if span <= 0:
+        return CpuShare(cpu_ms, engine_ns / 1e6)
+    return CpuShare(cpu_ms * engine_ns / span, engine_ns / 1e6)

@@ -148,4 +148,13 @@ class Monitor:
         return [n for s in self.sources for n in s.notes()]
 
     def info(self) -> dict[str, Any]:
-        return {s.name: s.info() for s in self.sources}
+        # The engine inherits tokensleuth's CPU affinity: what bounds its busy cores.
+        return {"process": {"cpus_allowed": engine_cpus()}, **{s.name: s.info() for s in self.sources}}
+
+
+def engine_cpus() -> int | None:
+    """Logical CPUs an engine started now may run on (this process's affinity, inherited)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()

@@ -1,0 +1,74 @@
+"""Attribution of CPU time over the engine's own durations, and the confounders a trial's own
+samples and windows show (stall, short-window, impossible-figure), on constructed windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from tokensleuth.confounders import REMEDY, outcome_warnings
+from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error
+from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
+
+MS = 1_000_000
+
+
+def test_cpu_is_attributed_over_the_engines_duration() -> None:
+    # a late end edge: the window (5 ms) covers 1 ms of untimed work beyond the 4 ms repetition
+    share = attributed_cpu_ms(10.0, 5 * MS, 4 * MS)
+    assert share.cpu_ms == pytest.approx(8.0) and share.duration_ms == pytest.approx(4.0)
+    # the issue's case: 9 ms of CPU read across a 4 ms window of a 4.5 ms repetition on 2 cores
+    # was 2.25 busy cores over the window; over max(window, repetition) it cannot pass the reading's rate
+    share = attributed_cpu_ms(9.0, 4 * MS, int(4.5 * MS))
+    assert share.cpu_ms / share.duration_ms == pytest.approx(2.0)
+    # no engine duration known (imported, or a window without its sample): the window it is
+    share = attributed_cpu_ms(3.0, 2 * MS, None)
+    assert (share.cpu_ms, share.duration_ms) == (3.0, 2.0)
+    assert edge_error(int(4.5 * MS), 4 * MS) == pytest.approx(0.125)
+    assert edge_error(4 * MS, None) is None
+
+
+def _outcome(durations_ns: list[int], windows: list[tuple[int, int, float]]) -> TrialOutcome:
+    samples = tuple(SampleRow(i, d, 64) for i, d in enumerate(durations_ns))
+    result = ResultRow(0, "pp64", 64, 0, 0, None, None, {}, samples)
+    wins = tuple(WindowRow(0, i, s, e, cpu) for i, (s, e, cpu) in enumerate(windows))
+    return TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**12, {}, (result,), wins)
+
+
+def _contiguous(lengths_ns: list[int], cpu_ms: list[float]) -> list[tuple[int, int, float]]:
+    out, t = [], 10 * MS
+    for n, c in zip(lengths_ns, cpu_ms, strict=True):
+        out.append((t, t + n, c))
+        t += n
+    return out
+
+
+def test_a_clean_trial_raises_nothing() -> None:
+    d = [60 * MS, 61 * MS, 59 * MS]
+    out = _outcome(d, _contiguous([x + MS // 2 for x in d], [110.0, 112.0, 108.0]))
+    assert outcome_warnings(out, cpus=2) == []
+
+
+def test_a_planted_stall_is_a_stall_warning() -> None:
+    d = [60 * MS, 7800 * MS, 61 * MS]
+    out = _outcome(d, _contiguous(d, [110.0, 9000.0, 112.0]))
+    assert outcome_warnings(out, cpus=2) == [
+        ("stall", "pp64 repetition 2/3 took 7800.0 ms against 60.0 ms")]
+    assert "stall" in REMEDY
+
+
+def test_uncertain_edges_and_impossible_busy_cores_are_flagged() -> None:
+    # 4 ms repetitions whose windows came out 1.07 ms short (the issue's median) ...
+    d = [4 * MS] * 4
+    short = [int(2.93 * MS)] * 4
+    # ... with 7.5 ms of CPU in each: 2.56 busy cores over the window on a 2-core machine, the
+    # issue's impossible figure; over the engine's own 4 ms it is 1.88, and the edges are flagged
+    out = _outcome(d, _contiguous(short, [7.5] * 4))
+    found = dict(outcome_warnings(out, cpus=2))
+    assert set(found) == {"short-window"}
+    assert found["short-window"].startswith("4 of 4 windows differ from llama-bench's own durations by more "
+                                            f"than {EDGE_ERROR_LIMIT:.0%}")
+    # more CPU than the cores can give even over the engine's duration: said so, never printed bare
+    out = _outcome(d, _contiguous(short, [10.0] * 4))
+    found = dict(outcome_warnings(out, cpus=2))
+    assert found["impossible-figure"] == "busy cores 2.50 on 2 CPUs"
+    assert "impossible-figure" in REMEDY and "short-window" in REMEDY
