@@ -35,7 +35,8 @@ def amd_tree(root: Path, power_file: str | None = "power1_input", busy: str = "7
 
 
 def test_amdgpu_with_only_power1_input(tmp_path: Path) -> None:
-    (src,) = AmdgpuSource.probe(tmp_path.joinpath("x").parent if False else amd_tree(tmp_path).parents[3])
+    amd_tree(tmp_path)
+    (src,) = AmdgpuSource.probe(tmp_path)  # the sysfs root, with class/drm/card0/device under it
     s = src.sample()
     assert s["gpu0_power_w"] == pytest.approx(101.1)
     assert s["gpu0_busy_pct"] == 73
