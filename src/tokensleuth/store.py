@@ -1,26 +1,43 @@
 """The study store: SQLite in WAL mode, one transaction per finished trial.
 
 Every sample is committed together with the status change of its trial, so a
-trial is either wholly stored (``done``) or not at all; a trial found ``running``
-on open belonged to a killed process and is put back to ``planned``. That is
-the whole resume story: rerunning a study executes the trials still planned.
+trial is either wholly stored (``done``) or not at all. One process at a time runs
+a study: it holds the study's lease (pid, boot id, host). A trial found ``running``
+when the lease is taken belonged to a holder that died: it is put back to
+``planned``, and when it was started under another boot (the machine froze or
+rebooted) it is first recorded as ``machine-lost``. That is the whole resume story:
+rerunning a study executes the trials still planned.
+
+SQLite's own errors (full disk, read-only or damaged file) become one-line
+UserError/EngineError in one place, :func:`store_errors`.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import errno
 import json
+import os
+import shutil
+import socket
 import sqlite3
+import stat
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import UserError
+from tokensleuth.errors import EngineError, Interrupted, UserError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# PRAGMA application_id of a tokensleuth store ("tksl"); set from schema 2 on.
+APPLICATION_ID = 1953198956
+# The tables a store of any schema version has: a database without them is another program's.
+CORE_TABLES = frozenset({"studies", "arms", "trials", "results", "samples"})
 
 # Numbered migrations: MIGRATIONS[i] takes a database from version i to i+1.
 MIGRATIONS: list[str] = [
@@ -117,9 +134,232 @@ MIGRATIONS: list[str] = [
     CREATE INDEX trials_study ON trials(study_id, status);
     CREATE INDEX results_trial ON results(trial_id);
     """,
+    # 2: the study lease (one runner per study) and the boot a running trial started under.
+    """
+    CREATE TABLE leases (
+        study_id    TEXT PRIMARY KEY REFERENCES studies(id),
+        pid         INTEGER NOT NULL,
+        pid_start   INTEGER,                -- /proc/PID/stat start time: a reused pid differs
+        boot_id     TEXT NOT NULL,          -- /proc/sys/kernel/random/boot_id of the holder
+        host        TEXT NOT NULL,
+        since       REAL NOT NULL           -- wall clock, epoch seconds
+    );
+    ALTER TABLE trials ADD COLUMN boot_id TEXT;
+    PRAGMA application_id = 1953198956
+    """,
 ]
 
 TRIAL_STATUSES = ("planned", "running", "done", "failed", "crashed", "timeout")
+# running: being run (or its runner died); interrupted: stopped by SIGINT/SIGTERM; both resume.
+STUDY_STATUSES = ("running", "interrupted", "done", "failed")
+UNFINISHED = ("running", "interrupted")
+MACHINE_LOST = "machine-lost"
+
+# SQLite primary result codes (sqlite3.h) that say something about the file or the disk,
+# not about tokensleuth's SQL; anything else (a constraint, a misuse) is a bug and keeps
+# its traceback.
+_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
+_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 11, 13, 14
+_SQLITE_NOTADB, _SQLITE_AUTH = 26, 23
+
+
+def _disk_full(path: Path) -> bool:
+    """Whether the file system of ``path`` has (nearly) no room: SQLite's I/O errors do
+    not say ENOSPC, so an I/O error on a full disk is recognised by looking."""
+    for d in (path.parent, path.parent.parent):
+        with suppress(OSError):
+            return shutil.disk_usage(d).free < (1 << 20)
+    return False
+
+
+def translate(path: Path, exc: BaseException) -> UserError | EngineError | None:
+    """The one-line error for a store fault, or None when ``exc`` is not one (a bug)."""
+    fix = "pass another --db path"
+    if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.DatabaseError):
+        return None  # InterfaceError: tokensleuth misused the library
+    if isinstance(exc, sqlite3.DatabaseError):
+        if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError,
+                            sqlite3.InterfaceError)):
+            return None
+        code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+        if code == _SQLITE_FULL or (code in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and _disk_full(path)):
+            return EngineError(f"the disk holding the store {path} is full; nothing of this command "
+                               "was stored — free some space and rerun it")
+        if code == _SQLITE_READONLY:
+            return UserError(f"the store {path} is read-only ({exc}) — make it and its folder "
+                             f"writable, or {fix}")
+        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            return UserError(f"the store {path} is damaged or not a tokensleuth store ({exc}) — "
+                             f"restore it from a backup (sqlite3 {path} .recover saves what is "
+                             f"readable), or {fix}")
+        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+            return UserError(f"the store {path} stayed locked by another process for 30 s — "
+                             "wait for it to finish and rerun")
+        if code in (_SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_AUTH):
+            return UserError(f"cannot open the store {path} ({exc}; SQLite also needs to create "
+                             f"{path.name}-wal and -shm beside it) — make its folder writable, or {fix}")
+        if code == _SQLITE_IOERR:
+            return EngineError(f"I/O error on the store {path} ({exc}) — check the disk, then rerun")
+        return None
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOSPC:
+            return EngineError(f"the disk holding the store {path} is full — free some space and rerun")
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+            why = "a part of its folder path is a file, not a folder"
+        return UserError(f"cannot use {path} as the store ({why}) — {fix}")
+    return None
+
+
+@contextmanager
+def store_errors(path: Path) -> Iterator[None]:
+    """The boundary where SQLite's errors about the file or disk become one-line errors."""
+    try:
+        yield
+    except (sqlite3.Error, OSError) as exc:
+        mapped = translate(path, exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
+
+
+def _unwritable(path: Path) -> bool:
+    """A store file that exists but that SQLite may not write beside (its -wal and -shm)."""
+    wal = path.with_name(path.name + "-wal")
+    no_wal = not wal.exists() or wal.stat().st_size == 0
+    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
+    return path.is_file() and no_wal and not writable
+
+
+def _check_path(path: Path) -> None:
+    """Refuse, before SQLite touches it, a --db that is not a store file nor a place for one."""
+    fix = "pass another --db path"
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        raise UserError(f"cannot use {path} as the store (a part of its folder path is a file, "
+                        f"not a folder) — {fix}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UserError(f"{path} is a folder — give --db a file, e.g. {path / 'tokensleuth.sqlite'}")
+    if not stat.S_ISREG(st.st_mode):
+        # a device, FIFO or socket: SQLite would write -wal/-shm files beside it (/dev/null-wal)
+        raise UserError(f"{path} is not a regular file — {fix}")
+    if st.st_size == 0:
+        return  # an empty file becomes a new store, as SQLite does
+    with open(path, "rb") as fh:
+        if fh.read(16) != b"SQLite format 3\x00":
+            raise UserError(f"{path} is not a tokensleuth database — {fix}")
+
+
+# -- who runs a study -------------------------------------------------------------------
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except OSError:
+        return None
+
+
+def _pid_start(proc_root: Path, pid: int) -> int | None:
+    """The start time of ``pid`` in clock ticks after boot (field 22 of /proc/PID/stat)."""
+    text = _read(proc_root / str(pid) / "stat")
+    if text is None:
+        return None
+    try:
+        return int(text.rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at field 3
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A process that runs (or ran) a study: the fields of a lease row."""
+
+    pid: int
+    pid_start: int | None
+    boot_id: str
+    host: str
+    since: float
+
+    def describe(self) -> str:
+        when = dt.datetime.fromtimestamp(self.since).strftime("%Y-%m-%d %H:%M:%S")
+        return f"pid {self.pid} on {self.host} since {when}"
+
+
+def this_process(proc_root: Path = Path("/proc")) -> Holder:
+    pid = os.getpid()
+    boot = (_read(proc_root / "sys/kernel/random/boot_id") or "").strip()
+    return Holder(pid, _pid_start(proc_root, pid), boot, socket.gethostname(), time.time())
+
+
+def _alive(h: Holder, me: Holder, proc_root: Path) -> bool:
+    """Whether the lease holder ``h`` still runs, seen from ``me``.
+
+    Another boot means the holder died with its machine (a boot id is the only
+    identity that survives a reboot; a pid does not). On the same boot, a pid that is
+    gone, a zombie, or whose start time differs (the pid was reused) is dead.
+    """
+    if h.boot_id != me.boot_id:
+        return False
+    text = _read(proc_root / str(h.pid) / "stat")
+    if text is None:
+        if (proc_root / "self").exists():
+            return False  # /proc works and the pid has no entry: gone
+        try:
+            os.kill(h.pid, 0)  # no /proc: ask the kernel
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    fields = text.rsplit(")", 1)[-1].split()
+    if fields and fields[0] in ("Z", "X"):
+        return False
+    return h.pid_start is None or _pid_start(proc_root, h.pid) == h.pid_start
+
+
+@dataclass(frozen=True, slots=True)
+class LostTrial:
+    """A trial left ``running`` under another boot: the machine froze or rebooted during it."""
+
+    trial_id: int
+    seq: int
+    arm: str
+    model: str
+    workload: str
+    started_at: float | None
+    boot_id: str
+    readings: dict[str, float]  # its last stored timeline values ({} when none were stored)
+
+    def detail(self) -> str:
+        when = ("at " + dt.datetime.fromtimestamp(self.started_at).strftime("%Y-%m-%d %H:%M:%S")
+                if self.started_at else "")
+        last = (", ".join(f"{k} {v:g}" for k, v in sorted(self.readings.items()))
+                if self.readings else "none stored")
+        return (f"machine lost during this trial (trial {self.seq}, {Path(self.model).name} "
+                f"{self.workload or 'all tests'}, started {when} under boot {self.boot_id[:8]}, "
+                f"which has ended); last readings: {last}; the trial is run again")
+
+
+@dataclass(frozen=True, slots=True)
+class StudyHandle:
+    """What :meth:`Store.begin_study` found or made."""
+
+    id: str
+    resumed: bool  # an unfinished study of this spec goes on
+    finished: bool  # this spec's latest study already finished: read it, there is nothing to run
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The study lock held by this process; ``lost`` were found on taking it."""
+
+    study_id: str
+    lost: tuple[LostTrial, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,33 +430,79 @@ class PlannedTrial:
     pair: int = -1
 
 
-class Store:
-    """A connection to the study store. Caller-owned; close it (or use ``with``)."""
+def _holder(row: sqlite3.Row) -> Holder:
+    return Holder(int(row["pid"]), row["pid_start"], str(row["boot_id"]), str(row["host"]),
+                  float(row["since"]))
 
-    def __init__(self, path: Path) -> None:
+
+class Store:
+    """A connection to the study store. Caller-owned; close it (or use ``with``).
+
+    ``with Store(path) as store:`` is also the boundary where SQLite's errors about the
+    file or the disk (inside the block too) become one-line UserError/EngineError.
+    """
+
+    def __init__(self, path: Path, *, proc_root: Path = Path("/proc")) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.exists() and path.stat().st_size > 0:
-            with open(path, "rb") as fh:
-                if fh.read(16) != b"SQLite format 3\x00":
-                    raise UserError(
-                        f"{path} is not a tokensleuth database — pass another --db path"
-                    )
+        self.proc_root = proc_root
+        self.me = this_process(proc_root)
+        self._held: dict[str, int] = {}  # study id -> nesting depth of this process's leases
+        self.read_only = False
+        with store_errors(path):
+            _check_path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if _unwritable(path):
+                self._open_read_only()
+            else:
+                try:
+                    self.db = self._open(sqlite3.connect(path, timeout=30, isolation_level=None))
+                except sqlite3.OperationalError:
+                    if not _unwritable(path):  # e.g. the folder turned out read-only
+                        raise
+                    self._open_read_only()
+
+    def _open_read_only(self) -> None:
+        """Open a store that may not be written (read-only disk or folder, immutable file).
+
+        SQLite could not create its -shm file beside it (or would leave one behind), so
+        the file is opened immutable: reading works, a write is a one-line "read-only"
+        error. Safe only when no -wal file holds unmerged commits (see _unwritable).
+        """
+        uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro&immutable=1"
+        self.db = self._open(sqlite3.connect(uri, uri=True, isolation_level=None), read_only=True)
+        self.read_only = True
+
+    def _open(self, db: sqlite3.Connection, read_only: bool = False) -> sqlite3.Connection:
+        self.db = db
         try:
-            self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=NORMAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-        except sqlite3.DatabaseError as exc:
-            raise UserError(f"cannot open the store {path}: {exc} — pass another --db path") from exc
-        self.db.row_factory = sqlite3.Row
-        self._migrate()
+            db.row_factory = sqlite3.Row
+            # Check whose file it is before anything writes to it (WAL mode rewrites the header).
+            self._check_schema()
+            if read_only:
+                version = int(db.execute("PRAGMA user_version").fetchone()[0])
+                if version < SCHEMA_VERSION:
+                    raise UserError(f"the store {self.path} is read-only and has the older schema "
+                                    f"{version} — make it writable once so tokensleuth can upgrade it")
+                return db
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute("PRAGMA foreign_keys=ON")
+            self._migrate()
+        except BaseException:
+            db.close()
+            raise
+        return db
 
     def __enter__(self) -> Store:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, typ: object, exc: BaseException | None, tb: object) -> None:
+        with suppress(sqlite3.Error):
+            self.close()
+        if exc is not None:
+            mapped = translate(self.path, exc) if isinstance(exc, sqlite3.Error) else None
+            if mapped is not None:
+                raise mapped from exc
 
     def close(self) -> None:
         self.db.close()
@@ -227,17 +513,35 @@ class Store:
         try:
             yield self.db
         except BaseException:
-            self.db.execute("ROLLBACK")
+            # SQLite rolls back by itself on some errors (a full disk): only roll back what is
+            # still open, and never let the rollback hide the error that caused it.
+            if self.db.in_transaction:
+                with suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK")
             raise
         self.db.execute("COMMIT")
 
-    def _migrate(self) -> None:
+    def _check_schema(self) -> None:
+        """Refuse a database of another program before writing anything to it."""
         version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        app = int(self.db.execute("PRAGMA application_id").fetchone()[0])
+        tables = {str(r[0]) for r in self.db.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite%'")}
+        ours = app == APPLICATION_ID or (app == 0 and CORE_TABLES <= tables and {
+            str(r[1]) for r in self.db.execute("PRAGMA table_info(studies)")} >= {
+            "id", "kind", "spec_hash", "spec_json", "status"})
+        if (tables or version or app) and not ours:
+            shown = ", ".join(sorted(tables)[:4]) + (" …" if len(tables) > 4 else "")
+            raise UserError(f"{self.path} is an SQLite database of another program "
+                            f"(tables: {shown or 'none'}) — pass another --db path")
         if version > SCHEMA_VERSION:
             raise UserError(
                 f"{self.path} has store schema {version}, newer than this tokensleuth "
                 f"understands ({SCHEMA_VERSION}) — upgrade tokensleuth or pass another --db"
             )
+
+    def _migrate(self) -> None:
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
         for v in range(version, SCHEMA_VERSION):
             with self.tx() as db:
                 for stmt in MIGRATIONS[v].split(";"):
@@ -256,23 +560,65 @@ class Store:
         plan: Sequence[PlannedTrial],
     ) -> str:
         """Create a study with its arms and planned trials in one transaction."""
-        study_id = uuid.uuid4().hex[:10]
         with self.tx() as db:
+            return self._create_study(db, kind, spec, spec_hash, arms, plan)
+
+    def _create_study(
+        self,
+        db: sqlite3.Connection,
+        kind: str,
+        spec: dict[str, Any],
+        spec_hash: str,
+        arms: Sequence[tuple[str, str, dict[str, Any], Sequence[str], dict[str, str]]],
+        plan: Sequence[PlannedTrial],
+    ) -> str:
+        study_id = uuid.uuid4().hex[:10]
+        db.execute(
+            "INSERT INTO studies(id, kind, spec_hash, spec_json, status, created_at)"
+            " VALUES (?,?,?,?,?,?)",
+            (study_id, kind, spec_hash, json.dumps(spec, sort_keys=True), "running", time.time()),
+        )
+        for name, source, engine, flags, env in arms:
             db.execute(
-                "INSERT INTO studies(id, kind, spec_hash, spec_json, status, created_at)"
+                "INSERT INTO arms(study_id, name, source, engine_json, flags_json, env_json)"
                 " VALUES (?,?,?,?,?,?)",
-                (study_id, kind, spec_hash, json.dumps(spec, sort_keys=True), "running", time.time()),
+                (study_id, name, source, json.dumps(engine), json.dumps(list(flags)),
+                 json.dumps(env)),
             )
-            for name, source, engine, flags, env in arms:
-                db.execute(
-                    "INSERT INTO arms(study_id, name, source, engine_json, flags_json, env_json)"
-                    " VALUES (?,?,?,?,?,?)",
-                    (study_id, name, source, json.dumps(engine), json.dumps(list(flags)),
-                     json.dumps(env)),
-                )
-            self._insert_plan(db, study_id, plan, start_seq=0)
+        self._insert_plan(db, study_id, plan, start_seq=0)
         return study_id
 
+    def begin_study(
+        self,
+        kind: str,
+        spec: dict[str, Any],
+        spec_hash: str,
+        *,
+        resume: bool,
+        arms: Sequence[tuple[str, str, dict[str, Any], Sequence[str], dict[str, str]]] = (),
+        plan: Sequence[PlannedTrial] = (),
+    ) -> StudyHandle:
+        """Find the study to run for this spec, or create it (with ``arms`` and ``plan``).
+
+        ``resume``: the latest study of this exact spec, if there is one — unfinished
+        (``resumed``) or finished (``finished``: the caller reads its stored results) —
+        else a new one (a run killed before its study existed simply starts). Without
+        ``resume`` a new study is always created. Find and create are one transaction,
+        so two processes resuming at once find the same study (and its lease).
+        """
+        with self.tx() as db:
+            if resume:
+                row = db.execute(
+                    "SELECT id, status FROM studies WHERE kind=? AND spec_hash=?"
+                    " ORDER BY created_at DESC, rowid DESC LIMIT 1",
+                    (kind, spec_hash),
+                ).fetchone()
+                if row is not None:
+                    status = str(row["status"])
+                    return StudyHandle(str(row["id"]), status in UNFINISHED,
+                                       status not in UNFINISHED, status)
+            sid = self._create_study(db, kind, spec, spec_hash, arms, plan)
+            return StudyHandle(sid, False, False, "running")
     def add_trials(self, study_id: str, plan: Sequence[PlannedTrial]) -> None:
         """Append planned trials (a later round of a sequential study)."""
         with self.tx() as db:
@@ -298,30 +644,143 @@ class Store:
             )
 
     def find_resumable(self, kind: str, spec_hash: str) -> str | None:
+        """The latest unfinished (running or interrupted) study of this spec."""
         row = self.db.execute(
-            "SELECT id FROM studies WHERE kind=? AND spec_hash=? AND status='running'"
-            " ORDER BY created_at DESC LIMIT 1",
-            (kind, spec_hash),
+            "SELECT id FROM studies WHERE kind=? AND spec_hash=? AND status IN (?, ?)"
+            " ORDER BY created_at DESC, rowid DESC LIMIT 1",
+            (kind, spec_hash, *UNFINISHED),
         ).fetchone()
         return None if row is None else str(row["id"])
 
     def find_study(self, kind: str, spec_hash: str) -> str | None:
         row = self.db.execute(
-            "SELECT id FROM studies WHERE kind=? AND spec_hash=? ORDER BY created_at DESC LIMIT 1",
+            "SELECT id FROM studies WHERE kind=? AND spec_hash=?"
+            " ORDER BY created_at DESC, rowid DESC LIMIT 1",
             (kind, spec_hash),
         ).fetchone()
         return None if row is None else str(row["id"])
 
+    # -- the study lease ------------------------------------------------------------
+
+    @contextmanager
+    def lease(self, study_id: str) -> Iterator[Lease]:
+        """Hold the study's lock while running it; only one process runs a study at once.
+
+        Taking it fails with a UserError naming the live holder; a holder that died
+        (same boot) or whose boot ended is stale and taken over, and the trials it left
+        ``running`` are recovered (see :meth:`recover`). SIGINT/SIGTERM inside
+        (KeyboardInterrupt, Interrupted) mark the study ``interrupted`` and put its
+        in-flight trial back to ``planned`` before the exception goes on. Re-entrant in
+        one process.
+        """
+        depth = self._held.get(study_id, 0)
+        lost: tuple[LostTrial, ...] = ()
+        if depth == 0:
+            with self.tx() as db:
+                self._take_lease(db, study_id)
+                lost = tuple(self._recover(db, study_id))
+        self._held[study_id] = depth + 1
+        try:
+            yield Lease(study_id, lost)
+        except (KeyboardInterrupt, Interrupted):
+            if depth == 0:
+                self._interrupted(study_id)
+            raise
+        finally:
+            self._held[study_id] = depth
+            if depth == 0:
+                del self._held[study_id]
+                self._release(study_id)
+
+    def holder(self, study_id: str) -> Holder | None:
+        """Who holds the study's lease (maybe a dead process), or None."""
+        row = self.db.execute("SELECT * FROM leases WHERE study_id=?", (study_id,)).fetchone()
+        return None if row is None else _holder(row)
+
+    def _take_lease(self, db: sqlite3.Connection, study_id: str) -> None:
+        self._check_lease(db, study_id)
+        me = self.me
+        db.execute(
+            "INSERT OR REPLACE INTO leases(study_id, pid, pid_start, boot_id, host, since)"
+            " VALUES (?,?,?,?,?,?)",
+            (study_id, me.pid, me.pid_start, me.boot_id, me.host, time.time()),
+        )
+        # a continued study (interrupted, or finished and given more pairs) runs again
+        db.execute("UPDATE studies SET status='running', finished_at=NULL WHERE id=?", (study_id,))
+
+    def _check_lease(self, db: sqlite3.Connection, study_id: str) -> None:
+        """Raise when another live process holds the study's lease."""
+        row = db.execute("SELECT * FROM leases WHERE study_id=?", (study_id,)).fetchone()
+        if row is None:
+            return
+        h = _holder(row)
+        mine = (h.pid, h.boot_id, h.pid_start) == (self.me.pid, self.me.boot_id, self.me.pid_start)
+        if not mine and _alive(h, self.me, self.proc_root):
+            raise UserError(f"study {study_id} is being run by {h.describe()} — wait for it, "
+                            f"or stop it (kill {h.pid}) and rerun with --resume")
+
+    def _release(self, study_id: str) -> None:
+        # Best effort: a lease left behind by a failed write names a pid that is about to
+        # exit, and a dead holder's lease is taken over.
+        with suppress(sqlite3.Error):
+            with self.tx() as db:
+                db.execute("DELETE FROM leases WHERE study_id=? AND pid=? AND boot_id=?",
+                           (study_id, self.me.pid, self.me.boot_id))
+
+    def _interrupted(self, study_id: str) -> None:
+        with suppress(sqlite3.Error):
+            if self.db.in_transaction:  # the signal landed inside a transaction
+                self.db.execute("ROLLBACK")
+            with self.tx() as db:
+                db.execute("UPDATE trials SET status='planned', started_at=NULL, boot_id=NULL"
+                           " WHERE study_id=? AND status='running'", (study_id,))
+                db.execute("UPDATE studies SET status='interrupted' WHERE id=? AND status='running'",
+                           (study_id,))
+
     def recover(self, study_id: str) -> int:
-        """Put trials left ``running`` by a killed process back to ``planned``."""
+        """Put trials left ``running`` by a dead runner back to ``planned``; return how many.
+
+        Refuses (UserError) while another live process holds the study's lease.
+        """
         with self.tx() as db:
-            cur = db.execute(
-                "UPDATE trials SET status='planned', started_at=NULL WHERE study_id=? AND status='running'",
-                (study_id,),
-            )
-            return cur.rowcount
+            self._check_lease(db, study_id)
+            n = db.execute("SELECT COUNT(*) FROM trials WHERE study_id=? AND status='running'",
+                           (study_id,)).fetchone()[0]
+            self._recover(db, study_id)
+            return int(n)
+
+    def _recover(self, db: sqlite3.Connection, study_id: str) -> list[LostTrial]:
+        """Recover running trials; those started under another boot are recorded as lost.
+
+        A dead process of this boot leaves nothing worth keeping (its samples were never
+        committed). A trial whose boot ended took its machine down with it (a model too
+        large for memory freezes the host): that is a finding, so it becomes a
+        ``machine-lost`` warning with the last readings stored, and the trial runs again.
+        """
+        lost: list[LostTrial] = []
+        rows = db.execute(
+            "SELECT t.*, a.name AS arm FROM trials t JOIN arms a ON a.id=t.arm_id"
+            " WHERE t.study_id=? AND t.status='running' ORDER BY t.seq", (study_id,)).fetchall()
+        for r in rows:
+            boot = r["boot_id"]
+            if boot and boot != self.me.boot_id:
+                last = db.execute("SELECT values_json FROM timeline WHERE trial_id=?"
+                                  " ORDER BY t_ns DESC LIMIT 1", (r["id"],)).fetchone()
+                t = LostTrial(int(r["id"]), int(r["seq"]), str(r["arm"]), str(r["model"]),
+                              str(r["workload"]), r["started_at"], str(boot),
+                              json.loads(last["values_json"]) if last else {})
+                db.execute("INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)",
+                           (t.trial_id, MACHINE_LOST, t.detail()))
+                # the rerun records its own timeline; the lost run's readings live on in the detail
+                db.execute("DELETE FROM timeline WHERE trial_id=?", (t.trial_id,))
+                lost.append(t)
+        db.execute("UPDATE trials SET status='planned', started_at=NULL, boot_id=NULL"
+                   " WHERE study_id=? AND status='running'", (study_id,))
+        return lost
 
     def finish_study(self, study_id: str, status: str = "done") -> None:
+        if status not in STUDY_STATUSES:
+            raise ValueError(f"not a study status: {status!r}")
         with self.tx() as db:
             db.execute(
                 "UPDATE studies SET status=?, finished_at=? WHERE id=?",
@@ -329,8 +788,11 @@ class Store:
             )
 
     def study(self, study_id: str) -> sqlite3.Row:
+        """The study whose id is, or starts with, ``study_id`` (taken literally)."""
+        if not study_id:
+            raise UserError("the study id is empty — list the studies with `tokensleuth studies`")
         rows = self.db.execute(
-            "SELECT * FROM studies WHERE id LIKE ? || '%'", (study_id,)
+            "SELECT * FROM studies WHERE substr(id, 1, ?) = ?", (len(study_id), study_id)
         ).fetchall()
         if not rows:
             raise UserError(f"no study {study_id!r} in {self.path} — list them with `tokensleuth studies`")
@@ -375,10 +837,11 @@ class Store:
         ).fetchall()
 
     def mark_running(self, trial_id: int) -> None:
+        """Mark a planned trial running under this boot (a later boot then knows it was lost)."""
         with self.tx() as db:
             db.execute(
-                "UPDATE trials SET status='running', started_at=? WHERE id=? AND status='planned'",
-                (time.time(), trial_id),
+                "UPDATE trials SET status='running', started_at=?, boot_id=? WHERE id=? AND status='planned'",
+                (time.time(), self.me.boot_id, trial_id),
             )
 
     def finish_trial(self, trial_id: int, out: TrialOutcome) -> None:
