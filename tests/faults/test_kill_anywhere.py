@@ -1,0 +1,133 @@
+"""SIGKILL at random moments across bench, compare and bisect, then --resume: every
+trial stored once, nothing lost, the same answer, no engine left behind.
+
+The moments are drawn from a seeded generator (TOKENSLEUTH_KILL_SEED, printed on
+failure); TOKENSLEUTH_KILLS sets how many kills each command takes (default 3).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.sources.build import EngineBuild
+
+KILLS = int(os.environ.get("TOKENSLEUTH_KILLS", "3"))
+SEED = int(os.environ.get("TOKENSLEUTH_KILL_SEED", str(int(time.time()))))
+
+
+@pytest.fixture()
+def rng() -> random.Random:
+    print(f"TOKENSLEUTH_KILL_SEED={SEED}")
+    return random.Random(SEED)
+
+
+def _engines_of(model: Path) -> str:
+    return subprocess.run(["pgrep", "-f", "--", f"-m {model}"], capture_output=True, text=True).stdout.strip()
+
+
+def kill_and_resume(cmd: list[str], env: dict[str, str], model: Path, rng: random.Random, kills: int,
+                    span_s: float) -> tuple[subprocess.CompletedProcess[str], list[float]]:
+    """Run ``cmd``, SIGKILL it at a random moment up to ``kills`` times (each rerun with
+    --resume), then let the last --resume finish. Returns that run and the kill moments."""
+    resume = [cmd[0], cmd[1], "--resume", *cmd[2:]]
+    moments = []
+    for k in range(kills):
+        t = rng.uniform(0.05, span_s)
+        p = subprocess.Popen(cmd if k == 0 else resume, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        try:
+            p.wait(timeout=t)
+            break  # it finished before the kill: nothing left to interrupt
+        except subprocess.TimeoutExpired:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+            moments.append(round(t, 2))
+        deadline = time.monotonic() + 5  # the engine dies with its parent (PR_SET_PDEATHSIG)
+        while _engines_of(model) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _engines_of(model) == "", f"engine left running after the kill at {t:.2f} s (seed {SEED})"
+    final = subprocess.run(resume if moments else cmd, env=env, capture_output=True, text=True, timeout=900)
+    return final, moments
+
+
+def _no_duplicates(con: sqlite3.Connection) -> None:
+    dup = con.execute("SELECT study_id, pair, arm_id, model, workload, COUNT(*) FROM trials WHERE pair >= 0"
+                      " GROUP BY study_id, pair, arm_id, model, workload HAVING COUNT(*) > 1").fetchall()
+    assert dup == [], f"a pair measured twice: {dup} (seed {SEED})"
+    dup = con.execute("SELECT trial_id, test_idx, COUNT(*) FROM results GROUP BY trial_id, test_idx"
+                      " HAVING COUNT(*) > 1").fetchall()
+    assert dup == []
+    running = con.execute("SELECT COUNT(*) FROM trials WHERE status IN ('running', 'planned')").fetchone()[0]
+    assert running == 0
+
+
+def test_bench_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], db: Path,
+                               rng: random.Random) -> None:
+    trials = 5
+    cmd = [tokensleuth_bin(), "bench", "--model", str(dense_model), "--trials", str(trials),
+           "--", "-p", "32", "-n", "8", "-r", "3"]
+    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 6.0)
+    assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bench'").fetchone()[0] == 1
+    assert [r[0] for r in con.execute("SELECT status FROM trials")] == ["done"] * trials
+    assert con.execute("SELECT COUNT(*) FROM results").fetchone()[0] == trials * 2
+    assert con.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == trials * 2 * 3
+    _no_duplicates(con)
+
+
+def test_compare_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], db: Path,
+                                 rng: random.Random, tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    e = f"bin:{engine.bin_dir}"
+    cmd = [tokensleuth_bin(), "compare", "--arm", f"a={e}", "--arm", f"b={e}", "-m", str(dense_model),
+           "-w", "pp32", "-w", "tg8", "--min-pairs", "4", "--max-pairs", "4", "--json", str(out), "--", "-r", "2"]
+    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 12.0)
+    assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='compare'").fetchone()[0] == 1
+    # 4 pairs x 2 arms x 2 workloads, each run exactly once
+    cells = Counter(con.execute("SELECT workload, status FROM trials").fetchall())
+    assert cells == {("pp32", "done"): 8, ("tg8", "done"): 8}
+    _no_duplicates(con)
+    assert [c["pairs"] for c in json.loads(out.read_text())["comparisons"]] == [4, 4]
+
+
+def _bin(d: Path, real: Path, extra: str = "") -> Path:
+    d.mkdir()
+    (d / "llama-bench").write_text(f'#!/bin/bash\nif [ "$1" = --help ]; then exec {real} --help; fi\n'
+                                   f'exec {real} "$@" {extra}\n')
+    (d / "llama-bench").chmod(0o755)
+    return d
+
+
+def test_bisect_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], db: Path,
+                                rng: random.Random, tmp_path: Path) -> None:
+    real = Path(engine.bin_dir) / "llama-bench"
+    # good, good, then one thread instead of two: clearly slower from "r2" on
+    dirs = [_bin(tmp_path / "r0", real), _bin(tmp_path / "r1", real), _bin(tmp_path / "r2", real, "-t 1"),
+            _bin(tmp_path / "r3", real, "-t 1")]
+    out = tmp_path / "b.json"
+    cmd = [tokensleuth_bin(), "bisect", *[a for d in dirs for a in ("--bin", str(d))], "-m", str(dense_model),
+           "-w", "tg16", "--band", "5%", "--max-pairs", "10", "--json", str(out), "--", "-r", "2"]
+    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 20.0)
+    assert final.returncode == 0, f"{final.stdout[-1000:]}{final.stderr[-2000:]} (kills {moments}, seed {SEED})"
+    r = json.loads(out.read_text())
+    assert r["status"] == "found" and r["first_bad"] == "r2" and r["verified"], (r, moments, SEED)
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1
+    # each comparison (A, B) measured in one study, never started over
+    hashes = [h for (h,) in con.execute("SELECT spec_hash FROM studies WHERE kind='compare'")]
+    assert len(hashes) == len(set(hashes))
+    _no_duplicates(con)
