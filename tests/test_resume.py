@@ -65,11 +65,90 @@ def test_killed_study_resumes_without_loss_or_duplicates(
     assert ps.stdout.strip() == ""
 
 
-def test_resume_without_unfinished_study_is_a_user_error(
-    engine: EngineBuild, dense_model: Path, cli_env: dict[str, str]
+SMALL = ["-p", "16", "-n", "4", "-r", "2"]
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tokensleuth_bin(), *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_resume_starts_a_missing_study_says_a_finished_one_and_reruns_a_machine_lost_trial(
+    engine: EngineBuild, dense_model: Path, db: Path, cli_env: dict[str, str]
 ) -> None:
-    p = subprocess.run([tokensleuth_bin(), "bench", "--resume", "--model", str(dense_model), "--", *ARGS],
-                       env=cli_env, capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2
-    assert p.stderr.startswith("error: no unfinished bench study")
-    assert len(p.stderr.strip().splitlines()) == 1
+    args = ["bench", "--resume", "--model", str(dense_model), "--", *SMALL]
+    # killed before the study row existed: --resume simply starts it
+    first = _run(args, cli_env)
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.count(" done: ") == 1
+    con = sqlite3.connect(db)
+    (sid,) = con.execute("SELECT id FROM studies").fetchone()
+    assert f"study: {sid}" in first.stdout
+
+    # finished: nothing runs again, the stored results are shown, no error
+    again = _run(args, cli_env)
+    assert again.returncode == 0, again.stderr
+    assert " done: " not in again.stderr
+    assert f"study: {sid}" in again.stdout
+    assert con.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 1
+
+    # the machine froze mid-trial: the trial is left running under a boot that ended
+    (tid,) = con.execute("SELECT id FROM trials").fetchone()
+    con.execute("DELETE FROM samples WHERE result_id IN (SELECT id FROM results WHERE trial_id=?)", (tid,))
+    for table in ("results", "windows", "timeline", "warnings"):
+        con.execute(f"DELETE FROM {table} WHERE trial_id=?", (tid,))
+    con.execute("UPDATE trials SET status='running', boot_id='0000-ended-boot' WHERE id=?", (tid,))
+    con.execute("UPDATE studies SET status='running'")
+    con.commit()
+    lost = _run(args, cli_env)
+    assert lost.returncode == 0, lost.stderr
+    assert lost.stderr.count(" done: ") == 1  # re-run
+    assert "machine-lost in 1 trial(s)" in lost.stdout  # counted in the report
+    assert "machine lost during this trial" in lost.stdout
+    rows = con.execute("SELECT t.status, w.code FROM trials t JOIN warnings w ON w.trial_id=t.id"
+                       " WHERE w.code='machine-lost'").fetchall()
+    assert rows == [("done", "machine-lost")]
+    assert con.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 2  # pp16 and tg4, once each
+    con.close()
+
+
+def _leased(db: Path) -> bool:
+    if not db.exists():
+        return False
+    con = sqlite3.connect(db, timeout=30)
+    try:
+        return int(con.execute("SELECT COUNT(*) FROM leases").fetchone()[0]) > 0
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        con.close()
+
+
+def test_second_resume_is_told_who_runs_the_study(
+    engine: EngineBuild, dense_model: Path, db: Path, cli_env: dict[str, str]
+) -> None:
+    trials = 3
+    cmd = [tokensleuth_bin(), "bench", "--resume", "--model", str(dense_model), "--trials", str(trials),
+           "--", *SMALL]
+    proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _leased(db) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert _leased(db), "the first run must hold the study's lease"
+        second = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=120)
+        first_out, first_err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1, second.stderr
+    assert f"is being run by pid {proc.pid} on " in lines[0]
+    assert "wait for it, or stop it" in lines[0]
+    # the first run finished undisturbed: every trial once
+    assert proc.returncode == 0, first_err
+    con = sqlite3.connect(db)
+    assert [r[0] for r in con.execute("SELECT status FROM trials")] == ["done"] * trials
+    assert con.execute("SELECT COUNT(DISTINCT trial_id), COUNT(*) FROM results").fetchone() == (trials, trials * 2)
+    assert con.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0  # released
+    con.close()

@@ -16,13 +16,12 @@ from typing import Any
 from tokensleuth import stats
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.engines.llamabench import workload_flags
-from tokensleuth.errors import UserError
 from tokensleuth.plan import pair_round
 from tokensleuth.results import load_cells
 from tokensleuth.runner import ArmRuntime, TrialCallback, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
-from tokensleuth.store import Store
+from tokensleuth.store import Store, StudyHandle
 
 CellKey = tuple[str, str]  # (model, workload)
 
@@ -164,6 +163,7 @@ def run_compare(
     create: bool = False,
     measure: bool = True,
     add_pairs_to: int | None = None,
+    on_study: Callable[[StudyHandle], None] | None = None,
 ) -> tuple[str, list[Comparison]]:
     """Run (or resume) a compare study to its verdicts; return (study id, comparisons).
 
@@ -173,20 +173,36 @@ def run_compare(
     ``measure=False`` only reads that study back (("", []) when there is none).
     ``add_pairs_to``: the caller asked for more pairs (a resumed unresolved answer):
     unresolved cells get one round up to that many pairs before the futility stop applies.
+    ``resume``: the latest study of this measurement, finished or not, goes on (a finished
+    one only where its cells are still open under this spec), else a new one starts.
+    ``on_study`` is told which (:class:`StudyHandle`) before anything runs. The study's
+    lease is held while it runs (a second process resuming it gets a one-line error).
     """
     spec_json = spec.model_dump()
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
     h = spec_hash(measurement_identity(spec_json))
-    study_id = store.find_resumable("compare", h) if resume else None
-    if create and study_id is None:
-        study_id = store.find_study("compare", h)
     if not measure:
+        study_id = (store.find_resumable("compare", h) if resume else None) or (
+            store.find_study("compare", h) if create else None)
         return (study_id, analyze(store, study_id, spec)) if study_id else ("", [])
-    if resume and study_id is None and not create:
-        raise UserError("no unfinished compare study matches this command — run it without --resume")
-    if study_id is None:
-        arms = [(a.name, a.source, builds[a.name].to_json(), a.flags, a.env) for a in spec.arms]
-        study_id = store.create_study("compare", spec_json, h, arms, [])
+    arms = [(a.name, a.source, builds[a.name].to_json(), a.flags, a.env) for a in spec.arms]
+    handle = store.begin_study("compare", spec_json, h, resume=resume or create, arms=arms)
+    if on_study:
+        on_study(handle)
+    with store.lease(handle.id):
+        return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to)
+
+
+def _run_rounds(
+    store: Store,
+    study_id: str,
+    spec: CompareSpec,
+    builds: Mapping[str, EngineBuild],
+    on_trial: TrialCallback | None,
+    on_round: Callable[[int, int], None] | None,
+    add_pairs_to: int | None,
+) -> list[Comparison]:
+    """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = {
         a.name: ArmRuntime(a.name, Path(builds[a.name].bin_dir) / "llama-bench",
                            (*a.flags, *spec.common_flags), a.env)
@@ -228,7 +244,7 @@ def run_compare(
         if on_round:
             on_round(len(open_cells), max(open_cells.values()))
     store.finish_study(study_id)
-    return study_id, analyze(store, study_id, spec)
+    return analyze(store, study_id, spec)
 
 
 def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
