@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from tokensleuth.engines.llamabench import parse_workload
+from tokensleuth.engines.llamabench import canonical_workload, parse_workload
 from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
 from tokensleuth.models.info import check_gguf
@@ -141,6 +141,13 @@ class CompareSpec(BaseModel):
     @classmethod
     def _split(cls, v: object) -> object:
         return shlex.split(v) if isinstance(v, str) else v
+
+    @field_validator("workloads")
+    @classmethod
+    def _canonical(cls, v: list[str]) -> list[str]:
+        # One name per workload, llama-bench's (tg128@d0 -> tg128): trials are planned and
+        # stored under it and results come back under it, so the cells match.
+        return list(dict.fromkeys(canonical_workload(w) for w in v))
 
     def baseline_name(self) -> str:
         return self.baseline or self.arms[0].name

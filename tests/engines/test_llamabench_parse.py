@@ -116,3 +116,43 @@ def test_workloads() -> None:
     assert workload_flags("tg128") == ["-p", "0", "-n", "128", "-d", "0"]
     with pytest.raises(UserError):
         parse_workload("xx12")
+
+
+def test_workload_grammar_and_canonical_names() -> None:
+    from tokensleuth.engines.llamabench import canonical_workload
+
+    forms = {"pp512": "pp512", "tg128": "tg128", "pp512+tg128": "pp512+tg128", "pp2048@d4096": "pp2048@d4096",
+             "tg128@d0": "tg128", "pp512@d0": "pp512", "pp512+tg128@d0": "pp512+tg128",
+             "pp512+tg128@d64": "pp512+tg128@d64", "pp0512": "pp512", " tg 128 ": "tg128", "tg128@d064": "tg128@d64"}
+    for form, canon in forms.items():
+        assert canonical_workload(form) == canon, form
+        n_p, n_g, n_d = parse_workload(form)
+        assert bench_test_name(n_p, n_g, n_d) == canon  # the name llama-bench's results come back under
+    for bad in ("tg0", "pp0", "pp0+tg8", "+tg128", "pp512+", "pp512tg128", "tg128+pp512", "pp", "@d4", "",
+                "pp99999999999", "PP512", "pp512@d", "pp١٢", "pp512\x00"):
+        with pytest.raises(UserError):
+            parse_workload(bad)
+
+
+def test_every_workload_form_gets_its_resources(engine: Any, dense_model: Any, tmp_path: Any) -> None:
+    """Each grammar form, run end to end on the real engine: its cells carry resources."""
+    import json
+
+    from tokensleuth.cli import main
+
+    forms = ["pp8", "tg2", "pp8+tg2", "pp8@d4", "tg2@d4", "pp8+tg2@d4", "tg2@d0", "pp08+tg2@d0"]
+    out = tmp_path / "c.json"
+    args = ["compare", "--db", str(tmp_path / "s.db"), "--arm", f"a=bin:{engine.bin_dir}",
+            "--arm", f"b=bin:{engine.bin_dir}", "--model", str(dense_model), "--min-pairs", "2",
+            "--max-pairs", "2", "--json", str(out)]
+    for f in forms:
+        args += ["-w", f]
+    assert main([*args, "--", "-r", "1"]) == 0
+    doc = json.loads(out.read_text())
+    got = {c["workload"]: c for c in doc["comparisons"]}
+    # tg2@d0 is tg2 and pp08+tg2@d0 is pp8+tg2: one cell each, under llama-bench's name
+    assert sorted(got) == sorted({"pp8", "tg2", "pp8+tg2", "pp8@d4", "tg2@d4", "pp8+tg2@d4"})
+    for name, c in got.items():
+        assert c["pairs"] == 2, name
+        for arm in ("baseline", "candidate"):
+            assert c["resources"][arm]["cpu_ms_per_token"] is not None, (name, arm)
