@@ -527,6 +527,13 @@ class Store:
         app = int(self.db.execute("PRAGMA application_id").fetchone()[0])
         tables = {str(r[0]) for r in self.db.execute(
             "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite%'")}
+        # A later tokensleuth may lay its tables out otherwise: judge by the id it sets.
+        plausible = app == APPLICATION_ID or (app == 0 and (not tables or CORE_TABLES <= tables))
+        if version > SCHEMA_VERSION and plausible:
+            raise UserError(
+                f"{self.path} has store schema {version}, newer than this tokensleuth "
+                f"understands ({SCHEMA_VERSION}) — upgrade tokensleuth or pass another --db"
+            )
         ours = app == APPLICATION_ID or (app == 0 and CORE_TABLES <= tables and {
             str(r[1]) for r in self.db.execute("PRAGMA table_info(studies)")} >= {
             "id", "kind", "spec_hash", "spec_json", "status"})
@@ -534,11 +541,6 @@ class Store:
             shown = ", ".join(sorted(tables)[:4]) + (" …" if len(tables) > 4 else "")
             raise UserError(f"{self.path} is an SQLite database of another program "
                             f"(tables: {shown or 'none'}) — pass another --db path")
-        if version > SCHEMA_VERSION:
-            raise UserError(
-                f"{self.path} has store schema {version}, newer than this tokensleuth "
-                f"understands ({SCHEMA_VERSION}) — upgrade tokensleuth or pass another --db"
-            )
 
     def _migrate(self) -> None:
         version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
