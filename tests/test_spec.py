@@ -86,5 +86,7 @@ def test_unreadable_study_file(tmp_path: Path) -> None:
     f.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(UserError, match="not UTF-8"):
         load_compare_toml(f)
+    with pytest.raises(UserError, match="is a folder"):
+        load_compare_toml(tmp_path)  # a folder
     with pytest.raises(UserError, match="does not exist"):
-        load_compare_toml(tmp_path)  # a directory
+        load_compare_toml(tmp_path / "missing.toml")

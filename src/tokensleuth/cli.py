@@ -434,7 +434,7 @@ def model_synth(
     size: Annotated[str, typer.Option(help="tiny, small or medium.")] = "tiny",
     quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16.")] = "Q8_0",
     engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
-    seed: Annotated[int, typer.Option(help="Random seed of the weights.")] = 0,
+    seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Random seed of the weights.")] = 0,
     cmake: CmakeOpt = [],  # noqa: B006
 ) -> None:
     """Write a synthetic GGUF model (random weights, real tokenizer)."""
@@ -490,6 +490,8 @@ def import_cmd(
     """Import an existing llama-bench output into the store."""
     from tokensleuth.importer import import_file
 
+    if file.is_dir():
+        raise UserError(f"{file} is a folder — give the path of a llama-bench output file")
     if not file.is_file():
         raise UserError(f"{file} does not exist — give the path of a llama-bench output file")
     with open_store(db) as store:

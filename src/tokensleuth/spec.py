@@ -28,7 +28,10 @@ def model_paths(models: list[str] | list[Path]) -> list[str]:
         raise UserError("no model given — pass --model PATH (make one with `tokensleuth model synth`)")
     out = []
     for m in models:
-        p = Path(m).expanduser().resolve()
+        try:
+            p = Path(m).expanduser().resolve()
+        except (RuntimeError, OSError, ValueError):  # ~nosuchuser, a symlink loop, a NUL byte
+            raise UserError(f"cannot resolve the model path {str(m)!r} — write the full path") from None
         check_gguf(p)
         out.append(str(p))
     return out
@@ -177,6 +180,8 @@ class CompareSpec(BaseModel):
 
 def load_compare_toml(path: Path) -> CompareSpec:
     """Read a TOML study file; one clear line for any mistake in it."""
+    if path.is_dir():
+        raise UserError(f"study file {path} is a folder — give the path of a .toml file")
     if not path.is_file():
         raise UserError(f"study file {path} does not exist — check the path")
     try:
