@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import GOLDEN, tokensleuth_bin
 from tokensleuth import stats
 from tokensleuth.cli import main
@@ -196,9 +198,15 @@ def test_a_stalled_repetition_is_flagged_in_bench(engine: EngineBuild, dense_mod
     (st,) = res["stalls"]
     assert st["rep"] == 2 and st["duration_ms"] > 5 * st["fastest_ms"]
     assert len(r["samples"]) == 6  # the stalled sample is kept, as llama-bench reported it
+    # t/s (table and JSON) summarizes the five that did not stall: the second trial's third
+    kept = r["samples"][:5]
+    assert r["samples"][5] < min(kept) / 5
+    assert r["tokens_per_s"]["mean"] == pytest.approx(sum(kept) / 5)
     header, *_ = p.stdout.splitlines()
     row = next(ln for ln in p.stdout.splitlines() if "pp64" in ln)
     assert header.rstrip(" |").endswith("flags") and "stall×1" in row
+    assert [c.strip() for c in row.split("|")][8:10] == [f"{r['tokens_per_s']['mean']:.2f} ± "
+                                                         f"{r['tokens_per_s']['sd']:.2f}", "5"]
     assert "- stall in 1 trial(s): engine: pp64 repetition 3/3 took" in p.stdout
     assert "left out of the trial's t/s" in p.stdout
 

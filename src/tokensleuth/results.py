@@ -25,6 +25,8 @@ class Cell:
     test_idx: int
     meta: dict[str, Any]
     tokens_per_s: list[float] = field(default_factory=list)  # every sample, as llama-bench reported it
+    # the samples that did not stall: what the tables' and JSON's t/s mean and sd summarize
+    kept_tokens_per_s: list[float] = field(default_factory=list)
     # one entry per trial: its mean t/s over the repetitions that did not stall (the unit
     # of a paired comparison; stats.trial_tokens_per_s says why)
     trial_means: dict[int, float] = field(default_factory=dict)
@@ -136,8 +138,7 @@ class Cell:
         notes = []
         if "stall" in flags:
             notes.append(f"{len(self.stalls)} repetition(s) took over {STALL_FACTOR:g}x their trial's fastest "
-                         "(stalled): left out of the per-trial t/s that comparisons use and of the CPU figures; tokens_per_s and "
-                         "samples keep them as llama-bench reported")
+                         "(stalled): left out of t/s and the CPU figures; samples keep them as llama-bench reported")
         if "short-window" in flags:
             bad = sum(e > EDGE_ERROR_LIMIT for e in self.edge_errors)
             notes.append(f"{bad} of {len(self.edge_errors)} windows differ from llama-bench's own durations by "
@@ -178,6 +179,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
         durations = [int(s["duration_ns"]) for s in samples]
         cell.tokens_per_s.extend(ts)
         rate = trial_tokens_per_s(ts, durations)
+        cell.kept_tokens_per_s.extend(v for i, v in enumerate(ts) if i not in rate.stalled)
         cell.trial_means[trial_id] = rate.tokens_per_s
         cell.trial_seq[trial_id] = int(r["seq"])
         for i in rate.stalled:

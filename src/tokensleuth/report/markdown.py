@@ -92,7 +92,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
         rows.append([
             model_label(c.meta, c.model), size_label(c.meta), params_label(c.meta),
             str(c.meta.get("backends") or "?"), *(str(c.meta.get(p, "")) for p in params),
-            c.test, fmt_ts(c.tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.tokens_per_s)),
+            c.test, fmt_ts(c.kept_tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.kept_tokens_per_s)),
             "—" if cpu is None else f"{cpu:.3f}", "—" if busy is None else f"{busy:.2f}",
             *("—" if res[k] is None else f.format(res[k]) for _, k, f in gpu_cols),
             *([flags_label(res)] if flagged else []),
