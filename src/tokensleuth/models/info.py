@@ -13,6 +13,7 @@ from typing import Any
 
 import gguf
 
+from tokensleuth.engines.llamabench import show
 from tokensleuth.errors import UserError
 
 
@@ -187,15 +188,33 @@ def _field(r: gguf.GGUFReader, key: str, default: Any = 0) -> Any:
     return default if f is None else f.contents()
 
 
+def _count(r: gguf.GGUFReader, key: str) -> int:
+    value = _field(r, key, 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Damaged(f"{key} is {show(repr(value), 30)}, not a count")
+    return value
+
+
+def _reason(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return show(lines[0], 80) if lines else type(exc).__name__
+
+
 def model_info(path: Path) -> ModelInfo:
+    """What a GGUF model holds (parameters, experts, bytes per token); one UserError if damaged."""
     check_gguf(path)
     try:
-        r = gguf.GGUFReader(path)
-    except Exception as exc:  # gguf raises bare ValueError/struct errors on damage
-        raise UserError(f"{path} is not a valid GGUF file ({exc}) — re-download or re-create it") from exc
+        return _model_info(path, gguf.GGUFReader(path))
+    except _Damaged as exc:
+        raise UserError(f"{path} is not a valid GGUF model ({exc}) — re-download or re-create it") from None
+    except Exception as exc:  # gguf raises bare ValueError/struct/Unicode errors on damage, some lazily
+        raise UserError(f"{path} is not a valid GGUF model ({_reason(exc)}) — re-download or re-create it") from None
+
+
+def _model_info(path: Path, r: gguf.GGUFReader) -> ModelInfo:
     arch = str(_field(r, "general.architecture", "unknown"))
-    n_expert = int(_field(r, f"{arch}.expert_count", 0))
-    n_used = int(_field(r, f"{arch}.expert_used_count", 0))
+    n_expert = _count(r, f"{arch}.expert_count")
+    n_used = _count(r, f"{arch}.expert_used_count")
     tokens = r.fields.get("tokenizer.ggml.tokens")
     n_vocab = len(tokens.data) if tokens is not None else 0
     n_params = active = per_token = 0
@@ -225,8 +244,8 @@ def model_info(path: Path) -> ModelInfo:
         n_active_params=active,
         n_expert=n_expert,
         n_expert_used=n_used,
-        n_layer=int(_field(r, f"{arch}.block_count", 0)),
-        n_embd=int(_field(r, f"{arch}.embedding_length", 0)),
+        n_layer=_count(r, f"{arch}.block_count"),
+        n_embd=_count(r, f"{arch}.embedding_length"),
         n_vocab=n_vocab,
         file_bytes=path.stat().st_size,
         quant_mix=dict(mix.most_common()),
