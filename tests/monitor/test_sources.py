@@ -241,3 +241,36 @@ def test_gpu_clock_drift_between_arms_is_a_warning() -> None:
     assert c.warnings() and "gpu-clock-drift" in c.warnings()[0]
     c.cand_res = {"gpu_clock_mhz": 1950.0}
     assert c.warnings() == []
+
+
+def test_monitor_edges_never_interleave() -> None:
+    """Two readers' edges at once: a source's counters() (RAPL wrap tracking) is never entered twice."""
+    import os
+    import threading
+    import time
+
+    from tokensleuth.monitor.sampler import Monitor
+
+    class Slow(NullSource):
+        name = "slow"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.active = self.most = 0
+
+        def counters(self) -> dict[str, float]:
+            self.active += 1
+            self.most = max(self.most, self.active)
+            time.sleep(0.002)
+            self.active -= 1
+            return {"x_energy_j": 1.0}
+
+    src = Slow()
+    mon = Monitor([src], interval_s=0)
+    threads = [threading.Thread(target=lambda: [mon.edge(os.getpid()) for _ in range(20)]) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    mon.stop()
+    assert src.most == 1

@@ -44,6 +44,9 @@ class Monitor:
         self.gpu_unseen: set[int] = set()
         self._cpu: ProcessCpuReader | None = None
         self._cgroup: str | None = None
+        # Edges come from two output-reader threads: the lazy set-up below, the fallback CPU
+        # reader's open descriptors and the sources' wrap tracking (RAPL) must not interleave.
+        self._edge_lock = threading.Lock()
         # Thread and memory reads serve spin detection and peaks: once a second is plenty.
         self.slow_every = max(1, round(1.0 / interval_s)) if interval_s > 0 else 1
         self._stop = threading.Event()
@@ -53,6 +56,10 @@ class Monitor:
 
     def edge(self, pid: int) -> dict[str, float]:
         """Counters at a window edge: the engine's CPU seconds and every energy counter."""
+        with self._edge_lock:
+            return self._edge(pid)
+
+    def _edge(self, pid: int) -> dict[str, float]:
         out: dict[str, float] = {}
         if self.pid != pid or self._cpu is None:
             self.pid = pid
@@ -130,8 +137,9 @@ class Monitor:
         os.write(self._wake_w, b"x")
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._cpu is not None:
-            self._cpu.close()
+        with self._edge_lock:
+            if self._cpu is not None:
+                self._cpu.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
         return self.timeline
