@@ -8,6 +8,7 @@ the lent H200 with real NVML (bench/device_gpu.sh, bench/results/device-h200-*.l
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tests.monitor.fakes import FakeNVML
+from tokensleuth import stats
 from tokensleuth.bench import run_bench
 from tokensleuth.monitor.nvidia import NvidiaSource
 from tokensleuth.monitor.sources import NullSource
@@ -104,17 +106,34 @@ def test_poll_flag_cpu_cost_is_reported_per_arm(engine: EngineBuild, dense_model
                 else "same" if 1 - band <= lo and hi <= 1 + band else "unresolved")
     assert cpu["verdict"] == expected
     assert lo <= cpu["ratio"] <= hi
-    for arm in ("baseline", "candidate"):
+    # Figures from the store, independently of the analysis: per arm, the wall time and tokens of
+    # the repetitions that did not stall (llama-bench's own durations), and per pair the CPU ms/token
+    # attributed to them.
+    with Store(Path(cli_env["TOKENSLEUTH_DB"])) as store:
+        (sid,) = [s["id"] for s in store.studies()]
+        pair_of = {int(t["id"]): int(t["pair"]) for t in store.trials(sid)}
+        wall: dict[str, list[float]] = {"poll0": [0.0, 0.0], "poll100": [0.0, 0.0]}
+        for row in store.results(sid):
+            samples = store.samples(int(row["id"]))
+            ns = [int(s["duration_ns"]) for s in samples]
+            for i, s in enumerate(samples):
+                if i not in stats.stalled_reps(ns):
+                    wall[row["arm"]][0] += ns[i] / 1e6
+                    wall[row["arm"]][1] += int(s["tokens"])
+        per_pair = {cell.arm: {pair_of[t]: cpu / tok for t, (cpu, tok) in cell.trial_cpu.items()}
+                    for cell in load_cells(store, sid)}
+    for arm, name in (("baseline", "poll0"), ("candidate", "poll100")):
         r = c["resources"][arm]
-        wall_ms_per_token = 1000 / c["tokens_per_s"][arm]["mean"]
         # how many cores two polling threads get depends on what else runs here (a bound of
         # 2.0 +- 0.35 failed on a busy machine); that no figure beyond the CPUs goes unflagged does not
         assert r["busy_cores"] > 0
         assert r["busy_cores"] <= (os.cpu_count() or 1) or "impossible-figure" in r["flags"]
-        assert r["cpu_ms_per_token"] == pytest.approx(r["busy_cores"] * wall_ms_per_token, rel=0.25)
-    # the ratio of CPU cost is the ratio of the arms' CPU ms/token
-    assert cpu["ratio"] == pytest.approx(c["resources"]["candidate"]["cpu_ms_per_token"]
-                                         / c["resources"]["baseline"]["cpu_ms_per_token"], rel=0.05)
+        # CPU per token = busy cores x wall time per token, over the same repetitions
+        assert r["cpu_ms_per_token"] == pytest.approx(r["busy_cores"] * wall[name][0] / wall[name][1], rel=1e-9)
+    # the CPU verdict's ratio is the geometric mean of the pairs' CPU ms/token ratios
+    pairs = sorted(set(per_pair["poll0"]) & set(per_pair["poll100"]))
+    expected_ratio = math.exp(sum(math.log(per_pair["poll100"][j] / per_pair["poll0"][j]) for j in pairs) / len(pairs))
+    assert cpu["ratio"] == pytest.approx(expected_ratio, rel=1e-9)
 
 
 def test_timelines_follow_the_sample_interval(engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
