@@ -91,7 +91,8 @@ def outcome_warnings(out: TrialOutcome, cpus: int | None = None) -> list[tuple[s
                           f"{ds[i] / 1e6:.1f} ms against {fastest / 1e6:.1f} ms")
         durations.update({(r.test_idx, s.rep): s.duration_ns for s in r.samples})
     if stalls:
-        found.append(("stall", "; ".join(stalls)))
+        more = f" (+{len(stalls) - 3} more)" if len(stalls) > 3 else ""
+        found.append(("stall", "; ".join(stalls[:3]) + more))
     worst: tuple[float, int, int] | None = None  # (error, window ns, engine ns)
     n_bad = n = 0
     cpu = span = 0.0

@@ -72,3 +72,10 @@ def test_uncertain_edges_and_impossible_busy_cores_are_flagged() -> None:
     found = dict(outcome_warnings(out, cpus=2))
     assert found["impossible-figure"] == "busy cores 2.50 on 2 CPUs"
     assert "impossible-figure" in REMEDY and "short-window" in REMEDY
+
+
+def test_many_stalls_are_counted_not_listed() -> None:
+    d = [60 * MS] + [900 * MS] * 5
+    out = _outcome(d, _contiguous(d, [100.0] * 6))
+    ((code, detail),) = outcome_warnings(out, cpus=2)
+    assert code == "stall" and detail.count("took") == 3 and detail.endswith("(+2 more)")
