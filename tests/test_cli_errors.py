@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import tokensleuth_bin
+from tests.faults.gguf_tiny import write_tiny_gguf
+from tokensleuth import cli
+from tokensleuth.errors import EngineError, UserError
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -76,3 +82,59 @@ def test_store_of_newer_schema(tmp_path: Path, dense_model: Path) -> None:
     p = subprocess.run([tokensleuth_bin(), "studies", "--db", str(db)], capture_output=True, text=True)
     assert p.returncode == 2
     assert "newer than this tokensleuth" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+# -- exit codes and signals in cli.main (in-process, no engine) ------------------------------
+
+
+class _Odd(UserError):
+    exit_code = 7
+
+
+@pytest.mark.parametrize("exc, code", [(UserError("bad — fix it"), 2), (EngineError("engine failed"), 1),
+                                       (_Odd("odd — fix it"), 7)])
+def test_errors_exit_with_their_own_exit_code(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                              exc: Exception, code: int) -> None:
+    def fail(db: Path | None) -> None:
+        raise exc
+
+    monkeypatch.setattr(cli, "open_store", fail)
+    assert cli.main(["studies"]) == code  # the attribute, not a hard-coded 1 or 2
+    assert capsys.readouterr().err == f"error: {exc}\n"
+
+
+def test_a_user_error_is_always_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def fail(db: Path | None) -> None:
+        raise UserError("no study 'a\nb' — list them")
+
+    monkeypatch.setattr(cli, "open_store", fail)
+    assert cli.main(["studies"]) == 2
+    assert capsys.readouterr().err == "error: no study 'a\\nb' — list them\n"
+
+
+@pytest.mark.parametrize("sig, command, resumable", [(signal.SIGTERM, "studies", False),
+                                                     (signal.SIGINT, "studies", False),
+                                                     (signal.SIGTERM, "bench", True)])
+def test_a_signal_is_an_exit_code_and_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                               sig: signal.Signals, command: str, resumable: bool,
+                                               tmp_path: Path) -> None:
+    def wait_for_signal(*args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), sig)
+        time.sleep(10)  # the handler raises Interrupted in this thread before this ends
+        raise AssertionError("no Interrupted raised")
+
+    previous = signal.getsignal(sig)
+    monkeypatch.setattr(cli, "open_store", wait_for_signal)
+    monkeypatch.setattr(cli, "get_build", wait_for_signal)
+    model = write_tiny_gguf(tmp_path / "m.gguf")
+    argv = ["studies"] if command == "studies" else ["bench", "--model", str(model)]
+    assert cli.main(argv) == 128 + sig
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"interrupted ({sig.name}) — ")
+    assert ("--resume" in line) == resumable
+    assert signal.getsignal(sig) == previous  # the CLI's handlers are gone once it returns
+
+
+def test_a_commands_exit_code_is_returned(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--version"]) == 0
+    assert cli.main(["studies", "--help"]) == 0
