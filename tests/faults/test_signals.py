@@ -20,7 +20,7 @@ REPS = 200  # a trial of ~0.5 s on a quiet machine (model load + repetitions): t
 
 def _name(p: psutil.Process) -> str:
     try:
-        return p.name()
+        return str(p.name())
     except psutil.NoSuchProcess:  # exited between the listing and the look
         return ""
 
