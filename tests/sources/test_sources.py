@@ -5,17 +5,19 @@ from __future__ import annotations
 import os
 import platform
 import re
+import signal
 import struct
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from tokensleuth.errors import UserError
+from tokensleuth.errors import Interrupted, UserError
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
-from tokensleuth.sources.build import BuildCache, EngineBuild, backends_from_flags, bench_help, host_flags
+from tokensleuth.sources.build import BuildCache, EngineBuild, _run, backends_from_flags, bench_help, host_flags
 
 
 def test_parse_sources(tmp_path: Path) -> None:
@@ -133,3 +135,25 @@ def test_bin_of_an_unknown_user(tmp_path: Path) -> None:
             parse_source(text)
     with pytest.raises(UserError, match="embedded null byte"):
         parse_source("bin:/tmp/a\0b")
+
+
+def test_an_interrupted_build_step_leaves_no_process(tmp_path: Path) -> None:
+    # Interrupted (SIGTERM) while a build command runs: its whole session (cmake, ninja, the
+    # compilers; here a shell and its child) is killed, not left compiling on.
+    marker = f"tokensleuth-build-{os.getpid()}"
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def raise_interrupted(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    signal.signal(signal.SIGTERM, raise_interrupted)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
+    try:
+        timer.start()
+        with pytest.raises(Interrupted):
+            _run(["bash", "-c", f"echo started; (exec -a {marker} sleep 60) & wait"], None)
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGTERM, previous)
+    time.sleep(0.2)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]

@@ -140,15 +140,24 @@ def compiler_id() -> str:
 
 def _run(argv: Sequence[str], log: Log | None, cwd: Path | None = None,
          env: dict[str, str] | None = None) -> str:
+    # A session of its own, so that an interrupt (Ctrl-C, SIGTERM: Interrupted raised here)
+    # or any error can kill the whole build (cmake, ninja, the compilers) with one killpg.
     proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
+                            stderr=subprocess.STDOUT, text=True, errors="replace", start_new_session=True)
     out: list[str] = []
     assert proc.stdout is not None
-    for line in proc.stdout:
-        out.append(line)
-        if log:
-            log(line.rstrip("\n"))
-    if proc.wait() != 0:
+    try:
+        for line in proc.stdout:
+            out.append(line)
+            if log:
+                log(line.rstrip("\n"))
+        proc.wait()
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if proc.returncode != 0:
         tail = "".join(out[-15:])
         raise EngineError(f"`{' '.join(argv[:3])} …` failed (exit {proc.returncode}):\n{tail}")
     return "".join(out)
