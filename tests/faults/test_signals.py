@@ -75,3 +75,37 @@ def test_signal_mid_trial_then_resume(engine: EngineBuild, dense_model: Path, cl
     assert [(n, d) for _, _, n, d in per_result] == [(REPS, REPS)] * 4  # 2 trials x (pp32, tg4), once each
     assert len({(t, test) for t, test, _, _ in per_result}) == 4
     con.close()
+
+
+def test_sigterm_mid_compare_then_resume(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
+                                         db: Path) -> None:
+    argv = [tokensleuth_bin(), "compare", "--arm", f"a={engine.source}", "--arm", f"b={engine.source}",
+            "--model", str(dense_model), "-w", "tg4", "--min-pairs", "2", "--max-pairs", "2"]
+    bench_flags = ["--", "-t", "1", "-r", str(REPS)]
+    p = subprocess.Popen([*argv, *bench_flags], env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    cli = psutil.Process(p.pid)
+    assert _engines_of(cli), "the engine never started"
+    time.sleep(0.1)
+    engines = _engines_of(cli, timeout_s=0)
+    assert engines
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+
+    assert p.returncode == 143
+    lines = err.strip().splitlines()  # the round line(s), then one line for the interrupt
+    assert lines[-1] == "interrupted (SIGTERM) — rerun the same command with --resume to continue where it stopped"
+    assert all(ln.startswith(("round:", "  trial")) for ln in lines[:-1]), lines
+    for e in engines:
+        assert not e.is_running() or e.status() == psutil.STATUS_ZOMBIE, e
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT status FROM studies").fetchall() == [("interrupted",)]
+    con.close()
+
+    r = subprocess.run([*argv, "--resume", *bench_flags], env=cli_env, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT status FROM studies").fetchall() == [("done",)]
+    trials = con.execute("SELECT a.name, t.pair, t.status FROM trials t JOIN arms a ON a.id=t.arm_id").fetchall()
+    assert sorted(trials) == [("a", 0, "done"), ("a", 1, "done"), ("b", 0, "done"), ("b", 1, "done")]
+    con.close()
