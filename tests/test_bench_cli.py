@@ -124,8 +124,11 @@ def test_faults_are_recorded_and_the_study_goes_on(
         bindir = _wrapper(d, engine, body)
         fault_model = d / "fault.gguf"
         fault_model.write_bytes(dense_model.read_bytes())  # a complete GGUF: truncated ones fail the model check
-        p = run_cli(["bench", "--engine", f"bin:{bindir}", "--timeout", "3", "--model", str(fault_model),
-                     "--model", str(dense_model), "--", "-p", "16", "-n", "4", "-r", "2"], cli_env)
+        # The healthy model must finish inside the hang's timeout on a loaded machine too: with as many
+        # threads as cores a preempted thread stalls the run for seconds (3 s timed out under load);
+        # one thread never waits at a barrier, and 10 s leaves room.
+        p = run_cli(["bench", "--engine", f"bin:{bindir}", "--timeout", "10", "--model", str(fault_model),
+                     "--model", str(dense_model), "--", "-p", "16", "-n", "4", "-r", "2", "-t", "1"], cli_env)
         assert p.returncode == 0, (name, p.stderr)  # the healthy model still produced a table
         assert "Traceback" not in p.stderr
         assert message in p.stderr
