@@ -79,7 +79,7 @@ class Comparison:
                 "cpu_ms_per_token": {
                     "ratio": ce.ratio if ce else None,
                     "ci": [ce.lo, ce.hi] if ce else None,
-                    # a lower CPU cost per token is better, so "faster" reads "cheaper"
+                    # the ratio is CPU ms/token candidate/baseline: above the band is "costlier"
                     "verdict": self.cpu_verdict,
                 }
             },
