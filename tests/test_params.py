@@ -20,12 +20,12 @@ def test_the_b9437_default_change_is_named_and_pinned_in_each_versions_syntax() 
     b9432 = {"n_threads": 2, "n_gpu_layers": 99, "flash_attn": False, "n_batch": 2048}
     b9437 = {"n_threads": 2, "n_gpu_layers": -1, "flash_attn": -1, "n_batch": 2048, "load_mode": "auto"}
     d = params.diff(b9432, b9437, set())
-    assert [x.label() for x in d] == ["n_gpu_layers: 99 → -1", "flash_attn: false → -1"]
+    assert [x.label() for x in d] == ["n_gpu_layers: 99 → -1", "flash_attn: false → auto"]
     flags, cannot = params.pin_flags(b9432, b9437, HELP, set())
     assert flags == ["-ngl", "99", "-fa", "off"] and cannot == []
     # the other way round: an old version cannot be told "auto"
     flags, cannot = params.pin_flags(b9437, b9432, OLD_HELP, set())
-    assert flags == ["-ngl", "-1"] and cannot == ["flash_attn=-1 (this version does not accept it)"]
+    assert flags == ["-ngl", "-1"] and cannot == ["flash_attn=auto (this version does not accept it)"]
     # flash_attn spelled three ways across versions is one setting
     assert params.diff({"flash_attn": True}, {"flash_attn": 1}, set()) == []
     assert params.diff({"flash_attn": "on"}, {"flash_attn": True}, set()) == []

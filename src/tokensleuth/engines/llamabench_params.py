@@ -63,10 +63,13 @@ class ParamDiff:
                 "requested": self.requested}
 
     def label(self) -> str:
-        return f"{self.field}: {_show(self.baseline)} → {_show(self.candidate)}"
+        return f"{self.field}: {show(self.field, self.baseline)} → {show(self.field, self.candidate)}"
 
 
-def _show(v: Any) -> str:
+def show(field: str, v: Any) -> str:
+    """A setting as a person reads it (flash_attn -1 is "auto")."""
+    if field == "flash_attn" and not isinstance(v, bool) and _fa_state(v) is not None:
+        return str(_fa_state(v))
     return str(v).lower() if isinstance(v, bool) else str(v)
 
 
@@ -159,7 +162,7 @@ def pin_flags(base: Mapping[str, Any], cand: Mapping[str, Any], cand_help: str,
             continue
         value = render(d.field, d.baseline, accepted_values(cand_help, flag))
         if value is None:
-            cannot.append(f"{d.field}={_show(d.baseline)} (this version does not accept it)")
+            cannot.append(f"{d.field}={show(d.field, d.baseline)} (this version does not accept it)")
             continue
         flags += [flag, value]
     return flags, cannot

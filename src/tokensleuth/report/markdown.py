@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.engines.llamabench_params import show as show_setting
 from tokensleuth.results import PARAM_FIELDS, Cell
 from tokensleuth.stats import summarize
 
@@ -151,10 +152,6 @@ def render_warnings(rows: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
-def _setting(v: Any) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
-
-
 def render_bisect(r: dict[str, Any]) -> str:
     """Culprit, evidence table, controls and the step log of a bisect result."""
     out = []
@@ -181,8 +178,8 @@ def render_bisect(r: dict[str, Any]) -> str:
                    [r["specific_to_model"]])
     for key, where in (("culprit_param_diffs", "at the culprit"), ("param_diffs", "between the endpoints")):
         if r.get(key):
-            changed = ", ".join(f"{d['field']}: {_setting(d['baseline'])} → {_setting(d['candidate'])}"
-                                for d in r[key])
+            changed = ", ".join(f"{d['field']}: {show_setting(d['field'], d['baseline'])} → "
+                                f"{show_setting(d['field'], d['candidate'])}" for d in r[key])
             out.append(f"llama-bench's own settings changed {where} ({changed}): likely the cause, not the "
                        "engine — rerun with --pin-params to hold them at the good side's values.")
             break
