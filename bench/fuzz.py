@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     if not stats:
         print(proc.stdout[-3000:] + proc.stderr[-3000:], file=sys.stderr)
         return 1
+    if proc.returncode != 0:  # what failed, and on which input (pytest's "E" lines)
+        print("\n".join(ln for ln in proc.stdout.splitlines() if ln.startswith("E "))[-6000:], file=sys.stderr)
     return 0 if proc.returncode == 0 else 1
 
 

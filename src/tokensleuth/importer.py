@@ -80,8 +80,10 @@ def _text(value: Any) -> str | None:
 def import_file(store: Store, path: Path) -> tuple[str, int]:
     """Store one llama-bench output file as an ``import`` study; return (id, results)."""
     shown = _shown_path(path)
+    if path.is_dir():
+        raise UserError(f"{show(shown)} is a folder — give the path of a llama-bench output file")
     if not path.is_file():
-        raise UserError(f"{show(shown)} is not a file — give the path of a llama-bench output file")
+        raise UserError(f"{show(shown)} does not exist — give the path of a llama-bench output file")
     try:
         text = path.read_text(errors="replace")
     except OSError as exc:

@@ -30,6 +30,10 @@ def test_progress_lines_parse() -> None:
     w = parse_progress("llama-bench: benchmark 1/4: warmup prompt run")
     assert w is not None and w.kind == "warmup"
     assert parse_progress("load_tensors: CPU_Mapped model buffer size") is None
+    # counted from 1: a 0 would make a window with index -1 (found by fuzzing)
+    assert parse_progress("llama-bench: benchmark 0/0: prompt run 1/2") is None
+    assert parse_progress("llama-bench: benchmark 1/1: generation run 0/2") is None
+    assert parse_progress("llama-bench: benchmark 1/1: prompt run 1" + "9" * 5000 + "/2") is None
 
 
 def test_jsonl_golden_has_samples() -> None:

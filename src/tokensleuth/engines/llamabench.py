@@ -62,6 +62,9 @@ def parse_progress(line: str) -> Progress | None:
         return None
     what = m.group("what")
     test = int(m.group("test"))
+    rep = int(m.group("drep") or m.group("prep") or m.group("grep") or 1)
+    if test < 1 or rep < 1:
+        return None  # llama-bench counts tests and repetitions from 1: not its line
     if what == "starting":
         return Progress(test, "starting", 0)
     if what.startswith("warmup"):
