@@ -306,11 +306,16 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     log = log or (lambda s: None)
     key = dict(spec, candidates=[c.source for c in cands])
     h = spec_hash(key)
-    sid = store.find_resumable("bisect", h) if resume else None
-    if resume and sid is None:
-        raise UserError("no unfinished bisect matches this command — run it without --resume")
-    if sid is None:
-        sid = store.create_study("bisect", key, h, [], [])
+    handle = store.begin_study("bisect", key, h, resume=resume)
+    stored = store.get_state(handle.id, "result")
+    if handle.finished and stored is not None:
+        log(f"bisect {handle.id} already finished — its stored result follows")
+        return dict(stored)
+    with store.lease(handle.id):
+        return _run(store, handle.id, cands, spec, log)
+
+
+def _run(store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any], log: Log) -> dict[str, Any]:
     store.put_state(sid, "result", None)  # running again: the stored answer is no longer current
     bis = Bisector(store, sid, cands, spec, log)
     good, bad = cands[0], cands[-1]
