@@ -31,6 +31,8 @@ REMEDY = {
     "impossible-figure": "a figure beyond what the hardware allows (more busy cores than CPUs) — the windows "
                          "are too short for their edges; use more tokens per test",
     "spinning-thread": "a CPU thread polled while the GPU worked — try --poll 0 or check the backend's sync mode",
+    "machine-lost": "the machine froze or rebooted while this trial ran (it was run again) — check memory "
+                    "headroom (a model larger than RAM + VRAM freezes some systems) and the kernel log",
 }
 
 
