@@ -152,3 +152,36 @@ def test_second_resume_is_told_who_runs_the_study(
     assert con.execute("SELECT COUNT(DISTINCT trial_id), COUNT(*) FROM results").fetchone() == (trials, trials * 2)
     assert con.execute("SELECT COUNT(*) FROM leases").fetchone()[0] == 0  # released
     con.close()
+
+
+def test_a_trial_lost_with_its_machine_keeps_its_last_readings(
+    engine: EngineBuild, dense_model: Path, db: Path, cli_env: dict[str, str]
+) -> None:
+    """Readings are committed while the trial runs: a freeze (here: kill -9 + an ended boot)
+    leaves the last ones in the store, and the machine-lost warning quotes them."""
+    args = ["bench", "--model", str(dense_model), "--", "-p", "0", "-n", "128", "-r", "20", "-t", "1"]
+    proc = subprocess.Popen([tokensleuth_bin(), *args], env=cli_env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    rows = 0
+    while rows == 0 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        try:
+            con = sqlite3.connect(db, timeout=5)
+            rows = con.execute("SELECT COUNT(*) FROM timeline tl JOIN trials t ON t.id=tl.trial_id"
+                               " WHERE t.status='running'").fetchone()[0]
+            con.close()
+        except sqlite3.OperationalError:
+            pass
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert rows > 0, "no readings were committed while the trial ran"
+    con = sqlite3.connect(db)
+    con.execute("UPDATE trials SET boot_id='0000-ended-boot' WHERE status='running'")
+    con.commit()
+    con.close()
+    again = _run(["bench", "--resume", *args[1:]], cli_env)
+    assert again.returncode == 0, again.stderr
+    con = sqlite3.connect(db)
+    (detail,) = con.execute("SELECT detail FROM warnings WHERE code='machine-lost'").fetchone()
+    assert "last readings: engine_rssanon_mb" in detail and "none stored" not in detail, detail

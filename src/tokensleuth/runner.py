@@ -56,7 +56,8 @@ def execute(
         arm = arms[t["arm"]]
         argv: Sequence[str] = json.loads(t["argv_json"])
         store.mark_running(int(t["id"]))
-        monitor = Monitor(srcs, interval_s)
+        live = store.live_timeline(int(t["id"]))
+        monitor = Monitor(srcs, interval_s, on_sample=live)
         host = host_environment()
         host["monitor"] = monitor.info()
         before = confounders.snapshot()
@@ -66,6 +67,7 @@ def execute(
                                        timeout_s=timeout_s, probe=monitor.edge)
         finally:
             timeline = monitor.stop()
+            live.close()
         after = confounders.snapshot()
         out = llamabench.outcome_from(res, host, arm.env)
         warnings = confounders.compare_snapshots(before, after, (res.t1_ns - res.t0_ns) / 1e9, res.pid)

@@ -344,6 +344,43 @@ class LostTrial:
                 f"which has ended); last readings: {last}; the trial is run again")
 
 
+class LiveTimeline:
+    """Commits a running trial's sampled readings every ``every_s`` seconds.
+
+    Called from the sampler thread with the timeline so far; it writes the rows not yet
+    written through a connection of its own (an SQLite connection belongs to the thread
+    that opened it; WAL lets it write beside the runner's). The trial's final commit
+    inserts the same rows with INSERT OR IGNORE, so nothing is stored twice. What this
+    buys: a machine that freezes mid-trial leaves the trial's last readings in the store.
+    """
+
+    def __init__(self, path: Path, trial_id: int, every_s: float = 2.0) -> None:
+        self.path = path
+        self.trial_id = trial_id
+        self.every_s = every_s
+        self._written = 0
+        self._last = time.monotonic()
+        self._db: sqlite3.Connection | None = None
+
+    def __call__(self, timeline: Sequence[tuple[int, dict[str, float]]]) -> None:
+        now = time.monotonic()
+        if now - self._last < self.every_s or len(timeline) <= self._written:
+            return
+        self._last = now
+        if self._db is None:
+            self._db = sqlite3.connect(self.path, timeout=1.0)
+        rows = timeline[self._written:]
+        with self._db:
+            self._db.executemany("INSERT OR IGNORE INTO timeline(trial_id, t_ns, values_json) VALUES (?,?,?)",
+                                 [(self.trial_id, t, json.dumps(v)) for t, v in rows])
+        self._written += len(rows)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
 @dataclass(frozen=True, slots=True)
 class StudyHandle:
     """What :meth:`Store.begin_study` found or made."""
@@ -773,9 +810,9 @@ class Store:
                               json.loads(last["values_json"]) if last else {})
                 db.execute("INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)",
                            (t.trial_id, MACHINE_LOST, t.detail()))
-                # the rerun records its own timeline; the lost run's readings live on in the detail
-                db.execute("DELETE FROM timeline WHERE trial_id=?", (t.trial_id,))
                 lost.append(t)
+            # the rerun records its own timeline (a lost run's readings live on in its warning)
+            db.execute("DELETE FROM timeline WHERE trial_id=?", (r["id"],))
         db.execute("UPDATE trials SET status='planned', started_at=NULL, boot_id=NULL"
                    " WHERE study_id=? AND status='running'", (study_id,))
         return lost
@@ -845,6 +882,10 @@ class Store:
                 "UPDATE trials SET status='running', started_at=?, boot_id=? WHERE id=? AND status='planned'",
                 (time.time(), self.me.boot_id, trial_id),
             )
+
+    def live_timeline(self, trial_id: int, every_s: float = 2.0) -> LiveTimeline:
+        """A writer that commits a running trial's readings as the sampler takes them."""
+        return LiveTimeline(self.path, trial_id, every_s)
 
     def finish_trial(self, trial_id: int, out: TrialOutcome) -> None:
         """Store a finished trial and all its samples in one transaction."""

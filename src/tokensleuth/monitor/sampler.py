@@ -6,7 +6,7 @@ import os
 import select
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psutil
@@ -29,9 +29,13 @@ class Monitor:
     cost of the reads and wake-ups (bench/monitor_overhead.py measures it).
     """
 
-    def __init__(self, sources: Sequence[Source], interval_s: float = 0.2) -> None:
+    def __init__(self, sources: Sequence[Source], interval_s: float = 0.2,
+                 on_sample: Callable[[list[tuple[int, dict[str, float]]]], None] | None = None) -> None:
         self.sources = list(sources)
         self.interval_s = interval_s
+        # told the whole timeline after each sample (sampler thread): the runner commits the
+        # readings as they come, so a machine that freezes mid-trial leaves its last ones behind
+        self.on_sample = on_sample
         self.timeline: list[tuple[int, dict[str, float]]] = []
         # per-thread (name, cpu ns, voluntary switches) snapshots, for spin detection
         self.threads: list[tuple[int, dict[int, tuple[str, int, int]]]] = []
@@ -92,13 +96,19 @@ class Monitor:
                     row.update(s.sample())
                 except Exception:  # same reason as in edge()
                     continue
-            if row:
-                self.timeline.append((t, row))
             if self.pid is not None and tick % self.slow_every == 0:
                 self.threads.append((t, thread_stats(self.pid)))
                 for k, v in memory_mb(self.pid).items():
                     self.peak_mb[k] = max(v, self.peak_mb.get(k, 0.0))
+                    row[f"engine_{k.lower()}_mb"] = v  # memory in the timeline too: RssAnon over time
                 self._gpu_residents()
+            if row:
+                self.timeline.append((t, row))
+                if self.on_sample is not None:
+                    try:
+                        self.on_sample(self.timeline)
+                    except Exception:  # a store hiccup must not stop the sampling
+                        pass
             tick += 1
             ready, _, _ = select.select([self._wake_r], [], [], self.interval_s)
             if ready:
