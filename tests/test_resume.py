@@ -159,7 +159,7 @@ def test_a_trial_lost_with_its_machine_keeps_its_last_readings(
 ) -> None:
     """Readings are committed while the trial runs: a freeze (here: kill -9 + an ended boot)
     leaves the last ones in the store, and the machine-lost warning quotes them."""
-    args = ["bench", "--model", str(dense_model), "--", "-p", "0", "-n", "128", "-r", "20", "-t", "1"]
+    args = ["bench", "--model", str(dense_model), "--", "-p", "0", "-n", "512", "-r", "16", "-t", "1"]  # ~6 s
     proc = subprocess.Popen([tokensleuth_bin(), *args], env=cli_env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

@@ -368,7 +368,8 @@ class LiveTimeline:
             return
         self._last = now
         if self._db is None:
-            self._db = sqlite3.connect(self.path, timeout=1.0)
+            # made in the sampler thread, closed by the runner once the sampler has stopped
+            self._db = sqlite3.connect(self.path, timeout=1.0, check_same_thread=False)
         rows = timeline[self._written:]
         with self._db:
             self._db.executemany("INSERT OR IGNORE INTO timeline(trial_id, t_ns, values_json) VALUES (?,?,?)",
