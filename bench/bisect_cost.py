@@ -51,7 +51,7 @@ def tokensleuth_run(repo: Path, shas: dict[str, str], moe: Path, dense: Path, ca
             raise SystemExit("tokensleuth bisect failed")
         r = json.loads(out.read_text())
         con = __import__("sqlite3").connect(Path(td) / "db.sqlite")
-        runs = con.execute("SELECT COUNT(*) FROM trials WHERE status IN ('done','failed','crashed','timeout')"
+        runs = con.execute("SELECT COUNT(*) FROM trials WHERE status IN ('done','failed','crashed','timeout','garbage')"
                            ).fetchone()[0]
     return {"wall_s": wall, "first_bad": r["first_bad"], "builds": r.get("builds"), "engine_runs": runs,
             "skipped": r["skipped"], "verified": r["verified"]}

@@ -273,7 +273,8 @@ def endpoint_answer(ends: Judgement, band: float, good: str, bad: str) -> tuple[
     """
     for arm, label in (("A", good), ("B", bad)):
         if (f := ends.failed(arm)) is not None:
-            what = {"timeout": "hung (watchdog)", "crashed": "crashed"}.get(f.status, "failed")
+            what = {"timeout": "hung (watchdog)", "crashed": "crashed", "garbage": "printed garbage"}.get(
+                f.status, "failed")
             return "crash", f"endpoint {label} {what}: {f.message}"
     verdicts = ends.verdicts()
     if verdicts & {"slower", "faster"}:

@@ -326,7 +326,7 @@ def _broken_cells(store: Store, study_id: str) -> set[CellKey]:
         k = (t["model"], t["workload"], t["arm"])
         if t["status"] == "done":
             dones.add(k)
-        elif t["status"] in ("failed", "crashed", "timeout"):
+        elif t["status"] in ("failed", "crashed", "timeout", "garbage"):
             fails[k] += 1
     return {(m, w) for (m, w, a), n in fails.items() if n >= 2 and (m, w, a) not in dones}
 

@@ -24,7 +24,7 @@ from tokensleuth.spec import build_compare_spec
 from tokensleuth.store import Store
 
 Log = Callable[[str], None]
-FAILED_STATUSES = ("failed", "crashed", "timeout")
+FAILED_STATUSES = ("failed", "crashed", "timeout", "garbage")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +32,7 @@ class ArmFailure:
     """An arm none of whose trials succeeded on some model x workload."""
 
     arm: str  # "A" (baseline) or "B" (candidate)
-    status: str  # crashed | timeout | failed (garbage output, bad exit)
+    status: str  # crashed | timeout | garbage (malformed output) | failed (bad exit, no results)
     message: str
 
 

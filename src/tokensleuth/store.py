@@ -70,7 +70,7 @@ MIGRATIONS: list[str] = [
         model       TEXT NOT NULL,
         workload    TEXT NOT NULL,          -- '' = all of the arm's llama-bench tests
         argv_json   TEXT NOT NULL,
-        status      TEXT NOT NULL,          -- planned|running|done|failed|crashed|timeout
+        status      TEXT NOT NULL,          -- planned|running|done|failed|crashed|timeout|garbage
         exit_code   INTEGER,
         message     TEXT,
         stderr_tail TEXT,
@@ -149,7 +149,7 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-TRIAL_STATUSES = ("planned", "running", "done", "failed", "crashed", "timeout")
+TRIAL_STATUSES = ("planned", "running", "done", "failed", "crashed", "timeout", "garbage")
 # running: being run (or its runner died); interrupted: stopped by SIGINT/SIGTERM; both resume.
 STUDY_STATUSES = ("running", "interrupted", "done", "failed")
 UNFINISHED = ("running", "interrupted")

@@ -62,18 +62,18 @@ def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([tokensleuth_bin(), *args], capture_output=True, text=True, timeout=120)
 
 
-def test_every_garbage_case_is_a_failed_outcome() -> None:
+def test_every_garbage_case_is_a_garbage_outcome() -> None:
     """The classification itself, for every case (fast: no process)."""
     for case, (body, reason) in GARBAGE.items():
         lines = [Line("err", 1, "llama-bench: benchmark 1/1: prompt run 1/1\n"), Line("out", 2, body + "\n")]
         o = outcome_from(ProcResult(("llama-bench",), 0, False, 0, 3, 0.0, 1.0, lines), {}, {})
-        assert o.status == "failed" and o.results == () and o.windows == (), case
+        assert o.status == "garbage" and o.results == () and o.windows == (), case
         assert o.message.startswith("engine printed malformed output: ") and reason in o.message, (case, o.message)
 
 
 # Through the real CLI for a few cases (each costs two tokensleuth processes).
 @pytest.mark.parametrize("case", ["n_prompt null", "n_prompt >= 2^63", "deep nesting"])
-def test_wrong_types_are_a_failed_trial_not_a_crash(case: str, tiny_model: Path, tmp_path: Path) -> None:
+def test_wrong_types_are_a_garbage_trial_not_a_crash(case: str, tiny_model: Path, tmp_path: Path) -> None:
     body, reason = GARBAGE[case]
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -91,7 +91,7 @@ def test_wrong_types_are_a_failed_trial_not_a_crash(case: str, tiny_model: Path,
     assert "malformed output" in p.stderr and reason in p.stderr, p.stderr
     con = sqlite3.connect(db)
     rows = con.execute("SELECT status, message FROM trials").fetchall()
-    assert len(rows) == 1 and rows[0][0] == "failed", rows
+    assert len(rows) == 1 and rows[0][0] == "garbage", rows
     assert rows[0][1].startswith("engine printed malformed output: ") and reason in rows[0][1]
     assert con.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 0
     con.close()

@@ -387,7 +387,7 @@ def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, st
     elif res.returncode != 0:
         status, message = "failed", f"engine exited with code {res.returncode}"
     elif parse_error:
-        status, message = "failed", f"engine printed malformed output: {parse_error}"
+        status, message = "garbage", f"engine printed malformed output: {parse_error}"
         results = []
     elif not results:
         status, message = "failed", "engine printed no results"
