@@ -99,5 +99,5 @@ def test_wrong_types_are_a_garbage_trial_not_a_crash(case: str, tiny_model: Path
     r = _run([*args, "--resume"])
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) <= 1, r.stderr
     con = sqlite3.connect(db)
-    assert con.execute("SELECT status FROM trials").fetchall() == [("failed",)]
+    assert con.execute("SELECT status FROM trials").fetchall() == [("garbage",)]
     con.close()
