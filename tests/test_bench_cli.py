@@ -109,7 +109,7 @@ esac
 
 
 FAULTS = {
-    "garbage": ("echo 'this is not json'; exit 0", "failed", "malformed"),
+    "garbage": ("echo 'this is not json'; exit 0", "garbage", "malformed"),
     "exit": ("echo 'main: error: out of memory' >&2; exit 3", "failed", "exited with code 3"),
     "segv": ("echo 'about to crash' >&2; kill -SEGV $$", "crashed", "SIGSEGV"),
     "hang": ("sleep 60", "timeout", "watchdog"),

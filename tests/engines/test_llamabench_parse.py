@@ -95,7 +95,7 @@ def test_outcome_statuses() -> None:
     assert outcome_from(hang, {}, {}).status == "timeout"
     garbage = ProcResult(returncode=0, timed_out=False, lines=[Line("out", 5, "garbage\n")], **base)
     o = outcome_from(garbage, {}, {})
-    assert o.status == "failed" and "malformed" in o.message and o.results == ()
+    assert o.status == "garbage" and "malformed" in o.message and o.results == ()
 
 
 def test_known_flags_from_help() -> None:
