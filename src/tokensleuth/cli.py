@@ -513,15 +513,13 @@ def studies(db: DbOpt = None) -> None:
     import datetime as dt
 
     from tokensleuth.report.markdown import table
+    from tokensleuth.studies import kind_of
 
     with open_store(db) as store:
         rows = []
         for s in store.studies():
             when = dt.datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M")
-            spec = json.loads(s["spec_json"])
-            cands = spec.get("candidates") or []
-            what = (spec.get("engine") or spec.get("file") or ", ".join(a["name"] for a in spec.get("arms", []))
-                    or (f"{cands[0]} .. {cands[-1]}" if cands else ""))
+            what = kind_of(s["kind"]).describe(json.loads(s["spec_json"]))
             rows.append([s["id"], s["kind"], s["status"], when, f"{s['n_done']}/{s['n_trials']}", str(what)])
     out.print(table(["study", "kind", "status", "created", "trials done", "what"], rows,
                     [False, False, False, False, True, False]))
@@ -534,30 +532,14 @@ def report(
     db: DbOpt = None,
 ) -> None:
     """Re-render a stored study."""
-    from tokensleuth.report.jsonout import bench_json
-    from tokensleuth.report.markdown import render_bench, render_warnings
-    from tokensleuth.results import load_cells
+    from tokensleuth.report.markdown import render_warnings
+    from tokensleuth.studies import kind_of
 
     json_target(json_out)
     with open_store(db) as store:
         row = store.study(study)
         sid = row["id"]
-        if row["kind"] == "compare":
-            from tokensleuth.compare import render_stored_compare
-
-            md, obj = render_stored_compare(store, sid)
-        elif row["kind"] == "bisect":
-            from tokensleuth.report.markdown import render_bisect
-
-            obj = store.get_state(sid, "result")
-            if obj is None:
-                raise UserError(f"bisect {sid} has not finished — resume it with the same command and --resume")
-            md = render_bisect(obj)
-        else:
-            cells = load_cells(store, sid)
-            engine_json = json.loads(store.arms(sid)[0]["engine_json"])
-            md = render_bench(cells, sid, engine_json)
-            obj = bench_json(cells, sid, engine_json)
+        md, obj = kind_of(row["kind"]).render_stored(store, sid)
         md += render_warnings(store.warnings(sid))
     out.print(md)
     if json_out:

@@ -1,0 +1,38 @@
+"""Study kinds: one small unit per kind, looked up by the name stored with the study.
+
+The CLI's ``report`` and ``studies`` commands ask the kind; they never branch on it.
+A new kind is one module here with a ``KIND`` object, plus its line in ``_MODULES``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Protocol
+
+from tokensleuth.errors import UserError
+from tokensleuth.store import Store
+
+# kind name -> module of this package that defines it (imported on first use)
+_MODULES = {"bench": "bench", "import": "bench", "compare": "compare", "bisect": "bisect"}
+
+
+class StudyKind(Protocol):
+    """What the CLI needs of a stored study of one kind."""
+
+    name: str
+
+    def describe(self, spec: dict[str, Any]) -> str:
+        """A few words on what the study measured (the `studies` listing)."""
+        ...
+
+    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+        """The study's Markdown report and its JSON object, from the store alone."""
+        ...
+
+
+def kind_of(name: str) -> StudyKind:
+    module = _MODULES.get(name)
+    if module is None:
+        raise UserError(f"study kind {name!r} is not known to this tokensleuth — upgrade it to read this store")
+    kind: StudyKind = importlib.import_module(f"{__name__}.{module}").KIND
+    return kind

@@ -1,0 +1,21 @@
+"""compare studies: paired verdicts per model x workload."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokensleuth.compare import render_stored_compare
+from tokensleuth.store import Store
+
+
+class CompareKind:
+    name = "compare"
+
+    def describe(self, spec: dict[str, Any]) -> str:
+        return ", ".join(str(a.get("name")) for a in spec.get("arms", []))
+
+    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+        return render_stored_compare(store, study_id)
+
+
+KIND = CompareKind()
