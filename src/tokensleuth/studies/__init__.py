@@ -13,7 +13,7 @@ from tokensleuth.errors import UserError
 from tokensleuth.store import Store
 
 # kind name -> module of this package that defines it (imported on first use)
-_MODULES = {"bench": "bench", "import": "bench", "compare": "compare", "bisect": "bisect"}
+_MODULES = {"bench": "bench", "import": "bench", "compare": "compare", "bisect": "bisect", "decompose": "decompose"}
 
 
 class StudyKind(Protocol):

@@ -1,0 +1,299 @@
+"""The decompose driver: measure a patch series one patch at a time, keep what pays.
+
+State 0 is the base. Each patch is applied on top of the last *kept* state in a private
+repository (:mod:`tokensleuth.patches`); a patch already contained there is ``skipped``
+(never built), one that does not apply or build is ``failed``, and otherwise the new
+state is judged against the last kept one (:class:`tokensleuth.judge.Judge`, all models
+x workloads) and ``kept`` or ``dropped``. Every step is persisted in the study's state,
+keyed by the state it was applied to, so a killed decompose resumes without rebuilding
+or re-measuring, and a step is only reused while the kept chain before it is unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.compare import Comparison
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.judge import Judge, Judgement
+from tokensleuth.patches import Patch, PatchFailed, PrivateRepo, build_error, read_patch_files, series_patches
+from tokensleuth.sources import parse_source
+from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.spec import spec_hash
+from tokensleuth.store import Store
+
+DECISIONS = ("kept", "dropped", "skipped", "failed")
+Log = Callable[[str], None]
+# (last kept build, new state's build) -> {"verdict": identical|equivalent|changed, ...} or None
+OutputCheck = Callable[[EngineBuild, EngineBuild], dict[str, Any] | None]
+
+
+def classify(verdicts: Sequence[str], keep_neutral: bool = False) -> tuple[str, str] | None:
+    """(decision, reason) from the cells' verdicts; None while a cell is unresolved.
+
+    One slower cell is a regression whatever the others say; a patch is kept when some
+    cell is clearly faster and none slower; "neutral" needs ``same`` in every cell.
+    """
+    v = set(verdicts)
+    if "slower" in v:
+        return "dropped", "regression"
+    if not v or "unresolved" in v:
+        return None
+    if "faster" in v:
+        return "kept", "faster"
+    return ("kept", "neutral (--keep-neutral)") if keep_neutral else ("dropped", "neutral")
+
+
+def cell_json(c: Comparison) -> dict[str, Any]:
+    e = c.estimate
+    return {"model": c.model, "workload": c.workload, "ratio": e.ratio if e else None,
+            "ci": [e.lo, e.hi] if e else None, "verdict": c.verdict, "pairs": c.pairs,
+            "baseline_tokens_per_s": _mean(c.base_ts), "candidate_tokens_per_s": _mean(c.cand_ts)}
+
+
+def _mean(v: Sequence[float]) -> float | None:
+    return sum(v) / len(v) if v else None
+
+
+def headline(cells: Sequence[dict[str, Any]], decision: str, reason: str) -> dict[str, Any] | None:
+    """The cell a step's one ratio stands for: the slowest for a regression, else the fastest."""
+    have = [c for c in cells if c["ratio"] is not None]
+    if not have:
+        return None
+    if reason == "regression":
+        return min(have, key=lambda c: float(c["ratio"]))
+    return max(have, key=lambda c: abs(math.log(float(c["ratio"]))))
+
+
+class Decomposer:
+    """Runs the steps of one decompose study (the store and lease are the caller's)."""
+
+    def __init__(self, store: Store, study: str, repo: PrivateRepo, base: str, patches: Sequence[Patch],
+                 spec: dict[str, Any], *, judge: Judge | None = None, log: Log | None = None,
+                 check_outputs: OutputCheck | None = None) -> None:
+        self.store, self.study, self.repo, self.base = store, study, repo, base
+        self.patches = list(patches)
+        self.spec = spec
+        self.log = log or (lambda s: None)
+        self.judge = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
+                                    timeout_s=spec["timeout_s"], log=self.log)
+        self.check_outputs = check_outputs
+        self.models = list(spec["models"]) + list(spec.get("control_models") or [])
+
+    def steps(self) -> list[dict[str, Any]]:
+        return list(self.store.get_state(self.study, "steps", []))
+
+    def run(self) -> dict[str, Any]:
+        if self.judge.build(self.repo.source(self.base)) is None:
+            raise EngineError(f"the base does not build ({self.judge.build_errors[self.repo.source(self.base)]})"
+                              " — pick a base that builds")
+        kept = self.base
+        done = self.steps()
+        out: list[dict[str, Any]] = []
+        for i, p in enumerate(self.patches):
+            prev = done[i] if i < len(done) else None
+            # Reused only when applied to the same kept state and finished (an unresolved
+            # step is judged again: its comparison continues with more pairs).
+            if prev is not None and prev["parent"] == kept and prev["reason"] != "unresolved":
+                step = prev
+            else:
+                step = self.step(p, kept)
+                done = out + [step]  # later steps were taken on another kept chain, if any
+                self.store.put_state(self.study, "steps", done)
+            out.append(step)
+            self._log_step(i, step)
+            if step["decision"] == "kept":
+                kept = step["state"]
+        return self.finish(out, kept)
+
+    def step(self, p: Patch, kept: str) -> dict[str, Any]:
+        s: dict[str, Any] = {"patch": p.name, "subject": p.subject, "parent": kept, "state": None,
+                             "decision": "failed", "reason": "", "cells": [], "ratio": None, "ci": None,
+                             "pairs": 0, "build_s": None, "cache_hit": None, "outputs": None, "study": None}
+        if self.repo.contained(kept, p):
+            return dict(s, decision="skipped", reason="already in base")
+        try:
+            sha = self.repo.apply(kept, p)
+        except PatchFailed as exc:
+            return dict(s, reason=str(exc))
+        s["state"] = sha
+        if self.repo.tree(sha) == self.repo.tree(kept):
+            return dict(s, decision="skipped", reason="changes nothing")
+        src = self.repo.source(sha)
+        self.log(f"  {p.name}: building")
+        b = self.judge.build(src)
+        if b is None:
+            return dict(s, reason="does not build: " + build_error(self.judge.build_errors.get(src, "")))
+        s["build_s"] = b.build_s
+        s["cache_hit"] = b.cache_hit
+        j, decided = self.judge_pair(kept, sha)
+        s["study"] = j.study
+        if (f := j.failed("B")) is not None:
+            return dict(s, reason=f"engine {f.status}: {f.message}"[:300])
+        if (f := j.failed("A")) is not None:
+            return dict(s, reason=f"last kept state failed beside it ({f.status}: {f.message})"[:300],
+                        error=True)
+        s["cells"] = [cell_json(c) for c in j.comparisons]
+        s["pairs"] = max((c.pairs for c in j.comparisons), default=0)
+        if decided is None:
+            s.update(decision="dropped", reason="unresolved")
+        else:
+            s["decision"], s["reason"] = decided
+        if (h := headline(s["cells"], s["decision"], s["reason"])) is not None:
+            s["ratio"], s["ci"] = h["ratio"], h["ci"]
+        if self.check_outputs is not None:
+            s["outputs"] = self.outputs(kept, b)
+            if s["outputs"] and s["outputs"].get("verdict") == "changed" and s["decision"] == "kept":
+                if self.spec.get("allow_output_change"):
+                    s["reason"] += "; outputs changed (allowed)"
+                else:
+                    s.update(decision="dropped", reason="outputs changed")
+        return s
+
+    def judge_pair(self, a: str, b: str) -> tuple[Judgement, tuple[str, str] | None]:
+        """Compare state b with a; unresolved is measured again at twice the pairs, never guessed."""
+        j: Judgement | None = None
+        for max_pairs in (self.spec["max_pairs"], 2 * self.spec["max_pairs"]):
+            j = self.judge.compare(self.repo.source(a), self.repo.source(b), self.models, self.spec["band"],
+                                   max_pairs)
+            if j.failures:
+                return j, None
+            decided = classify([c.verdict for c in j.comparisons], bool(self.spec.get("keep_neutral")))
+            if decided is not None:
+                return j, decided
+        assert j is not None
+        return j, None
+
+    def outputs(self, kept: str, b: EngineBuild) -> dict[str, Any] | None:
+        assert self.check_outputs is not None
+        base_build = self.judge.build(self.repo.source(kept))
+        assert base_build is not None  # the last kept state was built to be kept
+        return self.check_outputs(base_build, b)
+
+    def finish(self, steps: list[dict[str, Any]], final: str) -> dict[str, Any]:
+        kept = [s for s in steps if s["decision"] == "kept"]
+        result: dict[str, Any] = {"study": self.study, "base": self.base, "final": final,
+                                  "steps": [public(s) for s in steps], "scoreboard": [],
+                                  "kept": [s["patch"] for s in kept]}
+        incomplete = [s["patch"] for s in steps if s["reason"] == "unresolved" or s.get("error")]
+        if final != self.base:
+            self.log("verifying the final state against the base")
+            j, _ = self.judge_pair(self.base, final)
+            result["scoreboard"] = scoreboard(j.comparisons, kept)
+            if j.failures or any(c.verdict == "unresolved" for c in j.comparisons):
+                incomplete.append("scoreboard")
+        result["status"] = "incomplete" if incomplete else "done"
+        if incomplete:
+            result["reason"] = ("could not decide " + ", ".join(incomplete)
+                                + " — rerun with --resume to add pairs, or on a quieter machine")
+        return result
+
+    def _log_step(self, i: int, s: dict[str, Any]) -> None:
+        r = f" (ratio {s['ratio']:.4f})" if s.get("ratio") else ""
+        self.log(f"[{i + 1}/{len(self.patches)}] {s['patch']} {s['subject']!r}: {s['decision']}"
+                 f" — {s['reason']}{r}")
+
+
+def public(s: dict[str, Any]) -> dict[str, Any]:
+    """A step as the JSON contract shows it (the parent link is the driver's)."""
+    return {k: v for k, v in s.items() if k not in ("parent", "error")}
+
+
+def scoreboard(final: Sequence[Comparison], kept: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model x workload: base and final t/s, the total speedup, each kept patch's step ratio."""
+    out = []
+    for c in final:
+        cell = cell_json(c)
+        steps = []
+        for s in kept:
+            m = next((x for x in s["cells"] if x["model"] == c.model and x["workload"] == c.workload), None)
+            steps.append({"patch": s["patch"], "ratio": m["ratio"] if m else None, "ci": m["ci"] if m else None})
+        out.append({"model": c.model, "workload": c.workload, "base_tokens_per_s": cell["baseline_tokens_per_s"],
+                    "final_tokens_per_s": cell["candidate_tokens_per_s"], "ratio": cell["ratio"],
+                    "ci": cell["ci"], "verdict": c.verdict, "pairs": c.pairs, "steps": steps})
+    return out
+
+
+def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[Patch], spec: dict[str, Any], *,
+                  resume: bool = False, log: Log | None = None, check_outputs: OutputCheck | None = None,
+                  judge: Judge | None = None) -> dict[str, Any]:
+    """Decompose ``patches`` on ``base`` (a commit of ``repo``); returns the DESIGN.md decompose object.
+
+    ``result["status"]`` is ``done`` when every step and the scoreboard were decided,
+    else ``incomplete`` (the study stays open: ``--resume`` adds pairs where they were missing).
+    """
+    log = log or (lambda s: None)
+    key = dict(spec, base=base, repo=str(repo.path), patches=[p.digest for p in patches],
+               output_check=check_outputs is not None)
+    handle = store.begin_study("decompose", key, spec_hash(key), resume=resume)
+    stored = store.get_state(handle.id, "result")
+    if handle.finished and stored is not None:
+        log(f"decompose {handle.id} already finished — its stored result follows")
+        return dict(stored)
+    with store.lease(handle.id):
+        store.put_state(handle.id, "result", None)
+        result = Decomposer(store, handle.id, repo, base, patches, spec, judge=judge, log=log,
+                            check_outputs=check_outputs).run()
+        store.put_state(handle.id, "result", result)
+        if result["status"] == "done":
+            store.finish_study(handle.id)
+        return result
+
+
+# -- inputs and outputs ----------------------------------------------------------------
+
+
+def prepare(repo: Path | None, base: str, series: str | None,
+            patch_files: Sequence[Path]) -> tuple[PrivateRepo, str, list[Patch]]:
+    """The private repository, the base commit in it and the patches, validated (UserError)."""
+    if (series is None) == (not patch_files):
+        raise UserError("decompose needs either --series BRANCH or --patches FILE … — name one of them")
+    if not base:
+        raise UserError("decompose needs --base REV (a commit of --repo, or pypi:NAME==VERSION)")
+    if base.startswith(("pypi:", "git:")):
+        if series is not None:
+            raise UserError("--series needs --repo and a --base revision of it — pass the patches with --patches")
+        parse_source(base)
+        patches = read_patch_files(patch_files)
+        private, sha = PrivateRepo.for_source(base)
+        return private, sha, patches
+    if repo is None:
+        raise UserError("--base REV needs --repo PATH (the llama.cpp checkout it names) — or use --base pypi:…")
+    repo = repo.expanduser().resolve()
+    parse_source(f"git:{repo}@{base}")
+    sha = BuildCache().resolve_rev(repo, base)
+    patches = series_patches(repo, sha, series) if series is not None else read_patch_files(patch_files)
+    return PrivateRepo.for_git(repo), sha, patches
+
+
+def check_out_branch(repo: Path | None, name: str) -> None:
+    """Before any work: the branch can be created (valid name, not there yet, a repo to put it in)."""
+    if repo is None:
+        raise UserError("--out-branch needs --repo PATH to create the branch in — or write --out-dir DIR")
+    proc = subprocess.run(["git", "check-ref-format", "--branch", name], capture_output=True)
+    if proc.returncode != 0:
+        raise UserError(f"--out-branch {name!r} is not a valid branch name — pick another")
+    have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{name}"],
+                          capture_output=True)
+    if have.returncode == 0:
+        raise UserError(f"branch {name} already exists in {repo} — pick a new name or delete it first")
+
+
+def write_branch(repo: Path, private: PrivateRepo, final: str, name: str) -> None:
+    """Branch NAME in the user's repo: the base plus the kept patches (the one change made there)."""
+    subprocess.run(["git", "-C", str(repo), "fetch", "-q", "--no-tags", str(private.path),
+                    f"{final}:refs/heads/{name}"], check=True, capture_output=True)
+
+
+def write_dir(private: PrivateRepo, base: str, final: str, out_dir: Path) -> list[Path]:
+    """The kept patches as numbered git format-patch files in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if final == base:
+        return []
+    proc = subprocess.run(["git", "-C", str(private.path), "format-patch", "-q", "-o", str(out_dir),
+                           f"{base}..{final}"], check=True, capture_output=True, text=True)
+    return [Path(p) for p in proc.stdout.split()]

@@ -1,0 +1,205 @@
+"""decompose: the decision rule, the patch handling, and a real series on the planted engine."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.decompose import classify, headline
+from tokensleuth.patches import apply_error, build_error, parse_patch
+from tokensleuth.report.markdown import render_decompose
+from tokensleuth.sources.build import EngineBuild
+
+
+def test_classify_keeps_only_what_is_faster_and_never_guesses() -> None:
+    assert classify(["faster", "same"]) == ("kept", "faster")
+    assert classify(["faster", "slower"]) == ("dropped", "regression")  # one slower cell is enough
+    assert classify(["slower", "unresolved"]) == ("dropped", "regression")
+    assert classify(["same", "same"]) == ("dropped", "neutral")
+    assert classify(["same"], keep_neutral=True) == ("kept", "neutral (--keep-neutral)")
+    assert classify(["faster", "unresolved"]) is None  # undecided: measured again, not kept
+    assert classify(["same", "unresolved"]) is None  # "neutral" only from same in every cell
+    assert classify([]) is None
+
+
+def test_headline_cell() -> None:
+    cells = [{"ratio": 0.7, "ci": [0.6, 0.8]}, {"ratio": 1.02, "ci": [1.0, 1.04]}]
+    assert headline(cells, "dropped", "regression") == cells[0]
+    fast = headline([{"ratio": 1.3, "ci": None}, {"ratio": 0.99, "ci": None}], "kept", "faster")
+    assert fast is not None and fast["ratio"] == 1.3
+    assert headline([{"ratio": None, "ci": None}], "dropped", "unresolved") is None
+
+
+def test_patch_header_and_error_lines() -> None:
+    text = ("From 1234 Mon Sep 17 00:00:00 2001\nFrom: Ada L <ada@x.org>\nDate: Fri, 2 Jan 2026 00:01:00 +0000\n"
+            "Subject: [PATCH 2/7] ggml: fuse the\n rms_norm and mul\n\n---\ndiff --git a/x b/x\n")
+    p = parse_patch("0002-x.patch", text)
+    assert (p.subject, p.author, p.date) == ("ggml: fuse the rms_norm and mul", ("Ada L", "ada@x.org"),
+                                             "Fri, 2 Jan 2026 00:01:00 +0000")
+    assert parse_patch("0003-plain.diff", "--- a/x\n+++ b/x\n").subject == "0003-plain"
+    assert apply_error("error: patch failed: src/llama-io.cpp:23\nerror: src/llama-io.cpp: patch does not apply\n") \
+        == "does not apply: patch failed: src/llama-io.cpp:23"
+    ninja = ("[12/40] Building CXX object src/CMakeFiles/llama.dir/llama-io.cpp.o\nFAILED: src/x.o\n"
+             "/w/src/llama-io.cpp:30:2: error: #error tokensleuth planted build failure\n   30 | #error …\n")
+    assert build_error(ninja) == "/w/src/llama-io.cpp:30:2: error: #error tokensleuth planted build failure"
+
+
+def test_render_decompose() -> None:
+    cell = {"model": "/m/moe.gguf", "workload": "tg32", "ratio": 1.25, "ci": [1.2, 1.3], "verdict": "faster",
+            "pairs": 5, "baseline_tokens_per_s": 100.0, "candidate_tokens_per_s": 125.0}
+    r = {"study": "s1", "base": "b" * 40, "final": "f" * 40, "status": "done", "kept": ["0002-a.patch"],
+         "steps": [{"patch": "0001-x.patch", "subject": "x", "decision": "skipped", "reason": "already in base",
+                    "cells": [], "ratio": None, "ci": None, "pairs": 0, "build_s": None, "outputs": None},
+                   {"patch": "0002-a.patch", "subject": "a", "decision": "kept", "reason": "faster",
+                    "cells": [cell], "ratio": 1.25, "ci": [1.2, 1.3], "pairs": 5, "build_s": 14.2,
+                    "cache_hit": False, "outputs": {"verdict": "identical", "mean_kld": 0.0, "kld_99": 0.0,
+                                                    "same_top_p": 100.0, "ppl_ratio": 1.0}}],
+         "scoreboard": [{"model": "/m/moe.gguf", "workload": "tg32", "base_tokens_per_s": 100.0,
+                         "final_tokens_per_s": 125.0, "ratio": 1.25, "ci": [1.2, 1.3], "verdict": "faster",
+                         "pairs": 5, "steps": [{"patch": "0002-a.patch", "ratio": 1.25, "ci": [1.2, 1.3]}]}]}
+    md = render_decompose(r)
+    assert "kept 1 (0002-a.patch)" in md
+    assert "| 0001-x.patch" in md and "already in base" in md
+    assert "1.2500 [1.2000, 1.3000]" in md and "identical (KLD 0" in md
+    assert "Scoreboard" in md and "100.00" in md and "125.00" in md
+    assert "INCOMPLETE" not in md
+    assert "INCOMPLETE: could not decide x" in render_decompose(dict(r, status="incomplete",
+                                                                     reason="could not decide x"))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "a.txt").write_text("a\n")
+    _git(repo, "add", "a.txt")
+    _git(repo, "commit", "-qm", "root")
+    _git(repo, "checkout", "-qb", "side")
+    (repo / "a.txt").write_text("b\n")
+    _git(repo, "commit", "-qam", "side")
+    _git(repo, "checkout", "-q", "main")
+    (repo / "a.txt").write_text("c\n")
+    _git(repo, "commit", "-qam", "main")
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF")
+    patch = tmp_path / "0001.patch"
+    patch.write_text(_git(repo, "format-patch", "-1", "--stdout", "side"))
+    common = ["--model", str(model)]
+    cases = {
+        "unknown rev": ["--repo", str(repo), "--base", "nope", "--patches", str(patch)],
+        "missing patch": ["--repo", str(repo), "--base", "main", "--patches", str(tmp_path / "none.patch")],
+        "not a patch": ["--repo", str(repo), "--base", "main", "--patches", str(repo / "a.txt")],
+        "series off base": ["--repo", str(repo), "--base", "main", "--series", "side"],
+        "series empty": ["--repo", str(repo), "--base", "main", "--series", "main"],
+        "both": ["--repo", str(repo), "--base", "main", "--series", "side", "--patches", str(patch)],
+        "neither": ["--repo", str(repo), "--base", "main"],
+        "no repo": ["--base", "main", "--patches", str(patch)],
+        "branch exists": ["--repo", str(repo), "--base", "main", "--patches", str(patch), "--out-branch", "side"],
+    }
+    for what, args in cases.items():
+        p = subprocess.run([tokensleuth_bin(), "decompose", *args, *common], env=cli_env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2, (what, p.stderr)
+        assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error: "), (what, p.stderr)
+    # nothing was touched in the user's repo
+    assert _git(repo, "branch", "--format=%(refname:short)").split() == ["main", "side"]
+    assert _git(repo, "status", "--porcelain") == ""
+
+
+def _steps(db: str) -> int:
+    try:
+        con = sqlite3.connect(db, timeout=30)
+        row = con.execute("SELECT value_json FROM state WHERE key='steps'").fetchone()
+        return len(json.loads(row[0])) if row else 0
+    except sqlite3.OperationalError:
+        return 0
+
+
+@pytest.mark.slow
+def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
+        engine: EngineBuild, moe_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    from tests.planted import decompose_series
+
+    repo, base, files = decompose_series(tmp_path / "patches")
+    branch = f"kept-{tmp_path.name}"
+    out = tmp_path / "d.json"
+    args = [tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base,
+            *(x for f in files for x in ("--patches", str(f))), "--model", str(moe_model),
+            "-w", "pp64", "-w", "tg32", "--band", "5%", "--max-pairs", "5", "--json", str(out),
+            "--out-branch", branch, "--", "-r", "2"]
+    db = cli_env["TOKENSLEUTH_DB"]
+    head_before = _git(repo, "rev-parse", "HEAD")
+    # Killed once the kept patch's step is stored (0001 skipped, 0002 measured), then resumed.
+    proc = subprocess.Popen(args, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while _steps(db) < 2 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _steps(db) >= 2
+    con = sqlite3.connect(db)
+    before = json.loads(con.execute("SELECT value_json FROM state WHERE key='steps'").fetchone()[0])
+    kept_study = before[1]["study"]
+    n_trials = con.execute("SELECT COUNT(*) FROM trials WHERE study_id=?", (kept_study,)).fetchone()[0]
+    try:
+        p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
+                           timeout=900)
+        assert p.returncode == 0, p.stderr[-3000:]
+        r = json.loads(out.read_text())
+        got = {s["patch"][:4]: (s["decision"], s["reason"]) for s in r["steps"]}
+        assert got["0001"] == ("skipped", "already in base"), r["steps"]
+        assert got["0002"] == ("kept", "faster"), r["steps"]
+        assert got["0003"] == ("dropped", "neutral"), r["steps"]
+        assert got["0004"] == ("dropped", "regression"), r["steps"]
+        assert got["0005"][0] == "failed" and "src/llama-io.cpp" in got["0005"][1], r["steps"]
+        steps = {s["patch"][:4]: s for s in r["steps"]}
+        assert steps["0001"]["state"] is None and steps["0001"]["build_s"] is None  # never built
+        pp = next(c for c in steps["0004"]["cells"] if c["workload"] == "pp64")
+        assert pp["verdict"] == "slower" and steps["0004"]["ratio"] == pp["ratio"]
+        assert {c["verdict"] for c in steps["0003"]["cells"]} == {"same"}
+        assert set(steps["0001"]) >= {"patch", "subject", "decision", "reason", "cells", "ratio", "ci", "outputs"}
+        assert r["kept"] == [files[1].name]
+        # the scoreboard: the final state (base without the MoE slowdown) is faster than the base
+        tg = next(b for b in r["scoreboard"] if b["workload"] == "tg32")
+        assert tg["verdict"] == "faster" and tg["ratio"] > 1.05 and tg["final_tokens_per_s"] > tg["base_tokens_per_s"]
+        assert [s["patch"] for s in tg["steps"]] == [files[1].name]
+        # resumed, not restarted: one decompose study, the kept step's comparison not measured again
+        assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='decompose'").fetchone()[0] == 1
+        assert steps["0002"]["study"] == kept_study
+        assert con.execute("SELECT COUNT(*) FROM trials WHERE study_id=?", (kept_study,)).fetchone()[0] == n_trials
+        # the branch: base + the kept patch only, and nothing else changed in the repo
+        assert _git(repo, "log", "--format=%s", f"{base}..{branch}").splitlines() == [
+            "unslow: drop the extra MoE passes"]
+        assert _git(repo, "rev-parse", f"{branch}^{{tree}}") == _git(repo, "rev-parse", f"{base}~1^{{tree}}")  # = fix
+        assert _git(repo, "rev-parse", "HEAD") == head_before
+        assert "Scoreboard" in p.stdout and "| 0004-ppslow" in p.stdout
+
+        # The same series as a branch: same states, so every comparison is found in the store.
+        out2 = tmp_path / "d2.json"
+        p = subprocess.run([tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base, "--series",
+                            "decompose-series", "--model", str(moe_model), "-w", "pp64", "-w", "tg32",
+                            "--band", "5%", "--max-pairs", "5", "--json", str(out2), "--out-dir",
+                            str(tmp_path / "kept"), "--", "-r", "2"],
+                           env=cli_env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-3000:]
+        r2 = json.loads(out2.read_text())
+        assert [s["decision"] for s in r2["steps"]] == ["kept", "dropped", "dropped", "failed"]
+        assert r2["final"] == r["final"]
+        assert [Path(f).name for f in r2["out_dir"]] == ["0001-unslow-drop-the-extra-MoE-passes.patch"]
+        # `report` renders the stored study
+        p = subprocess.run([tokensleuth_bin(), "report", r["study"]], env=cli_env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0 and "Scoreboard" in p.stdout, p.stderr
+    finally:
+        subprocess.run(["git", "-C", str(repo), "branch", "-D", branch], capture_output=True)
