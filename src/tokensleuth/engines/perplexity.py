@@ -26,23 +26,27 @@ from tokensleuth.errors import EngineError, UserError
 BINARY = "llama-perplexity"
 
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf)"
+# A value counts only when what follows it was printed too ("±" or the end of its line):
+# output cut mid-number ("Same top p: 9") must not read as 9 (found by fuzzing).
+_PM = r"(?=[ \t]*±)"
+_EOL = r"(?=[ \t]*\r?\n)"
 _FIELDS: dict[str, str] = {
-    "mean_ppl_q": rf"Mean PPL\(Q\)\s*:\s*{_NUM}",
-    "mean_ppl_base": rf"Mean PPL\(base\)\s*:\s*{_NUM}",
-    "mean_ln_ratio": rf"Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*{_NUM}",
-    "ppl_ratio": rf"Mean PPL\(Q\)/PPL\(base\)\s*:\s*{_NUM}",
-    "mean_kld": rf"Mean\s+KLD:\s*{_NUM}",
-    "max_kld": rf"Maximum KLD:\s*{_NUM}",
-    "kld_99": rf"99\.0%\s+KLD:\s*{_NUM}",
-    "median_kld": rf"Median\s+KLD:\s*{_NUM}",
-    "same_top_p": rf"Same top p:\s*{_NUM}",
+    "mean_ppl_q": rf"Mean PPL\(Q\)\s*:\s*{_NUM}{_PM}",
+    "mean_ppl_base": rf"Mean PPL\(base\)\s*:\s*{_NUM}{_PM}",
+    "mean_ln_ratio": rf"Mean ln\(PPL\(Q\)/PPL\(base\)\)\s*:\s*{_NUM}{_PM}",
+    "ppl_ratio": rf"Mean PPL\(Q\)/PPL\(base\)\s*:\s*{_NUM}{_PM}",
+    "mean_kld": rf"Mean\s+KLD:\s*{_NUM}{_PM}",
+    "max_kld": rf"Maximum KLD:\s*{_NUM}{_EOL}",
+    "kld_99": rf"99\.0%\s+KLD:\s*{_NUM}{_EOL}",
+    "median_kld": rf"Median\s+KLD:\s*{_NUM}{_EOL}",
+    "same_top_p": rf"Same top p:\s*{_NUM}{_PM}",
 }
 # Only these must be present: the rest appear in every release since the KLD report
 # gained percentiles, but a missing one is a value we can do without (None).
 _REQUIRED = ("mean_ppl_q", "mean_kld", "kld_99", "same_top_p")
 # One row of the per-chunk table: "   3    34998.8104 ±  773.4743   0.00000 ± …"
 _CHUNK = re.compile(r"^\s*(\d+)\s+" + _NUM + r"\s+±", re.MULTILINE)
-_FINAL = re.compile(r"Final estimate: PPL = " + _NUM)
+_FINAL = re.compile(r"Final estimate: PPL = " + _NUM + r"\s+\+/-")
 _ERROR_LINE = re.compile(r"^(?:[\d.]+ E |error:|.*\bfailed\b|.*does not look like)", re.IGNORECASE)
 
 
@@ -226,7 +230,7 @@ def perplexity_flags(bench_flags: Sequence[str]) -> tuple[str, ...]:
         if name in _RENAME or name in _ON_OFF or name in _SWITCHES:
             sep = ";" if name in ("-ot", "--override-tensor") else ","
             if sep in value:
-                raise UserError(f"{name} {value} sweeps several settings; an output check needs one — "
+                raise UserError(f"{name} {value!r} sweeps several settings; an output check needs one — "
                                 "give each setting its own arm")
         if name in _RENAME:
             if name in ("-ts", "--tensor-split", "-dev", "--device"):
