@@ -425,6 +425,7 @@ def decompose(
     timeout: Annotated[float, typer.Option(callback=_seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a trial is killed.")] = 600,
     keep_neutral: Annotated[bool, typer.Option("--keep-neutral", help="Keep patches that change nothing measurable.")] = False,
+    check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Compare each state's outputs with the last kept state's (llama-perplexity KL divergence); a patch that changes them is dropped.")] = False,
     allow_output_change: Annotated[bool, typer.Option("--allow-output-change", help="Keep a faster patch whose outputs changed (flagged).")] = False,
     out_branch: Annotated[Optional[str], typer.Option("--out-branch", help="Write the kept patches as this new branch of --repo.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write the kept patches as format-patch files here.")] = None,
@@ -443,14 +444,20 @@ def decompose(
     if out_branch is not None:
         dec.check_out_branch(repo.expanduser().resolve() if repo else None, out_branch)
     private, base_sha, plist = dec.prepare(repo, base, series, patches)
-    spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
+    spec: dict[str, Any] = {
+            "models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
             "workloads": workload or ["pp512", "tg128"], "band": parse_percent(band), "max_pairs": max_pairs,
             "cmake": list(cmake), "flags": list(ctx.args), "timeout_s": timeout, "keep_neutral": keep_neutral,
             "allow_output_change": allow_output_change}
     build_compare_spec_check(spec)
+    checker = None
+    if check_outputs:
+        from tokensleuth.paths import cache_dir
+
+        checker = dec.perplexity_check(spec["models"], spec["flags"], spec["cmake"], cache_dir() / "outputs")
     with open_store(db) as store:
         result = dec.run_decompose(store, private, base_sha, plist, spec, resume=resume,
-                                   log=lambda line: err.print(line, markup=False))
+                                   log=lambda line: err.print(line, markup=False), check_outputs=checker)
     if out_branch is not None and repo is not None:
         dec.write_branch(repo.expanduser().resolve(), private, result["final"], out_branch)
         result["out_branch"] = out_branch

@@ -297,3 +297,36 @@ def write_dir(private: PrivateRepo, base: str, final: str, out_dir: Path) -> lis
     proc = subprocess.run(["git", "-C", str(private.path), "format-patch", "-q", "-o", str(out_dir),
                            f"{base}..{final}"], check=True, capture_output=True, text=True)
     return [Path(p) for p in proc.stdout.split()]
+
+
+# -- outputs ---------------------------------------------------------------------------
+
+_RANK = {"identical": 0, "equivalent": 1, "changed": 2}
+
+
+def perplexity_check(models: Sequence[str], flags: Sequence[str], cmake: Sequence[str],
+                     workdir: Path) -> OutputCheck:
+    """An output check for :func:`run_decompose` through llama-perplexity's KL divergence.
+
+    Each state gets a llama-perplexity build of its own tree (the build cache keys it apart
+    from the llama-bench build); every model is checked, and the worst verdict stands for
+    the step, with that model's figures.
+    """
+    from tokensleuth.engines import perplexity as ppl
+    from tokensleuth.outputs import OutputChecker
+
+    checker = OutputChecker(workdir)
+    pflags = ppl.perplexity_flags(flags)
+    cache = BuildCache()
+
+    def check(base: EngineBuild, cand: EngineBuild) -> dict[str, Any] | None:
+        b = cache.get(base.source, cmake, targets=(ppl.BINARY,))
+        c = cache.get(cand.source, cmake, targets=(ppl.BINARY,))
+        worst: dict[str, Any] | None = None
+        for m in models:
+            got = dict(checker.check(b, c, m, pflags).to_json(), model=m)
+            if worst is None or _RANK[got["verdict"]] > _RANK[worst["verdict"]]:
+                worst = got
+        return worst
+
+    return check
