@@ -163,10 +163,13 @@ class OutputChecker:
     timeout_s: float = 1800.0
     run: Runner = run_process
 
+    def _base_path(self, base: EngineBuild, model: str, flags: Sequence[str]) -> Path:
+        return self.workdir / f"{_stem(base, model, flags, self.settings)}.kld"
+
     def base_file(self, base: EngineBuild, model: str, flags: Sequence[str] = ()) -> Path:
         """The base build's saved logits for ``model`` (made now unless cached)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        out = self.workdir / f"{_stem(base, model, flags, self.settings)}.kld"
+        out = self._base_path(base, model, flags)
         if out.exists():
             return out
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -197,7 +200,12 @@ class OutputChecker:
                 return ppl.KldStats.from_json(json.loads(p.read_text()))
             except (ValueError, TypeError, EngineError):
                 pass  # a torn or stale file: measure again
-        stats = self.kld(base, base, model, flags)
+        try:
+            stats = self.kld(base, base, model, flags)
+        except EngineError:
+            # The base cannot read its own file: the file is suspect, never reuse it.
+            self._base_path(base, model, flags).unlink(missing_ok=True)
+            raise
         _atomic_write(p, json.dumps(stats.to_json()))
         return stats
 

@@ -1,0 +1,163 @@
+"""Output checks: verdicts, caching and engine faults (fake runner), then the real engine."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import GOLDEN
+from tokensleuth.engines.perplexity import KldSettings, parse_kld
+from tokensleuth.engines.proc import Line, ProcResult
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.outputs import (
+    OutputChecker,
+    Tolerance,
+    check_outputs,
+    classify,
+    corpus_text,
+    render_output_checks,
+)
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import BuildCache, EngineBuild
+
+PPL_TARGETS = ("llama-bench", "llama-quantize", "llama-perplexity")
+
+
+def golden(name: str) -> tuple[str, str]:
+    return ((GOLDEN / f"perplexity-b11434-{name}.stdout").read_text(),
+            (GOLDEN / f"perplexity-b11434-{name}.stderr").read_text())
+
+
+SAME = parse_kld("\n".join(golden("kld-same")))
+Q8 = parse_kld("\n".join(golden("kld-ctk-q8_0")))
+
+
+def test_verdicts_against_the_floor() -> None:
+    assert classify(SAME, SAME) == "identical"
+    assert classify(Q8, SAME) == "changed"
+    # a last-digit difference in PPL, KLD within tolerance, same top token everywhere
+    near = dataclasses.replace(SAME, mean_ppl_q=SAME.mean_ppl_q + 0.01, mean_kld=0.000001, kld_99=0.000002)
+    assert classify(near, SAME) == "equivalent"
+    assert classify(dataclasses.replace(near, same_top_p=99.0), SAME) == "changed"
+    assert classify(dataclasses.replace(near, kld_99=0.000004), SAME) == "changed"
+    assert classify(Q8, SAME, Tolerance(kld=1e-4, top_p_pct=5.0)) == "equivalent"
+
+
+def test_corpus_is_deterministic_and_long_enough() -> None:
+    text = corpus_text()
+    assert text == corpus_text()
+    assert len(text.split()) >= 3000  # > 4 chunks x 128 tokens under any tokenizer
+
+
+class FakeRunner:
+    """Plays golden output; writes the base file where a base run would."""
+
+    def __init__(self, kld: str = "kld-same", *, returncode: int = 0, timed_out: bool = False,
+                 spawn_error: str | None = None) -> None:
+        self.kld, self.returncode, self.timed_out, self.spawn_error = kld, returncode, timed_out, spawn_error
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **_: Any) -> ProcResult:
+        self.calls.append(argv)
+        is_base = "--kl-divergence" not in argv
+        if is_base and self.returncode == 0:
+            Path(argv[argv.index("--kl-divergence-base") + 1]).write_bytes(b"\x01" * 64)
+        out, err = golden("kld-base" if is_base else self.kld)
+        lines = [Line("out", 0, ln) for ln in out.splitlines(keepends=True)]
+        lines += [Line("err", 1, ln) for ln in err.splitlines(keepends=True)]
+        return ProcResult(tuple(argv), None if self.spawn_error else self.returncode, self.timed_out,
+                          0, 1, time.time(), time.time(), lines, spawn_error=self.spawn_error)
+
+
+def fake_build(tmp_path: Path, key: str) -> EngineBuild:
+    d = tmp_path / key
+    d.mkdir(exist_ok=True)
+    (d / "llama-perplexity").write_text("")
+    return EngineBuild(DEFAULT_ENGINE, str(d), key, None, None, (), "cc", ("CPU",), PPL_TARGETS)
+
+
+@pytest.fixture()
+def model(tmp_path: Path) -> str:
+    p = tmp_path / "m.gguf"
+    p.write_bytes(b"GGUF")
+    return str(p)
+
+
+def test_base_and_floor_are_made_once_per_base(tmp_path: Path, model: str) -> None:
+    run = FakeRunner("kld-ctk-q8_0")
+    base, cand = fake_build(tmp_path, "base"), fake_build(tmp_path, "cand")
+    checker = OutputChecker(tmp_path / "wd", KldSettings(threads=2), run=run)
+    first = checker.check(base, cand, model)
+    second = checker.check(base, cand, model)
+    # base file, floor, candidate; then only the candidate again
+    assert [("--kl-divergence" in a, Path(a[0]).parent.name) for a in run.calls] == [
+        (False, "base"), (True, "base"), (True, "cand"), (True, "cand")]
+    # the fake prints the same for the floor and the candidate: identical, at q8_0's KLD
+    assert first.verdict == second.verdict == "identical" and first.mean_kld == 0.000011
+    assert not list((tmp_path / "wd").glob("*.tmp*"))
+
+
+def test_check_outputs_json_has_the_contract_keys(tmp_path: Path, model: str) -> None:
+    c = check_outputs(fake_build(tmp_path, "b"), fake_build(tmp_path, "b"), model,
+                      workdir=tmp_path / "wd", run=FakeRunner())
+    j = c.to_json()
+    assert {"verdict", "mean_kld", "kld_99", "same_top_p", "ppl_ratio"} <= set(j)
+    assert (j["verdict"], j["mean_kld"], j["kld_99"], j["same_top_p"], j["ppl_ratio"]) == (
+        "identical", 0.0, 0.000001, 100.0, 1.0)
+    json.dumps(j)
+    line = render_output_checks([("base", "cand", model, c)])
+    assert "m: cand vs base: **identical**" in line
+
+
+@pytest.mark.parametrize(("runner", "match"), [
+    (FakeRunner(returncode=1), "exited with 1"),
+    (FakeRunner(timed_out=True), "ran past"),
+    (FakeRunner(spawn_error="cannot start llama-perplexity: Permission denied"), "Permission denied"),
+    (FakeRunner("kld-bad-base"), "does not look like a file containing log-probabilities"),
+])
+def test_engine_faults_are_one_engine_error(tmp_path: Path, model: str, runner: FakeRunner, match: str) -> None:
+    with pytest.raises(EngineError, match=match):
+        check_outputs(fake_build(tmp_path, "b"), fake_build(tmp_path, "c"), model,
+                      workdir=tmp_path / "wd", run=runner)
+    assert not list((tmp_path / "wd").glob("*.kld"))  # nothing half-made is kept as a base
+
+
+def test_missing_model_or_binary_is_a_user_error(tmp_path: Path, model: str) -> None:
+    b = fake_build(tmp_path, "b")
+    with pytest.raises(UserError, match="give an existing GGUF file"):
+        check_outputs(b, b, str(tmp_path / "nope.gguf"), workdir=tmp_path / "wd", run=FakeRunner())
+    (Path(b.bin_dir) / "llama-perplexity").unlink()
+    with pytest.raises(UserError, match="llama-perplexity is not in"):
+        check_outputs(b, b, model, workdir=tmp_path / "wd", run=FakeRunner())
+
+
+# -- the real engine -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def ppl_engine() -> EngineBuild:
+    return BuildCache().get(DEFAULT_ENGINE, targets=PPL_TARGETS)
+
+
+def test_real_engine_same_build_is_identical_and_kv_quant_is_changed(
+        ppl_engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    checker = OutputChecker(tmp_path, KldSettings(threads=2))
+    same = checker.check(ppl_engine, ppl_engine, str(dense_model))
+    assert same.verdict == "identical"
+    assert same.same_top_p == 100.0 and same.mean_kld <= 1e-6
+    q8 = checker.check(ppl_engine, ppl_engine, str(dense_model), cand_flags=("-ctk", "q8_0", "-ctv", "q8_0"))
+    assert q8.verdict == "changed"
+    assert q8.mean_kld > same.floor.mean_kld and q8.same_top_p < 100.0
+
+
+def test_a_failed_base_run_is_tried_once(tmp_path: Path, model: str) -> None:
+    run = FakeRunner(returncode=1)
+    with pytest.raises(EngineError, match="exited with 1"):
+        check_outputs(fake_build(tmp_path, "b"), fake_build(tmp_path, "c"), model,
+                      workdir=tmp_path / "wd", run=run)
+    assert len(run.calls) == 1
