@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import GOLDEN
+from tests.conftest import GOLDEN, tokensleuth_bin
 from tokensleuth.engines.perplexity import KldSettings, parse_kld
 from tokensleuth.engines.proc import Line, ProcResult
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.outputs import (
+    ArmOutputCheck,
     OutputChecker,
     Tolerance,
     check_outputs,
@@ -110,7 +112,7 @@ def test_check_outputs_json_has_the_contract_keys(tmp_path: Path, model: str) ->
     assert (j["verdict"], j["mean_kld"], j["kld_99"], j["same_top_p"], j["ppl_ratio"]) == (
         "identical", 0.0, 0.000001, 100.0, 1.0)
     json.dumps(j)
-    line = render_output_checks([("base", "cand", model, c)])
+    line = render_output_checks([ArmOutputCheck("base", "cand", model, c)])
     assert "m: cand vs base: **identical**" in line
 
 
@@ -161,3 +163,52 @@ def test_a_failed_base_run_is_tried_once(tmp_path: Path, model: str) -> None:
         check_outputs(fake_build(tmp_path, "b"), fake_build(tmp_path, "c"), model,
                       workdir=tmp_path / "wd", run=run)
     assert len(run.calls) == 1
+
+
+# -- compare --check-outputs through the CLI -------------------------------------------
+
+
+def _compare(args: list[str], env: dict[str, str], tmp_path: Path) -> tuple[subprocess.CompletedProcess[str],
+                                                                           dict[str, Any]]:
+    out = tmp_path / "c.json"
+    p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out), *args], env=env,
+                       capture_output=True, text=True, timeout=900)
+    return p, (json.loads(out.read_text()) if out.exists() else {})
+
+
+def test_compare_checks_outputs_of_each_candidate(ppl_engine: EngineBuild, dense_model: Path,
+                                                  cli_env: dict[str, str], tmp_path: Path) -> None:
+    E = DEFAULT_ENGINE
+    p, doc = _compare(["--arm", f"a={E}", "--arm", f"same={E}", "--arm", f"kvq8={E}",
+                       "--flags", "kvq8=-ctk q8_0 -ctv q8_0", "--model", str(dense_model), "-w", "tg8",
+                       "--min-pairs", "2", "--max-pairs", "2", "--check-outputs", "--", "-r", "1"],
+                      cli_env, tmp_path)
+    assert p.returncode == 0, p.stderr
+    by_arm = {o["candidate"]: o for o in doc["outputs"]}
+    assert set(by_arm) == {"same", "kvq8"}
+    assert by_arm["same"]["verdict"] == "identical" and by_arm["same"]["baseline"] == "a"
+    assert by_arm["kvq8"]["verdict"] == "changed"
+    assert by_arm["kvq8"]["same_top_p"] < 100.0 and by_arm["kvq8"]["mean_kld"] > by_arm["kvq8"]["floor"]["mean_kld"]
+    for o in doc["outputs"]:
+        assert {"verdict", "mean_kld", "kld_99", "same_top_p", "ppl_ratio"} <= set(o)
+    assert ": same vs a: **identical**" in p.stdout and ": kvq8 vs a: **changed**" in p.stdout
+
+
+def test_compare_without_the_flag_has_no_outputs_key(engine: EngineBuild, dense_model: Path,
+                                                     cli_env: dict[str, str], tmp_path: Path) -> None:
+    E = DEFAULT_ENGINE
+    p, doc = _compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model), "-w", "tg8",
+                       "--min-pairs", "2", "--max-pairs", "2", "--", "-r", "1"], cli_env, tmp_path)
+    assert doc["comparisons"] and "outputs" not in doc
+    assert "Outputs (" not in p.stdout
+
+
+def test_a_swept_setting_is_refused_before_measuring(ppl_engine: EngineBuild, dense_model: Path,
+                                                      cli_env: dict[str, str]) -> None:
+    E = DEFAULT_ENGINE
+    p = subprocess.run([tokensleuth_bin(), "compare", "--arm", f"a={E}", "--arm", f"b={E}",
+                        "--flags", "b=-ctk f16,q8_0", "--model", str(dense_model), "-w", "tg8",
+                        "--check-outputs"], env=cli_env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "sweeps several settings" in p.stderr, p.stderr
+    assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()

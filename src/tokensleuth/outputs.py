@@ -25,7 +25,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -228,12 +228,13 @@ def check_outputs(base_build: EngineBuild, cand_build: EngineBuild, model: str, 
     return checker.check(base_build, cand_build, model, flags, cand_flags)
 
 
-def render_output_checks(rows: Sequence[tuple[str, str, str, OutputCheck]]) -> str:
-    """Lines under the compare table: (baseline, candidate, model, check) each."""
+def render_output_checks(rows: Sequence[ArmOutputCheck]) -> str:
+    """Lines under the compare table, one per candidate arm and model."""
     if not rows:
         return ""
     out = ["Outputs (llama-perplexity KL divergence against the baseline; floor = baseline vs itself):"]
-    for baseline, candidate, model, c in rows:
+    for row in rows:
+        baseline, candidate, model, c = row.baseline, row.candidate, row.model, row.check
         top = f"{c.same_top_p:.3f}%"
         out.append(f"- {Path(model).stem}: {candidate} vs {baseline}: **{c.verdict}** — mean KLD "
                    f"{c.mean_kld:.6f} (floor {c.floor.mean_kld:.6f}), 99% KLD {c.kld_99:.6f} "
@@ -241,3 +242,42 @@ def render_output_checks(rows: Sequence[tuple[str, str, str, OutputCheck]]) -> s
                    + ("" if c.ppl_ratio is None else f", PPL ratio {c.ppl_ratio:.6f}")
                    + f", {c.seconds:.1f} s")
     return "\n".join(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCheck:
+    """One output check a driver will run: a candidate arm against the baseline on a model."""
+
+    baseline: str
+    candidate: str
+    model: str
+    base_flags: tuple[str, ...]  # llama-perplexity flags (see perplexity_flags)
+    cand_flags: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ArmOutputCheck:
+    """A finished :class:`PlannedCheck`."""
+
+    baseline: str
+    candidate: str
+    model: str
+    check: OutputCheck
+
+    def to_json(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "candidate": self.candidate, "model": self.model,
+                **self.check.to_json()}
+
+
+def run_planned(plan: Sequence[PlannedCheck], builds: Mapping[str, EngineBuild], checker: OutputChecker,
+                on_check: Callable[[ArmOutputCheck], None] | None = None) -> list[ArmOutputCheck]:
+    """Run each planned check; the base file and floor are made once per baseline and model."""
+    done = []
+    for p in plan:
+        c = ArmOutputCheck(p.baseline, p.candidate, p.model,
+                           checker.check(builds[p.baseline], builds[p.candidate], p.model, p.base_flags,
+                                         p.cand_flags))
+        if on_check is not None:
+            on_check(c)
+        done.append(c)
+    return done

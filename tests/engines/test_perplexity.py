@@ -134,3 +134,8 @@ def test_output_cut_mid_number_is_not_read_as_a_smaller_number() -> None:
     base = (GOLDEN / "perplexity-b11434-kld-base.stderr").read_text()
     with pytest.raises(EngineError):
         parse_base_ppl(base[: base.index("PPL = 3") + len("PPL = 3")])
+
+
+def test_negative_zero_reads_as_zero() -> None:
+    text = golden("kld-same").replace("Mean    KLD:   0.000000", "Mean    KLD:  -0.000000")
+    assert str(parse_kld(text).mean_kld) == "0.0"

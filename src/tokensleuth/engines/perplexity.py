@@ -101,7 +101,8 @@ class KldStats:
 
 
 def _float(text: str) -> float:
-    return float(text)  # "nan"/"-nan"/"inf" are accepted by float() too
+    # "nan"/"-nan"/"inf" are accepted by float() too; + 0.0 turns a printed "-0.000000" into 0.0
+    return float(text) + 0.0
 
 
 def parse_kld(text: str) -> KldStats:
