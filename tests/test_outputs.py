@@ -212,3 +212,16 @@ def test_a_swept_setting_is_refused_before_measuring(ppl_engine: EngineBuild, de
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "sweeps several settings" in p.stderr, p.stderr
     assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()
+
+
+def test_an_engine_without_llama_perplexity_is_refused_before_measuring(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    bench_only = tmp_path / "bin"
+    bench_only.mkdir()
+    (bench_only / "llama-bench").symlink_to(Path(engine.bin_dir) / "llama-bench")
+    p = subprocess.run([tokensleuth_bin(), "compare", "--arm", f"a=bin:{bench_only}", "--arm", f"b=bin:{bench_only}",
+                        "--model", str(dense_model), "-w", "tg8", "--check-outputs"],
+                       env=cli_env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert len(p.stderr.strip().splitlines()) == 1 and "llama-perplexity is not in" in p.stderr, p.stderr
+    assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()

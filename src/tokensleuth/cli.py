@@ -289,6 +289,8 @@ def compare(
     if pin_params:
         spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
     plan = plan_output_checks(spec) if check_outputs else None  # a sweep is refused before measuring
+    for b in by_source.values() if check_outputs else ():
+        b.binary("llama-perplexity")  # a bin: engine without it is refused before measuring too
     with open_store(db) as store:
         def on_round(n_cells: int, target: int) -> None:
             err.print(f"round: {n_cells} open cell(s), up to {target} pairs", markup=False)
