@@ -122,30 +122,28 @@ PP_SLOW = ("int llama_context::decode(const llama_batch_ext & batch_inp) {\n",
            "    if (batch_inp.tokens.size() > 1) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }\n")
 
 
-def decompose_series(dest: Path, branch: str = "decompose-series") -> tuple[Path, str, list[Path]]:
+def decompose_series(dest: Path, branch: str = "decompose-spin") -> tuple[Path, str, list[Path]]:
     """A decompose test case on the planted repo: (repo, base sha, patch files in ``dest``).
 
-    The base is bisect_history's ``culprit`` (a MoE-only slowdown, outputs unchanged), whose
-    tree and the tree without the slowdown are built by the bisect test already. Patches:
-    0001 already in the base (the culprit commit itself: skipped), 0002 removes the slowdown
-    (kept), 0003 a neutral one-line change (dropped), 0004 a 20 ms wait per prompt batch
-    (pp slower: dropped), 0005 edits 0003's line, so it does not apply once 0003 is dropped
-    (failed). Branch ``decompose-series`` holds 0002..0005 as commits on the base.
+    The base is the spin plant (run it with TOKENSLEUTH_SPIN_US set: a busy wait per decode
+    call, outputs unchanged); its tree and the unpatched tree are built by the other tests
+    already. Patches: 0001 is the plant itself (already in the base: skipped), 0002 removes
+    the wait (kept), 0003 a neutral one-line change (dropped), 0004 a 20 ms wait per prompt
+    batch (pp slower: dropped), 0005 edits 0003's line, so it does not apply once 0003 is
+    dropped (failed). Branch ``decompose-spin`` holds 0002..0005 as commits on the base.
     """
-    repo, shas = bisect_history()
-    base = shas["culprit"]
-    have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
-                          capture_output=True, text=True)
-    if have.returncode != 0:
+    repo = planted_repo()
+    base = _git(repo, "rev-parse", "master" if _has(repo, "master") else "HEAD")
+    base = _git(repo, "rev-list", "-1", "--grep", "^plant: spin", base)
+    root = _git(repo, "rev-list", "--max-parents=0", base)
+    if not _has(repo, branch):
         wt = repo.parent / f"{branch}-wt"
         shutil.rmtree(wt, ignore_errors=True)
         _git(repo, "worktree", "prune")
         _git(repo, "worktree", "add", "-q", "-b", branch, str(wt), base)
-        graph, small, ctx = wt / "src" / "llama-graph.cpp", wt / "src" / "llama-io.cpp", wt / "src" / "llama-context.cpp"
-        text = graph.read_text()
-        assert text.count(MOE_SLOW) == 1
-        graph.write_text(text.replace(MOE_SLOW, '\n    cb(moe_out, "ffn_moe_out", il);\n', 1))
-        _git(wt, "commit", "-qam", "unslow: drop the extra MoE passes", "--date=2026-01-02T00:01:00Z")
+        small, ctx = wt / "src" / "llama-io.cpp", wt / "src" / "llama-context.cpp"
+        _git(wt, "checkout", "-q", root, "--", "src/llama-context.cpp")
+        _git(wt, "commit", "-qam", "unslow: drop the spin per decode call", "--date=2026-01-02T00:01:00Z")
         small.write_text(small.read_text() + "[[maybe_unused]] static const int tokensleuth_neutral = 1;\n")
         _git(wt, "commit", "-qam", "neutral: one more constant", "--date=2026-01-02T00:02:00Z")
         text = ctx.read_text()
@@ -157,7 +155,7 @@ def decompose_series(dest: Path, branch: str = "decompose-series") -> tuple[Path
         _git(wt, "commit", "-qam", "conflict: change the neutral constant", "--date=2026-01-02T00:04:00Z")
         _git(repo, "worktree", "remove", "--force", str(wt))
     dest.mkdir(parents=True, exist_ok=True)
-    files = [dest / "0001-culprit.patch"]
+    files = [dest / "0001-plant-spin.patch"]
     files[0].write_text(_git(repo, "format-patch", "-1", "--stdout", base) + "\n")
     series = _git(repo, "rev-list", "--reverse", f"{base}..{branch}").split()
     for i, sha in enumerate(series, start=2):
@@ -165,3 +163,8 @@ def decompose_series(dest: Path, branch: str = "decompose-series") -> tuple[Path
         f.write_text(_git(repo, "format-patch", "-1", "--stdout", sha) + "\n")
         files.append(f)
     return repo, base, files
+
+
+def _has(repo: Path, branch: str) -> bool:
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
+                          capture_output=True).returncode == 0

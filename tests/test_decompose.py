@@ -136,8 +136,9 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
     out = tmp_path / "d.json"
     args = [tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base,
             *(x for f in files for x in ("--patches", str(f))), "--model", str(moe_model),
-            "-w", "pp64", "-w", "tg32", "--band", "5%", "--max-pairs", "5", "--json", str(out),
-            "--out-branch", branch, "--", "-r", "2"]
+            "-w", "pp64", "-w", "tg32", "--band", "10%", "--max-pairs", "5", "--json", str(out),
+            "--out-branch", branch, "--", "-r", "3", "-t", "1"]
+    cli_env = dict(cli_env, TOKENSLEUTH_SPIN_US="3000")  # the base's planted wait: 3 ms per decode call
     db = cli_env["TOKENSLEUTH_DB"]
     head_before = _git(repo, "rev-parse", "HEAD")
     # Killed once the kept patch's step is stored (0001 skipped, 0002 measured), then resumed.
@@ -170,7 +171,7 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         assert {c["verdict"] for c in steps["0003"]["cells"]} == {"same"}
         assert set(steps["0001"]) >= {"patch", "subject", "decision", "reason", "cells", "ratio", "ci", "outputs"}
         assert r["kept"] == [files[1].name]
-        # the scoreboard: the final state (base without the MoE slowdown) is faster than the base
+        # the scoreboard: the final state (base without the spin) is faster than the base
         tg = next(b for b in r["scoreboard"] if b["workload"] == "tg32")
         assert tg["verdict"] == "faster" and tg["ratio"] > 1.05 and tg["final_tokens_per_s"] > tg["base_tokens_per_s"]
         assert [s["patch"] for s in tg["steps"]] == [files[1].name]
@@ -180,23 +181,23 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         assert con.execute("SELECT COUNT(*) FROM trials WHERE study_id=?", (kept_study,)).fetchone()[0] == n_trials
         # the branch: base + the kept patch only, and nothing else changed in the repo
         assert _git(repo, "log", "--format=%s", f"{base}..{branch}").splitlines() == [
-            "unslow: drop the extra MoE passes"]
-        assert _git(repo, "rev-parse", f"{branch}^{{tree}}") == _git(repo, "rev-parse", f"{base}~1^{{tree}}")  # = fix
+            "unslow: drop the spin per decode call"]
+        assert _git(repo, "rev-parse", f"{branch}^{{tree}}") == _git(repo, "rev-parse", f"{base}~1^{{tree}}")  # = the unplanted root
         assert _git(repo, "rev-parse", "HEAD") == head_before
         assert "Scoreboard" in p.stdout and "| 0004-ppslow" in p.stdout
 
         # The same series as a branch: same states, so every comparison is found in the store.
         out2 = tmp_path / "d2.json"
         p = subprocess.run([tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base, "--series",
-                            "decompose-series", "--model", str(moe_model), "-w", "pp64", "-w", "tg32",
-                            "--band", "5%", "--max-pairs", "5", "--json", str(out2), "--out-dir",
-                            str(tmp_path / "kept"), "--", "-r", "2"],
+                            "decompose-spin", "--model", str(moe_model), "-w", "pp64", "-w", "tg32",
+                            "--band", "10%", "--max-pairs", "5", "--json", str(out2), "--out-dir",
+                            str(tmp_path / "kept"), "--", "-r", "3", "-t", "1"],
                            env=cli_env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         r2 = json.loads(out2.read_text())
         assert [s["decision"] for s in r2["steps"]] == ["kept", "dropped", "dropped", "failed"]
         assert r2["final"] == r["final"]
-        assert [Path(f).name for f in r2["out_dir"]] == ["0001-unslow-drop-the-extra-MoE-passes.patch"]
+        assert [Path(f).name for f in r2["out_dir"]] == ["0001-unslow-drop-the-spin-per-decode-call.patch"]
         # `report` renders the stored study
         p = subprocess.run([tokensleuth_bin(), "report", r["study"]], env=cli_env, capture_output=True,
                            text=True, timeout=60)

@@ -294,7 +294,7 @@ def write_dir(private: PrivateRepo, base: str, final: str, out_dir: Path) -> lis
     out_dir.mkdir(parents=True, exist_ok=True)
     if final == base:
         return []
-    proc = subprocess.run(["git", "-C", str(private.path), "format-patch", "-q", "-o", str(out_dir),
+    proc = subprocess.run(["git", "-C", str(private.path), "format-patch", "-o", str(out_dir),
                            f"{base}..{final}"], check=True, capture_output=True, text=True)
     return [Path(p) for p in proc.stdout.split()]
 
