@@ -204,3 +204,24 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         assert p.returncode == 0 and "Scoreboard" in p.stdout, p.stderr
     finally:
         subprocess.run(["git", "-C", str(repo), "branch", "-D", branch], capture_output=True)
+
+
+def test_a_pypi_base_becomes_a_private_repo(engine: EngineBuild, llama_tree: Path, tmp_path: Path) -> None:
+    """--base pypi:…: the sdist's llama.cpp tree is committed into a private repo; patches apply there."""
+    from tests.planted import decompose_series
+    from tokensleuth.decompose import prepare
+    from tokensleuth.paths import cache_dir
+    from tokensleuth.sources import DEFAULT_ENGINE
+    from tokensleuth.studies import kind_of
+
+    _, _, files = decompose_series(tmp_path / "patches")
+    private, base, patches = prepare(None, DEFAULT_ENGINE, None, files)
+    assert private.path.is_relative_to(cache_dir())
+    assert [p.subject for p in patches][:2] == ["plant: spin TOKENSLEUTH_SPIN_US per decode call",
+                                                "unslow: drop the spin per decode call"]
+    # the sdist has no spin: its removal is already there, the spin itself is not
+    assert private.contained(base, patches[1]) and not private.contained(base, patches[0])
+    state = private.apply(base, patches[2])
+    assert private.apply(base, patches[2]) == state  # deterministic ids: a resumed run finds its states
+    assert private.tree(state) != private.tree(base)
+    assert kind_of("decompose").describe({"base": base, "patches": ["a", "b"]}) == f"{base[:10]} + 2 patches"

@@ -128,7 +128,7 @@ class Decomposer:
         b = self.judge.build(src)
         if b is None:
             return dict(s, reason="does not build: " + build_error(self.judge.build_errors.get(src, "")))
-        s["build_s"] = b.build_s
+        s["build_s"] = 0.0 if b.cache_hit else b.build_s  # seconds this decompose spent building it
         s["cache_hit"] = b.cache_hit
         j, decided = self.judge_pair(kept, sha)
         s["study"] = j.study
