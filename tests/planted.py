@@ -122,7 +122,11 @@ PP_SLOW = ("int llama_context::decode(const llama_batch_ext & batch_inp) {\n",
            "    if (batch_inp.tokens.size() > 1) { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }\n")
 
 
-def decompose_series(dest: Path, branch: str = "decompose-spin") -> tuple[Path, str, list[Path]]:
+EPS = ("cur = ggml_rms_norm(ctx0, cur, hparams.f_norm_rms_eps);",
+       "cur = ggml_rms_norm(ctx0, cur, hparams.f_norm_rms_eps * 1e4f);")
+
+
+def decompose_series(dest: Path, branch: str = "decompose-spin-eps") -> tuple[Path, str, list[Path]]:
     """A decompose test case on the planted repo: (repo, base sha, patch files in ``dest``).
 
     The base is the spin plant (run it with TOKENSLEUTH_SPIN_US set: a busy wait per decode
@@ -130,7 +134,8 @@ def decompose_series(dest: Path, branch: str = "decompose-spin") -> tuple[Path, 
     already. Patches: 0001 is the plant itself (already in the base: skipped), 0002 removes
     the wait (kept), 0003 a neutral one-line change (dropped), 0004 a 20 ms wait per prompt
     batch (pp slower: dropped), 0005 edits 0003's line, so it does not apply once 0003 is
-    dropped (failed). Branch ``decompose-spin`` holds 0002..0005 as commits on the base.
+    dropped (failed), 0006 multiplies the rms_norm epsilon by 10^4 (outputs change; speed does
+    not). Branch ``decompose-spin-eps`` holds 0002..0006 as commits on the base.
     """
     repo = planted_repo()
     base = _git(repo, "rev-parse", "master" if _has(repo, "master") else "HEAD")
@@ -153,6 +158,10 @@ def decompose_series(dest: Path, branch: str = "decompose-spin") -> tuple[Path, 
         _git(wt, "commit", "-qam", "ppslow: wait per prompt batch", "--date=2026-01-02T00:03:00Z")
         small.write_text(small.read_text().replace("tokensleuth_neutral = 1;", "tokensleuth_neutral = 2;"))
         _git(wt, "commit", "-qam", "conflict: change the neutral constant", "--date=2026-01-02T00:04:00Z")
+        text = (wt / "src" / "llama-graph.cpp").read_text()
+        assert text.count(EPS[0]) == 1
+        (wt / "src" / "llama-graph.cpp").write_text(text.replace(*EPS))
+        _git(wt, "commit", "-qam", "eps: a larger rms_norm epsilon", "--date=2026-01-02T00:05:00Z")
         _git(repo, "worktree", "remove", "--force", str(wt))
     dest.mkdir(parents=True, exist_ok=True)
     files = [dest / "0001-plant-spin.patch"]

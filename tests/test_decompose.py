@@ -138,9 +138,9 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
     out = tmp_path / "d.json"
     args = [tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base,
             *(x for f in files for x in ("--patches", str(f))), "--model", str(moe_model),
-            "-w", "pp64", "-w", "tg32", "--band", "10%", "--max-pairs", "5", "--json", str(out),
-            "--out-branch", branch, "--", "-r", "3", "-t", "1"]
-    cli_env = dict(cli_env, TOKENSLEUTH_SPIN_US="3000")  # the base's planted wait: 3 ms per decode call
+            "-w", "pp64", "-w", "tg64", "--band", "15%", "--max-pairs", "6", "--json", str(out),
+            "--out-branch", branch, "--check-outputs", "--", "-r", "3", "-t", "1"]
+    cli_env = dict(cli_env, TOKENSLEUTH_SPIN_US="10000")  # the base's planted wait: 10 ms per decode call
     db = cli_env["TOKENSLEUTH_DB"]
     head_before = _git(repo, "rev-parse", "HEAD")
     # Killed once the kept patch's step is stored (0001 skipped, 0002 measured), then resumed.
@@ -166,6 +166,13 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         assert got["0003"] == ("dropped", "neutral"), r["steps"]
         assert got["0004"] == ("dropped", "regression"), r["steps"]
         assert got["0005"][0] == "failed" and "src/llama-io.cpp" in got["0005"][1], r["steps"]
+        assert got["0006"] == ("dropped", "outputs changed"), r["steps"]
+        verdicts = {k: (s["outputs"] or {}).get("verdict") for k, s in
+                    ((s["patch"][:4], s) for s in r["steps"])}
+        assert verdicts == {"0001": None, "0002": "identical", "0003": "identical", "0004": "identical",
+                            "0005": None, "0006": "changed"}, verdicts
+        eps = next(s for s in r["steps"] if s["patch"].startswith("0006"))["outputs"]
+        assert eps["mean_kld"] > eps["floor"]["mean_kld"] and set(eps) >= {"kld_99", "same_top_p", "ppl_ratio"}
         steps = {s["patch"][:4]: s for s in r["steps"]}
         assert steps["0001"]["state"] is None and steps["0001"]["build_s"] is None  # never built
         pp = next(c for c in steps["0004"]["cells"] if c["workload"] == "pp64")
@@ -174,8 +181,8 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         assert set(steps["0001"]) >= {"patch", "subject", "decision", "reason", "cells", "ratio", "ci", "outputs"}
         assert r["kept"] == [files[1].name]
         # the scoreboard: the final state (base without the spin) is faster than the base
-        tg = next(b for b in r["scoreboard"] if b["workload"] == "tg32")
-        assert tg["verdict"] == "faster" and tg["ratio"] > 1.05 and tg["final_tokens_per_s"] > tg["base_tokens_per_s"]
+        tg = next(b for b in r["scoreboard"] if b["workload"] == "tg64")
+        assert tg["verdict"] == "faster" and tg["ratio"] > 1.5 and tg["final_tokens_per_s"] > tg["base_tokens_per_s"]
         assert [s["patch"] for s in tg["steps"]] == [files[1].name]
         # resumed, not restarted: one decompose study, the kept step's comparison not measured again
         assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='decompose'").fetchone()[0] == 1
@@ -191,13 +198,13 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         # The same series as a branch: same states, so every comparison is found in the store.
         out2 = tmp_path / "d2.json"
         p = subprocess.run([tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base, "--series",
-                            "decompose-spin", "--model", str(moe_model), "-w", "pp64", "-w", "tg32",
-                            "--band", "10%", "--max-pairs", "5", "--json", str(out2), "--out-dir",
-                            str(tmp_path / "kept"), "--", "-r", "3", "-t", "1"],
+                            "decompose-spin-eps", "--model", str(moe_model), "-w", "pp64", "-w", "tg64",
+                            "--band", "15%", "--max-pairs", "6", "--json", str(out2), "--out-dir",
+                            str(tmp_path / "kept"), "--check-outputs", "--", "-r", "3", "-t", "1"],
                            env=cli_env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         r2 = json.loads(out2.read_text())
-        assert [s["decision"] for s in r2["steps"]] == ["kept", "dropped", "dropped", "failed"]
+        assert [s["decision"] for s in r2["steps"]] == ["kept", "dropped", "dropped", "failed", "dropped"]
         assert r2["final"] == r["final"]
         assert [Path(f).name for f in r2["out_dir"]] == ["0001-unslow-drop-the-spin-per-decode-call.patch"]
         # `report` renders the stored study

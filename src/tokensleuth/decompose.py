@@ -147,10 +147,12 @@ class Decomposer:
             s["ratio"], s["ci"] = h["ratio"], h["ci"]
         if self.check_outputs is not None:
             s["outputs"] = self.outputs(kept, b)
-            if s["outputs"] and s["outputs"].get("verdict") == "changed" and s["decision"] == "kept":
-                if self.spec.get("allow_output_change"):
+            if s["outputs"] and s["outputs"].get("verdict") == "changed":
+                if s["decision"] == "kept" and self.spec.get("allow_output_change"):
                     s["reason"] += "; outputs changed (allowed)"
-                else:
+                elif s["reason"] == "regression":
+                    s["reason"] += "; outputs changed"
+                else:  # faster, neutral or undecided: dropped for its outputs, whatever its speed
                     s.update(decision="dropped", reason="outputs changed")
         return s
 
@@ -194,6 +196,8 @@ class Decomposer:
 
     def _log_step(self, i: int, s: dict[str, Any]) -> None:
         r = f" (ratio {s['ratio']:.4f})" if s.get("ratio") else ""
+        if s.get("outputs"):
+            r += f"; outputs {s['outputs'].get('verdict')}"
         self.log(f"[{i + 1}/{len(self.patches)}] {s['patch']} {s['subject']!r}: {s['decision']}"
                  f" — {s['reason']}{r}")
 
