@@ -138,8 +138,10 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
     out = tmp_path / "d.json"
     args = [tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base,
             *(x for f in files for x in ("--patches", str(f))), "--model", str(moe_model),
-            "-w", "pp64", "-w", "tg64", "--band", "15%", "--max-pairs", "6", "--json", str(out),
+            "-w", "pp64", "-w", "tg64", "--band", "25%", "--max-pairs", "6", "--json", str(out),
             "--out-branch", branch, "--check-outputs", "--", "-r", "3", "-t", "1"]
+    # Effects are large (pp x1.6 and tg x4 for 0002, pp x0.45 for 0004) and the band wide: on a
+    # shared 2-core machine a tg cell's interval is still ±12% after 12 pairs.
     cli_env = dict(cli_env, TOKENSLEUTH_SPIN_US="10000")  # the base's planted wait: 10 ms per decode call
     db = cli_env["TOKENSLEUTH_DB"]
     head_before = _git(repo, "rev-parse", "HEAD")
@@ -199,7 +201,7 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         out2 = tmp_path / "d2.json"
         p = subprocess.run([tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base, "--series",
                             "decompose-spin-eps", "--model", str(moe_model), "-w", "pp64", "-w", "tg64",
-                            "--band", "15%", "--max-pairs", "6", "--json", str(out2), "--out-dir",
+                            "--band", "25%", "--max-pairs", "6", "--json", str(out2), "--out-dir",
                             str(tmp_path / "kept"), "--check-outputs", "--", "-r", "3", "-t", "1"],
                            env=cli_env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
