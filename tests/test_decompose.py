@@ -186,6 +186,7 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         tg = next(b for b in r["scoreboard"] if b["workload"] == "tg64")
         assert tg["verdict"] == "faster" and tg["ratio"] > 1.5 and tg["final_tokens_per_s"] > tg["base_tokens_per_s"]
         assert [s["patch"] for s in tg["steps"]] == [files[1].name]
+        assert r["scoreboard_study"] != steps["0002"]["study"]  # measured afresh, not the step's pairs again
         # resumed, not restarted: one decompose study, the kept step's comparison not measured again
         assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='decompose'").fetchone()[0] == 1
         assert steps["0002"]["study"] == kept_study

@@ -156,12 +156,12 @@ class Decomposer:
                     s.update(decision="dropped", reason="outputs changed")
         return s
 
-    def judge_pair(self, a: str, b: str) -> tuple[Judgement, tuple[str, str] | None]:
+    def judge_pair(self, a: str, b: str, fresh: str = "") -> tuple[Judgement, tuple[str, str] | None]:
         """Compare state b with a; unresolved is measured again at twice the pairs, never guessed."""
         j: Judgement | None = None
         for max_pairs in (self.spec["max_pairs"], 2 * self.spec["max_pairs"]):
             j = self.judge.compare(self.repo.source(a), self.repo.source(b), self.models, self.spec["band"],
-                                   max_pairs)
+                                   max_pairs, fresh=fresh)
             if j.failures:
                 return j, None
             decided = classify([c.verdict for c in j.comparisons], bool(self.spec.get("keep_neutral")))
@@ -184,8 +184,10 @@ class Decomposer:
         incomplete = [s["patch"] for s in steps if s["reason"] == "unresolved" or s.get("error")]
         if final != self.base:
             self.log("verifying the final state against the base")
-            j, _ = self.judge_pair(self.base, final)
+            # its own pairs, even where base -> final is one kept step's comparison
+            j, _ = self.judge_pair(self.base, final, fresh="decompose-scoreboard")
             result["scoreboard"] = scoreboard(j.comparisons, kept)
+            result["scoreboard_study"] = j.study
             if j.failures or any(c.verdict == "unresolved" for c in j.comparisons):
                 incomplete.append("scoreboard")
         result["status"] = "incomplete" if incomplete else "done"

@@ -69,7 +69,7 @@ class Judge:
         self.cache = cache or BuildCache()
         self.builds: dict[str, EngineBuild | None] = {}
         self.build_errors: dict[str, str] = {}
-        self._extended: set[tuple[str, str, tuple[str, ...]]] = set()
+        self._extended: set[tuple[str, str, tuple[str, ...], str]] = set()
 
     def build(self, source: str) -> EngineBuild | None:
         """The source's build, or None when it does not build (the reason in build_errors)."""
@@ -81,8 +81,13 @@ class Judge:
                 self.builds[source] = None
         return self.builds[source]
 
-    def compare(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int) -> Judgement:
-        """Compare source ``b`` (candidate) with ``a`` (baseline); both must build."""
+    def compare(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
+                fresh: str = "") -> Judgement:
+        """Compare source ``b`` (candidate) with ``a`` (baseline); both must build.
+
+        ``fresh``: a label that makes this a measurement of its own (in the arms' environment,
+        so in the comparison's identity), not the pairs an earlier ask of the same A and B took.
+        """
         ba, bb = self.build(a), self.build(b)
         if ba is None or bb is None:
             raise EngineError(f"cannot compare: {a if ba is None else b} does not build")
@@ -94,7 +99,10 @@ class Judge:
             "models": list(models), "workloads": self.workloads, "band": band,
             "max_pairs": max_pairs, "common_flags": self.flags, "timeout_s": self.timeout_s,
         }
-        key = (a, b, tuple(models))
+        if fresh:
+            for arm in spec_data["arms"]:
+                arm["env"] = {"TOKENSLEUTH_MEASUREMENT": fresh}
+        key = (a, b, tuple(models), fresh)
         add_to = None
         if key not in self._extended:
             # First ask in this process: an unresolved answer stored by an earlier run is a
