@@ -144,7 +144,9 @@ def test_every_workload_form_gets_its_resources(engine: Any, dense_model: Any, t
 
     from tokensleuth.cli import main
 
-    forms = ["pp8", "tg2", "pp8+tg2", "pp8@d4", "tg2@d4", "pp8+tg2@d4", "tg2@d0", "pp08+tg2@d0"]
+    # long enough that each window spans several of the kernel's 4 ms CPU-clock ticks (tg2 did
+    # not: its CPU reading could be 0 ticks, a missing figure that says nothing of the name)
+    forms = ["pp64", "tg16", "pp64+tg16", "pp64@d8", "tg16@d8", "pp64+tg16@d8", "tg16@d0", "pp064+tg16@d0"]
     out = tmp_path / "c.json"
     args = ["compare", "--db", str(tmp_path / "s.db"), "--arm", f"a=bin:{engine.bin_dir}",
             "--arm", f"b=bin:{engine.bin_dir}", "--model", str(dense_model), "--min-pairs", "2",
@@ -154,8 +156,8 @@ def test_every_workload_form_gets_its_resources(engine: Any, dense_model: Any, t
     assert main([*args, "--", "-r", "1"]) == 0
     doc = json.loads(out.read_text())
     got = {c["workload"]: c for c in doc["comparisons"]}
-    # tg2@d0 is tg2 and pp08+tg2@d0 is pp8+tg2: one cell each, under llama-bench's name
-    assert sorted(got) == sorted({"pp8", "tg2", "pp8+tg2", "pp8@d4", "tg2@d4", "pp8+tg2@d4"})
+    # tg16@d0 is tg16 and pp064+tg16@d0 is pp64+tg16: one cell each, under llama-bench's name
+    assert sorted(got) == sorted({"pp64", "tg16", "pp64+tg16", "pp64@d8", "tg16@d8", "pp64+tg16@d8"})
     for name, c in got.items():
         assert c["pairs"] == 2, name
         for arm in ("baseline", "candidate"):
