@@ -901,32 +901,7 @@ class Store:
                 # Someone else finished it (or it was never started): storing again would
                 # count its samples twice.
                 raise RuntimeError(f"trial {trial_id} is not running; refusing to store it twice")
-            for r in out.results:
-                rid = db.execute(
-                    "INSERT INTO results(trial_id, test_idx, test, n_prompt, n_gen, n_depth,"
-                    " avg_ts, stddev_ts, raw_json) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (trial_id, r.test_idx, r.test, r.n_prompt, r.n_gen, r.n_depth, r.avg_ts,
-                     r.stddev_ts, json.dumps(r.raw)),
-                ).lastrowid
-                db.executemany(
-                    "INSERT INTO samples(result_id, rep, duration_ns, tokens, tokens_per_s)"
-                    " VALUES (?,?,?,?,?)",
-                    [(rid, s.rep, s.duration_ns, s.tokens, s.tokens_per_s) for s in r.samples],
-                )
-            db.executemany(
-                "INSERT INTO windows(trial_id, test_idx, rep, start_ns, end_ns, cpu_ms, counters_json)"
-                " VALUES (?,?,?,?,?,?,?)",
-                [(trial_id, w.test_idx, w.rep, w.start_ns, w.end_ns, w.cpu_ms,
-                  json.dumps(w.counters) if w.counters else None) for w in out.windows],
-            )
-            db.executemany(
-                "INSERT OR IGNORE INTO timeline(trial_id, t_ns, values_json) VALUES (?,?,?)",
-                [(trial_id, t, json.dumps(v)) for t, v in out.timeline],
-            )
-            db.executemany(
-                "INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)",
-                [(trial_id, c, d) for c, d in out.warnings],
-            )
+            self._insert_outcome_rows(db, trial_id, out)
 
     def import_trial(
         self, study_id: str, arm: str, model: str, out: TrialOutcome
@@ -983,6 +958,15 @@ class Store:
         ).lastrowid
         if trial_id is None or db.execute("SELECT changes()").fetchone()[0] != 1:
             raise ValueError(f"study {study_id} has no arm {arm!r}")
+        Store._insert_outcome_rows(db, trial_id, out)
+
+    @staticmethod
+    def _insert_outcome_rows(db: sqlite3.Connection, trial_id: int, out: TrialOutcome) -> None:
+        """A finished trial's results, samples, windows, timeline and warnings (caller's transaction).
+
+        The timeline goes in with INSERT OR IGNORE: rows committed while the trial ran
+        (LiveTimeline) are already there.
+        """
         for r in out.results:
             rid = db.execute(
                 "INSERT INTO results(trial_id, test_idx, test, n_prompt, n_gen, n_depth,"
@@ -994,7 +978,6 @@ class Store:
                 "INSERT INTO samples(result_id, rep, duration_ns, tokens, tokens_per_s) VALUES (?,?,?,?,?)",
                 [(rid, s.rep, s.duration_ns, s.tokens, s.tokens_per_s) for s in r.samples],
             )
-        # Imports carry no windows, timeline or warnings today; store them if a caller has any.
         db.executemany(
             "INSERT INTO windows(trial_id, test_idx, rep, start_ns, end_ns, cpu_ms, counters_json)"
             " VALUES (?,?,?,?,?,?,?)",
