@@ -36,3 +36,11 @@ def kind_of(name: str) -> StudyKind:
         raise UserError(f"study kind {name!r} is not known to this tokensleuth — upgrade it to read this store")
     kind: StudyKind = importlib.import_module(f"{__name__}.{module}").KIND
     return kind
+
+
+def stored_result(store: Store, study_id: str, kind: str) -> dict[str, Any]:
+    """The result a driver stored when it ended (bisect, decompose); one line if it has not."""
+    obj = store.get_state(study_id, "result")
+    if obj is None:
+        raise UserError(f"{kind} {study_id} has not finished — resume it with the same command and --resume")
+    return dict(obj)

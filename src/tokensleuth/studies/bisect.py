@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokensleuth.errors import UserError
 from tokensleuth.report.markdown import render_bisect
 from tokensleuth.store import Store
+from tokensleuth.studies import stored_result
 
 
 class BisectKind:
@@ -17,9 +17,7 @@ class BisectKind:
         return f"{cands[0]} .. {cands[-1]}" if cands else ""
 
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-        obj = store.get_state(study_id, "result")
-        if obj is None:
-            raise UserError(f"bisect {study_id} has not finished — resume it with the same command and --resume")
+        obj = stored_result(store, study_id, self.name)
         return render_bisect(obj), dict(obj, schema_version=1)
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokensleuth.errors import UserError
 from tokensleuth.report.markdown import render_decompose
 from tokensleuth.store import Store
+from tokensleuth.studies import stored_result
 
 
 class DecomposeKind:
@@ -16,9 +16,7 @@ class DecomposeKind:
         return f"{str(spec.get('base', ''))[:10]} + {len(spec.get('patches') or [])} patches"
 
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-        obj = store.get_state(study_id, "result")
-        if obj is None:
-            raise UserError(f"decompose {study_id} has not finished — resume it with the same command and --resume")
+        obj = stored_result(store, study_id, self.name)
         return render_decompose(obj), dict(obj, schema_version=1)
 
 
