@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.decompose import classify, headline
-from tokensleuth.patches import apply_error, build_error, parse_patch
+from tokensleuth.patches import PatchFailed, apply_error, build_error, parse_patch
 from tokensleuth.report.markdown import render_decompose
 from tokensleuth.sources.build import EngineBuild
 
@@ -237,3 +237,62 @@ def test_a_pypi_base_becomes_a_private_repo(engine: EngineBuild, llama_tree: Pat
     assert private.apply(base, patches[2]) == state  # deterministic ids: a resumed run finds its states
     assert private.tree(state) != private.tree(base)
     assert kind_of("decompose").describe({"base": base, "patches": ["a", "b"]}) == f"{base[:10]} + 2 patches"
+
+
+def test_a_patch_taken_upstream_and_edited_since_is_skipped(tmp_path: Path) -> None:
+    """git cherry's test: the reverse no longer applies, the patch id still matches."""
+    from tokensleuth.decompose import Decomposer
+    from tokensleuth.judge import Judge
+    from tokensleuth.patches import PrivateRepo
+    from tokensleuth.store import Store
+
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    lines = [f"line {i}\n" for i in range(12)]
+    (repo / "f.c").write_text("".join(lines))
+    _git(repo, "add", "f.c")
+    _git(repo, "commit", "-qm", "root")
+    lines[5] = "line 5 fixed\n"
+    (repo / "f.c").write_text("".join(lines))
+    _git(repo, "commit", "-qam", "upstream: the fix")
+    fix = _git(repo, "rev-parse", "HEAD")
+    patch = tmp_path / "0001-fix.patch"
+    patch.write_text(_git(repo, "format-patch", "-1", "--stdout", "HEAD") + "\n")
+    lines[8] = "line 8 edited later\n"  # inside the fix's context: it neither applies nor reverse-applies
+    (repo / "f.c").write_text("".join(lines))
+    _git(repo, "commit", "-qam", "upstream: a later edit")
+    base = _git(repo, "rev-parse", "HEAD")
+    lines[5] = "line 5\n"
+    (repo / "f.c").write_text("".join(lines))
+    _git(repo, "commit", "-qam", "upstream: revert the fix")
+    reverted = _git(repo, "rev-parse", "HEAD")
+
+    private = PrivateRepo.for_git(repo, root=tmp_path / "priv")
+    p = parse_patch(patch.name, patch.read_text())
+    assert not private.contained(base, p)
+    assert private.upstream(base, p) == fix
+    with Store(tmp_path / "db.sqlite") as store:
+        spec = {"workloads": ["tg8"], "flags": [], "cmake": [], "timeout_s": 60, "models": []}
+        d = Decomposer(store, "s", private, base, [p], spec, judge=Judge(store, workloads=["tg8"], flags=[],
+                                                                           cmake=[], timeout_s=60))
+        step = d.step(p, base)
+        assert step == dict(step, decision="skipped", reason=f"already upstream as {fix[:10]} (same patch id)",
+                            state=None, build_s=None)  # nothing built or measured
+        # Reverted upstream since: the patch merges to a change again, so it is measured, not skipped.
+        assert private.upstream(reverted, p) == fix
+        assert private.tree(private.apply(reverted, p)) != private.tree(reverted)
+    lines[5] = "line 5 fixed, then edited\n"  # the fixed line itself edited later: a conflict
+    (repo / "f.c").write_text("".join(lines))
+    _git(repo, "commit", "-qam", "upstream: edit the fixed line")
+    edited = _git(repo, "rev-parse", "HEAD")
+    private = PrivateRepo.for_git(repo, root=tmp_path / "priv2")
+    with pytest.raises(PatchFailed, match="conflict in f.c"):
+        private.apply(edited, p)
+    with Store(tmp_path / "db.sqlite") as store:
+        d = Decomposer(store, "s", private, edited, [p], spec, judge=Judge(store, workloads=["tg8"], flags=[],
+                                                                             cmake=[], timeout_s=60))
+        step = d.step(p, edited)
+        assert (step["decision"], step["reason"]) == ("skipped", f"already upstream as {fix[:10]} (edited since)")
+    # a patch that is in no commit of the history is not upstream
+    other = parse_patch("x.patch", patch.read_text().replace("line 5 fixed", "line 5 other"))
+    assert private.upstream(base, other) is None

@@ -279,7 +279,9 @@ def compare(
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
     help_cache: dict[str, str] = {}
     # --check-outputs: llama-perplexity built beside llama-bench, so both come from one build
-    targets = (*DEFAULT_TARGETS, "llama-perplexity") if check_outputs else DEFAULT_TARGETS
+    from tokensleuth.outputs import CHECK_TARGETS
+
+    targets = CHECK_TARGETS if check_outputs else DEFAULT_TARGETS
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
         if key not in by_source:
@@ -455,7 +457,7 @@ def decompose(
     timeout: Annotated[float, typer.Option(callback=_seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a trial is killed.")] = 600,
     keep_neutral: Annotated[bool, typer.Option("--keep-neutral", help="Keep patches that change nothing measurable.")] = False,
-    check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Compare each state's outputs with the last kept state's (llama-perplexity KL divergence); a patch that changes them is dropped.")] = False,
+    check_outputs: Annotated[bool, typer.Option("--check-outputs/--no-output-check", help="Compare each state's outputs with the last kept state's (llama-perplexity KL divergence); a patch that changes them is dropped. On by default.")] = True,
     allow_output_change: Annotated[bool, typer.Option("--allow-output-change", help="Keep a faster patch whose outputs changed (flagged).")] = False,
     out_branch: Annotated[Optional[str], typer.Option("--out-branch", help="Write the kept patches as this new branch of --repo.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write the kept patches as format-patch files here.")] = None,
@@ -484,7 +486,7 @@ def decompose(
     if check_outputs:
         from tokensleuth.paths import cache_dir
 
-        checker = dec.perplexity_check(spec["models"], spec["flags"], spec["cmake"], cache_dir() / "outputs")
+        checker = dec.perplexity_check(spec["models"], spec["flags"], cache_dir() / "outputs", timeout)
     with open_store(db) as store:
         result = dec.run_decompose(store, private, base_sha, plist, spec, resume=resume,
                                    log=lambda line: err.print(line, markup=False), check_outputs=checker)

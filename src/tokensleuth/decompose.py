@@ -22,7 +22,8 @@ from tokensleuth.errors import EngineError, UserError
 from tokensleuth.judge import Judge, Judgement
 from tokensleuth.patches import Patch, PatchFailed, PrivateRepo, build_error, read_patch_files, series_patches
 from tokensleuth.sources import parse_source
-from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.outputs import CHECK_TARGETS
+from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import Store
 
@@ -80,7 +81,8 @@ class Decomposer:
         self.spec = spec
         self.log = log or (lambda s: None)
         self.judge = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
-                                    timeout_s=spec["timeout_s"], log=self.log)
+                                    timeout_s=spec["timeout_s"], log=self.log,
+                                    targets=CHECK_TARGETS if check_outputs is not None else DEFAULT_TARGETS)
         self.check_outputs = check_outputs
         self.models = list(spec["models"]) + list(spec.get("control_models") or [])
 
@@ -119,10 +121,18 @@ class Decomposer:
         try:
             sha = self.repo.apply(kept, p)
         except PatchFailed as exc:
+            # Taken upstream and edited since: it neither applies nor reverse-applies, but
+            # its patch id is in the history (git cherry's test).
+            if (up := self.repo.upstream(kept, p)) is not None:
+                return dict(s, decision="skipped", reason=f"already upstream as {up[:10]} (edited since)")
             return dict(s, reason=str(exc))
-        s["state"] = sha
         if self.repo.tree(sha) == self.repo.tree(kept):
-            return dict(s, decision="skipped", reason="changes nothing")
+            # merged to no change (see PrivateRepo.apply); one that still changes the tree is
+            # measured even when its patch id is upstream: that commit may have been reverted
+            up = self.repo.upstream(kept, p)
+            return dict(s, decision="skipped",
+                        reason=f"already upstream as {up[:10]} (same patch id)" if up else "changes nothing")
+        s["state"] = sha
         src = self.repo.source(sha)
         self.log(f"  {p.name}: building")
         b = self.judge.build(src)
@@ -313,27 +323,24 @@ def write_dir(private: PrivateRepo, base: str, final: str, out_dir: Path) -> lis
 _RANK = {"identical": 0, "equivalent": 1, "changed": 2}
 
 
-def perplexity_check(models: Sequence[str], flags: Sequence[str], cmake: Sequence[str],
-                     workdir: Path) -> OutputCheck:
+def perplexity_check(models: Sequence[str], flags: Sequence[str], workdir: Path,
+                     timeout_s: float = 1800.0) -> OutputCheck:
     """An output check for :func:`run_decompose` through llama-perplexity's KL divergence.
 
-    Each state gets a llama-perplexity build of its own tree (the build cache keys it apart
-    from the llama-bench build); every model is checked, and the worst verdict stands for
-    the step, with that model's figures.
+    The states' builds carry llama-perplexity beside llama-bench (the decomposer builds
+    :data:`CHECK_TARGETS` when it checks outputs); every model is checked, and the worst
+    verdict stands for the step, with that model's figures.
     """
     from tokensleuth.engines import perplexity as ppl
     from tokensleuth.outputs import OutputChecker
 
-    checker = OutputChecker(workdir)
+    checker = OutputChecker(workdir, timeout_s=timeout_s)
     pflags = ppl.perplexity_flags(flags)
-    cache = BuildCache()
 
     def check(base: EngineBuild, cand: EngineBuild) -> dict[str, Any] | None:
-        b = cache.get(base.source, cmake, targets=(ppl.BINARY,))
-        c = cache.get(cand.source, cmake, targets=(ppl.BINARY,))
         worst: dict[str, Any] | None = None
         for m in models:
-            got = dict(checker.check(b, c, m, pflags).to_json(), model=m)
+            got = dict(checker.check(base, cand, m, pflags).to_json(), model=m)
             if worst is None or _RANK[got["verdict"]] > _RANK[worst["verdict"]]:
                 worst = got
         return worst

@@ -19,7 +19,7 @@ from typing import Any
 from tokensleuth.compare import Comparison, run_compare
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.errors import EngineError
-from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import build_compare_spec
 from tokensleuth.store import Store
 
@@ -56,7 +56,8 @@ class Judge:
 
     def __init__(self, store: Store, *, workloads: Sequence[str], flags: Sequence[str],
                  cmake: Sequence[str], timeout_s: float, arm_flags: dict[str, list[str]] | None = None,
-                 pin_to: str | None = None, log: Log | None = None, cache: BuildCache | None = None) -> None:
+                 pin_to: str | None = None, log: Log | None = None, cache: BuildCache | None = None,
+                 targets: Sequence[str] = DEFAULT_TARGETS) -> None:
         self.store = store
         self.workloads = list(workloads)
         self.flags = list(flags)
@@ -67,6 +68,7 @@ class Judge:
         self._pin_base: dict[str, Any] | None = None
         self.log = log or (lambda s: None)
         self.cache = cache or BuildCache()
+        self.targets = tuple(targets)  # e.g. llama-perplexity beside llama-bench: one build of each source
         self.builds: dict[str, EngineBuild | None] = {}
         self.build_errors: dict[str, str] = {}
         self._extended: set[tuple[str, str, tuple[str, ...], str]] = set()
@@ -75,7 +77,7 @@ class Judge:
         """The source's build, or None when it does not build (the reason in build_errors)."""
         if source not in self.builds:
             try:
-                self.builds[source] = self.cache.get(source, self.cmake)
+                self.builds[source] = self.cache.get(source, self.cmake, targets=self.targets)
             except EngineError as exc:
                 self.build_errors[source] = str(exc).splitlines()[0][:200] if str(exc) else "build failed"
                 self.builds[source] = None

@@ -33,7 +33,11 @@ from typing import Any, Literal
 from tokensleuth.engines import perplexity as ppl
 from tokensleuth.engines.proc import ProcResult, run_process
 from tokensleuth.errors import EngineError, UserError
-from tokensleuth.sources.build import EngineBuild
+from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
+
+# Build targets of a source whose outputs are checked: llama-perplexity from the same
+# build as llama-bench, so a state or commit is configured and compiled once.
+CHECK_TARGETS = (*DEFAULT_TARGETS, ppl.BINARY)
 
 OutputVerdict = Literal["identical", "equivalent", "changed"]
 Runner = Callable[..., ProcResult]

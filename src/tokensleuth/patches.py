@@ -24,6 +24,7 @@ from tokensleuth.paths import cache_dir
 from tokensleuth.sources.build import BuildCache
 
 FIXED_DATE = "2000-01-01T00:00:00Z"
+UPSTREAM_COMMITS = 2000  # how far back in the base's history a patch is looked for
 IDENT = ("tokensleuth", "decompose@tokensleuth.invalid")
 
 
@@ -82,6 +83,12 @@ def _git(repo: Path, *args: str, stdin: str | None = None, env: dict[str, str] |
     return proc
 
 
+def patch_id(repo: Path, text: str) -> str | None:
+    """``git patch-id --stable`` of a patch's diff (None for a patch with no diff)."""
+    out = _git(repo, "patch-id", "--stable", stdin=text, check=False).stdout.split()
+    return out[0] if out else None
+
+
 def series_patches(repo: Path, base_sha: str, branch: str) -> list[Patch]:
     """The commits from base to BRANCH (first parent), each as format-patch text."""
     tip = BuildCache().resolve_rev(repo, branch)
@@ -100,6 +107,7 @@ class PrivateRepo:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._ids: dict[str, dict[str, str]] = {}  # commit -> {patch id: commit of its history}
 
     @classmethod
     def for_git(cls, repo: Path, root: Path | None = None) -> PrivateRepo:
@@ -149,10 +157,37 @@ class PrivateRepo:
             return _git(self.path, "apply", "--cached", "--reverse", "--check", "-", stdin=patch.text, env=env,
                         check=False).returncode == 0
 
+    def upstream(self, parent: str, patch: Patch, limit: int = UPSTREAM_COMMITS) -> str | None:
+        """The commit among ``parent``'s last ``limit`` that carries the same change (git patch-id).
+
+        This is ``git cherry``'s test: a patch taken upstream and edited by later commits
+        no longer reverse-applies, but its patch id still matches the upstream commit.
+        """
+        mine = patch_id(self.path, patch.text)
+        if mine is None:
+            return None
+        if parent not in self._ids:
+            # Ordinary commits only: a root commit (a pypi: tree) or a merge is no one patch.
+            log = subprocess.Popen(["git", "-C", str(self.path), "log", "-p", "--no-color", "--min-parents=1",
+                                    "--max-parents=1", f"-n{limit}", "--format=commit %H", parent],
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            ids = subprocess.run(["git", "-C", str(self.path), "patch-id", "--stable"], stdin=log.stdout,
+                                 capture_output=True, text=True)
+            assert log.stdout is not None
+            log.stdout.close()
+            log.wait()
+            self._ids[parent] = {}
+            for line in ids.stdout.splitlines():
+                pid, _, sha = line.partition(" ")
+                self._ids[parent].setdefault(pid, sha)  # newest first: the latest commit with it
+        return self._ids[parent].get(mine)
+
     def apply(self, parent: str, patch: Patch) -> str:
         """The commit ``parent`` + ``patch`` (deterministic id); PatchFailed when it does not apply."""
         with self._index(parent) as env:
-            proc = _git(self.path, "apply", "--cached", "-", stdin=patch.text, env=env, check=False)
+            # --3way, as `git am -3` does: context that drifted since the patch was written
+            # merges cleanly, and a change already made upstream merges to no change at all.
+            proc = _git(self.path, "apply", "--cached", "--3way", "-", stdin=patch.text, env=env, check=False)
             if proc.returncode != 0:
                 raise PatchFailed(apply_error(proc.stderr))
             tree = _git(self.path, "write-tree", env=env).stdout.strip()
@@ -189,6 +224,8 @@ def apply_error(stderr: str) -> str:
     """``git apply``'s complaint in one line, naming the file (``patch failed: src/x.cpp:12``)."""
     lines = [ln.removeprefix("error: ").strip() for ln in stderr.splitlines() if ln.startswith("error:")]
     failed = next((ln for ln in lines if ln.startswith("patch failed:")), None)
+    if failed is None and (m := re.search(r"^Applied patch to '(.+)' with conflicts", stderr, re.M)):
+        failed = f"conflict in {m.group(1)}"
     return ("does not apply: " + (failed or (lines[0] if lines else stderr.strip()[:200] or "git apply failed")))
 
 
