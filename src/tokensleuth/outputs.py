@@ -232,19 +232,18 @@ def check_outputs(base_build: EngineBuild, cand_build: EngineBuild, model: str, 
     return checker.check(base_build, cand_build, model, flags, cand_flags)
 
 
-def render_output_checks(rows: Sequence[ArmOutputCheck]) -> str:
-    """Lines under the compare table, one per candidate arm and model."""
+def render_output_checks(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Lines under the compare table, one per candidate arm and model (``ArmOutputCheck.to_json()``)."""
     if not rows:
         return ""
     out = ["Outputs (llama-perplexity KL divergence against the baseline; floor = baseline vs itself):"]
-    for row in rows:
-        baseline, candidate, model, c = row.baseline, row.candidate, row.model, row.check
-        top = f"{c.same_top_p:.3f}%"
-        out.append(f"- {Path(model).stem}: {candidate} vs {baseline}: **{c.verdict}** — mean KLD "
-                   f"{c.mean_kld:.6f} (floor {c.floor.mean_kld:.6f}), 99% KLD {c.kld_99:.6f} "
-                   f"(floor {c.floor.kld_99:.6f}), same top p {top} (floor {c.floor.same_top_p:.3f}%)"
-                   + ("" if c.ppl_ratio is None else f", PPL ratio {c.ppl_ratio:.6f}")
-                   + f", {c.seconds:.1f} s")
+    for c in rows:
+        f = c["floor"]
+        out.append(f"- {Path(c['model']).stem}: {c['candidate']} vs {c['baseline']}: **{c['verdict']}** — mean KLD "
+                   f"{c['mean_kld']:.6f} (floor {f['mean_kld']:.6f}), 99% KLD {c['kld_99']:.6f} "
+                   f"(floor {f['kld_99']:.6f}), same top p {c['same_top_p']:.3f}% (floor {f['same_top_p']:.3f}%)"
+                   + ("" if c.get("ppl_ratio") is None else f", PPL ratio {c['ppl_ratio']:.6f}")
+                   + f", {c['seconds']:.1f} s")
     return "\n".join(out)
 
 
