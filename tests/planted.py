@@ -81,7 +81,8 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect") -> 
 
     neutral commits change a small source file (forcing a recompile), ``broken``
     does not compile and ``fix`` repairs it, ``culprit`` adds a MoE-only slowdown
-    (extra passes in the MoE feed-forward graph that leave outputs unchanged).
+    (extra passes in the MoE feed-forward graph that leave outputs unchanged), ``eps``
+    multiplies the rms_norm epsilon by 10^4 (outputs change, speed does not).
     Returns the repo and {name: sha}, with "base" the good endpoint.
     """
     repo = planted_repo()
@@ -102,6 +103,10 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect") -> 
                 small.write_text(small.read_text() + "\n#error tokensleuth planted build failure\n")
             elif name == "fix":
                 small.write_text(small.read_text().replace("\n#error tokensleuth planted build failure\n", "\n"))
+            elif name == "eps":  # outputs change, speed does not
+                text = graph.read_text()
+                assert text.count(EPS[0]) == 1
+                graph.write_text(text.replace(*EPS))
             elif name == "culprit":
                 text = graph.read_text()
                 marker = '\n    cb(moe_out, "ffn_moe_out", il);\n'

@@ -191,3 +191,31 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         bis.compare = lambda a, b, models, band, max_pairs: Judgement(  # type: ignore[method-assign]
             "s", [comp("pp512", "unresolved", 0.95), comp("tg128", "same", 1.0)])
         assert bis.classify(1, build).outcome == "unresolved"
+
+
+@pytest.mark.slow
+def test_check_outputs_finds_the_first_commit_whose_outputs_changed(
+        engine: EngineBuild, moe_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Speed and outputs are two answers: the slower commit is not the one that changed outputs."""
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history(("n1", "culprit", "eps", "n2"), branch="bisect-speed-eps")
+    out = tmp_path / "b.json"
+    args = [tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["n2"],
+            "--model", str(moe_model), "-w", "tg32", "--json", str(out), "--check-outputs", "--", "-r", "5"]
+    p = subprocess.run(args, env=cli_env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["first_bad"] == shas["culprit"][:10], r
+    o = r["outputs"]
+    assert o["endpoint"]["verdict"] == "changed"
+    assert o["first_changed"] == shas["eps"][:10] and o["culprit"]["subject"] == "eps", o
+    assert o["culprit"]["mean_kld"] > o["culprit"]["floor"]["mean_kld"]
+    checked = {s["commit"]: s["verdict"] for s in o["steps"]}
+    assert checked[shas["culprit"][:10]] in ("identical", "equivalent")  # the slower commit: same outputs
+    assert f"Outputs first changed at: {shas['eps']} — eps" in p.stdout
+    # resumed or reported, the stored answer carries the outputs; nothing is checked again
+    p2 = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
+                        timeout=300)
+    assert p2.returncode == 0 and "Outputs first changed at" in p2.stdout, p2.stderr[-2000:]
+    assert "outputs " not in p2.stderr  # no output check ran again

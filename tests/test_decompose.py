@@ -139,7 +139,7 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
     args = [tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base,
             *(x for f in files for x in ("--patches", str(f))), "--model", str(moe_model),
             "-w", "pp64", "-w", "tg64", "--band", "25%", "--max-pairs", "6", "--json", str(out),
-            "--out-branch", branch, "--check-outputs", "--", "-r", "3", "-t", "1"]
+            "--out-branch", branch, "--", "-r", "3", "-t", "1"]  # outputs are checked by default
     # Effects are large (pp x1.6 and tg x4 for 0002, pp x0.45 for 0004) and the band wide: on a
     # shared 2-core machine a tg cell's interval is still ±12% after 12 pairs.
     cli_env = dict(cli_env, TOKENSLEUTH_SPIN_US="10000")  # the base's planted wait: 10 ms per decode call
@@ -198,16 +198,17 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         assert _git(repo, "rev-parse", "HEAD") == head_before
         assert "Scoreboard" in p.stdout and "| 0004-ppslow" in p.stdout
 
-        # The same series as a branch: same states, so every comparison is found in the store.
+        # The same series as a branch, outputs not checked: the same decisions, by speed alone.
         out2 = tmp_path / "d2.json"
         p = subprocess.run([tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base, "--series",
                             "decompose-spin-eps", "--model", str(moe_model), "-w", "pp64", "-w", "tg64",
                             "--band", "25%", "--max-pairs", "6", "--json", str(out2), "--out-dir",
-                            str(tmp_path / "kept"), "--check-outputs", "--", "-r", "3", "-t", "1"],
+                            str(tmp_path / "kept"), "--no-output-check", "--", "-r", "3", "-t", "1"],
                            env=cli_env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]
         r2 = json.loads(out2.read_text())
         assert [s["decision"] for s in r2["steps"]] == ["kept", "dropped", "dropped", "failed", "dropped"]
+        assert [s["outputs"] for s in r2["steps"]] == [None] * 5 and r2["steps"][4]["reason"] == "neutral"
         assert r2["final"] == r["final"]
         assert [Path(f).name for f in r2["out_dir"]] == ["0001-unslow-drop-the-spin-per-decode-call.patch"]
         # `report` renders the stored study

