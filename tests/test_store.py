@@ -102,7 +102,7 @@ def test_schema_1_store_opens_and_migrates(tmp_path: Path) -> None:
     con.commit()
     con.close()
     with Store(p) as s:
-        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
         assert s.study("abc")["status"] == "running"
         assert s.holder("abc") is None  # the lease table exists
         assert "boot_id" in {r[1] for r in s.db.execute("PRAGMA table_info(trials)")}
@@ -296,3 +296,34 @@ def test_lease_is_reentrant_and_errors_release_it(tmp_path: Path) -> None:
                 raise RuntimeError("a bug")
         assert s.holder(sid) is None
         assert s.study(sid)["status"] == "running"  # resumable, not interrupted
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_a_store_made_by_the_landed_version_is_upgraded_in_place(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """Schema 2 -> 3 (engine kinds, engine-neutral samples): same reports, counts filled in."""
+    import json
+    import shutil
+    import subprocess
+
+    from tests.conftest import tokensleuth_bin
+
+    db = tmp_path / "v2.sqlite"
+    shutil.copy(FIXTURES / "store-v2.sqlite", db)
+    before = sqlite3.connect(db).execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+    env = dict(cli_env, TOKENSLEUTH_DB=str(db))
+    for sid in ("f4f4a5015f", "b993703edf"):  # a compare and a bench study
+        out = tmp_path / f"{sid}.json"
+        p = subprocess.run([tokensleuth_bin(), "report", sid, "--json", str(out)], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        want = json.loads((FIXTURES / f"store-v2-report-{sid}.json").read_text())
+        assert json.loads(out.read_text()) == want
+    with Store(db) as s:
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == 3
+        rows = s.db.execute("SELECT s.n_prompt, s.n_gen, r.n_prompt AS rp, r.n_gen AS rg, a.kind FROM samples s"
+                            " JOIN results r ON r.id=s.result_id JOIN trials t ON t.id=r.trial_id"
+                            " JOIN arms a ON a.id=t.arm_id").fetchall()
+        assert len(rows) == before > 0
+        assert all((r["n_prompt"], r["n_gen"]) == (r["rp"], r["rg"]) and r["kind"] == "llama-bench" for r in rows)

@@ -53,7 +53,7 @@ def run_bench(
         on_study(handle)
     if handle.finished:
         return handle.id
-    arm = ArmRuntime(ARM, Path(build.bin_dir) / "llama-bench", tuple(flags), env)
+    arm = ArmRuntime(ARM, Path(build.bin_dir), tuple(flags), env)
     with store.lease(handle.id):
         execute(store, handle.id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
                 interval_s=interval_s)

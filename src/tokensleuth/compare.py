@@ -181,14 +181,15 @@ def run_compare(
     ``on_study`` is told which (:class:`StudyHandle`) before anything runs. The study's
     lease is held while it runs (a second process resuming it gets a one-line error).
     """
-    spec_json = spec.model_dump()
+    spec_json = spec_dump(spec)
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
     h = spec_hash(measurement_identity(spec_json))
     if not measure:
         study_id = (store.find_resumable("compare", h) if resume else None) or (
             store.find_study("compare", h) if create else None)
         return (study_id, analyze(store, study_id, spec)) if study_id else ("", [])
-    arms = [(a.name, a.source, builds[a.name].to_json(), a.flags, a.env) for a in spec.arms]
+    arms = [(a.name, a.source, dict(builds[a.name].to_json(), engine_kind=a.kind), a.flags, a.env)
+            for a in spec.arms]
     handle = store.begin_study("compare", spec_json, h, resume=resume or create, arms=arms)
     if on_study:
         on_study(handle)
@@ -207,8 +208,8 @@ def _run_rounds(
 ) -> list[Comparison]:
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = {
-        a.name: ArmRuntime(a.name, Path(builds[a.name].bin_dir) / "llama-bench",
-                           (*a.flags, *spec.common_flags), a.env)
+        a.name: ArmRuntime(a.name, Path(builds[a.name].bin_dir), (*a.flags, *spec.common_flags), a.env,
+                           kind=a.kind)
         for a in spec.arms
     }
     names = [a.name for a in spec.arms]
@@ -305,6 +306,16 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
 # What decides when to stop, not what is measured: a study asked again with another band
 # or pair budget continues the pairs it has (bisect re-judges at twice the pairs).
 STOPPING_RULES = ("band", "min_pairs", "max_pairs", "budget_s")
+
+
+def spec_dump(spec: CompareSpec) -> dict[str, Any]:
+    """The spec as stored: an arm's default engine kind is left out, so a llama-bench study
+    keeps the identity it had before arms named their kind (its --resume still finds it)."""
+    out = spec.model_dump()
+    for arm in out["arms"]:
+        if arm.get("kind") == "llama-bench":
+            del arm["kind"]
+    return out
 
 
 def measurement_identity(spec_json: dict[str, Any]) -> dict[str, Any]:

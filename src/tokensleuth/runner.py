@@ -4,26 +4,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 from tokensleuth import confounders
-from tokensleuth.engines import llamabench
+from tokensleuth.engines import engine_for
+from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.hostenv import host_environment
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source, probe_sources
 from tokensleuth.store import Store, TrialOutcome
 
-
-@dataclass(frozen=True, slots=True)
-class ArmRuntime:
-    """What the runner needs to start an arm's engine."""
-
-    name: str
-    bench_bin: Path
-    flags: tuple[str, ...]
-    env: Mapping[str, str]
-
+__all__ = ["ArmRuntime", "TrialCallback", "execute"]
 
 TrialCallback = Callable[[int, int, str, TrialOutcome], None]
 
@@ -63,14 +54,14 @@ def execute(
         before = confounders.snapshot()
         monitor.start()
         try:
-            res = llamabench.run_trial(arm.bench_bin, t["model"], [*arm.flags, *argv], env=arm.env,
-                                       timeout_s=timeout_s, probe=monitor.edge)
+            run = engine_for(arm.kind).run_trial(arm, t["model"], t["workload"], argv, timeout_s=timeout_s,
+                                                 probe=monitor.edge, host_env=host)
         finally:
             timeline = monitor.stop()
             live.close()
         after = confounders.snapshot()
-        out = llamabench.outcome_from(res, host, arm.env)
-        warnings = confounders.compare_snapshots(before, after, (res.t1_ns - res.t0_ns) / 1e9, res.pid)
+        out = run.outcome
+        warnings = confounders.compare_snapshots(before, after, (out.t1_ns - out.t0_ns) / 1e9, run.pid)
         warnings += confounders.outcome_warnings(out)  # stalls, edge errors, impossible figures
         host["monitor_notes"] = monitor.notes()
         host["peak_memory_mb"] = dict(monitor.peak_mb)

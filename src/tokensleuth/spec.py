@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from tokensleuth.engines.llamabench import canonical_workload, parse_workload
 from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
 from tokensleuth.models.info import check_gguf
+from tokensleuth.workloads import canonical as canonical_workload, parse as parse_workload
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
@@ -101,11 +101,21 @@ class ArmSpec(BaseModel):
     flags: list[str] = []
     env: dict[str, str] = {}
     cmake: list[str] = []
+    kind: str = "llama-bench"  # the engine kind that runs this arm (tokensleuth.engines.KINDS)
 
     @field_validator("flags", mode="before")
     @classmethod
     def _split(cls, v: object) -> object:
         return shlex.split(v) if isinstance(v, str) else v
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        from tokensleuth.engines import KINDS
+
+        if v not in KINDS:
+            raise ValueError(f"unknown engine kind {v!r} (choose one of {', '.join(KINDS)})")
+        return v
 
 
 class CompareSpec(BaseModel):

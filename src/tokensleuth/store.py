@@ -33,7 +33,7 @@ from typing import Any
 
 from tokensleuth.errors import EngineError, Interrupted, UserError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 # PRAGMA application_id of a tokensleuth store ("tksl"); set from schema 2 on.
 APPLICATION_ID = 1953198956
 # The tables a store of any schema version has: a database without them is another program's.
@@ -146,6 +146,21 @@ MIGRATIONS: list[str] = [
     );
     ALTER TABLE trials ADD COLUMN boot_id TEXT;
     PRAGMA application_id = 1953198956
+    """,
+    # 3: engine kinds. An arm names the engine that ran it; a sample is one timed unit of
+    # any engine (a llama-bench repetition, or a request to a server) with its own token
+    # counts, its client-side timestamps and, for a streamed request, its time to first
+    # token and inter-token latencies. llama-bench samples get their counts from their result.
+    """
+    ALTER TABLE arms ADD COLUMN kind TEXT NOT NULL DEFAULT 'llama-bench';
+    ALTER TABLE samples ADD COLUMN n_prompt INTEGER;
+    ALTER TABLE samples ADD COLUMN n_gen INTEGER;
+    ALTER TABLE samples ADD COLUMN start_ns INTEGER;
+    ALTER TABLE samples ADD COLUMN end_ns INTEGER;
+    ALTER TABLE samples ADD COLUMN ttft_ns INTEGER;
+    ALTER TABLE samples ADD COLUMN metrics_json TEXT;
+    UPDATE samples SET n_prompt = (SELECT r.n_prompt FROM results r WHERE r.id = samples.result_id),
+                       n_gen = (SELECT r.n_gen FROM results r WHERE r.id = samples.result_id)
     """,
 ]
 
@@ -402,9 +417,17 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class SampleRow:
+    """One timed unit: a llama-bench repetition, or a request (or a group of concurrent ones)."""
+
     rep: int
     duration_ns: int
-    tokens: int
+    tokens: int  # the tokens the rate counts: tokens / duration is the sample's t/s
+    n_prompt: int | None = None
+    n_gen: int | None = None
+    start_ns: int | None = None  # monotonic clock (trials.t0_ns's): request sent
+    end_ns: int | None = None  # last token received
+    ttft_ns: int | None = None  # time to first token, client side
+    metrics: dict[str, Any] = field(default_factory=dict)  # itl_ms percentiles, server timings …
 
     @property
     def tokens_per_s(self) -> float:
@@ -620,10 +643,10 @@ class Store:
         )
         for name, source, engine, flags, env in arms:
             db.execute(
-                "INSERT INTO arms(study_id, name, source, engine_json, flags_json, env_json)"
-                " VALUES (?,?,?,?,?,?)",
+                "INSERT INTO arms(study_id, name, source, engine_json, flags_json, env_json, kind)"
+                " VALUES (?,?,?,?,?,?,?)",
                 (study_id, name, source, json.dumps(engine), json.dumps(list(flags)),
-                 json.dumps(env)),
+                 json.dumps(env), str(engine.get("engine_kind") or "llama-bench")),
             )
         self._insert_plan(db, study_id, plan, start_seq=0)
         return study_id
@@ -975,8 +998,12 @@ class Store:
                  r.stddev_ts, json.dumps(r.raw)),
             ).lastrowid
             db.executemany(
-                "INSERT INTO samples(result_id, rep, duration_ns, tokens, tokens_per_s) VALUES (?,?,?,?,?)",
-                [(rid, s.rep, s.duration_ns, s.tokens, s.tokens_per_s) for s in r.samples],
+                "INSERT INTO samples(result_id, rep, duration_ns, tokens, tokens_per_s, n_prompt, n_gen,"
+                " start_ns, end_ns, ttft_ns, metrics_json) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                [(rid, s.rep, s.duration_ns, s.tokens, s.tokens_per_s,
+                  r.n_prompt if s.n_prompt is None else s.n_prompt, r.n_gen if s.n_gen is None else s.n_gen,
+                  s.start_ns, s.end_ns, s.ttft_ns, json.dumps(s.metrics) if s.metrics else None)
+                 for s in r.samples],
             )
         db.executemany(
             "INSERT INTO windows(trial_id, test_idx, rep, start_ns, end_ns, cpu_ms, counters_json)"

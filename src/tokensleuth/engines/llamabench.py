@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.proc import Probe, ProcResult, run_process
 from tokensleuth.monitor.attribute import counter_deltas
 from tokensleuth.errors import UserError
@@ -440,3 +441,28 @@ def check_flags(flags: Sequence[str], help_text: str) -> None:
             raise UserError(
                 f"llama-bench does not know the flag {name} — see `llama-bench --help` for its flags"
             )
+
+
+class LlamaBench:
+    """The llama-bench engine kind: one process per trial, its repetitions timed by itself."""
+
+    kind = "llama-bench"
+    targets = ("llama-bench",)
+
+    def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
+        from tokensleuth.workloads import parse
+
+        for w in workloads:
+            if parse(w).concurrency > 1:
+                raise UserError(f"arm {arm.name}: llama-bench runs one stream; workload {show(w)} needs a server "
+                                "— give the arm --kind llama-server")
+
+    def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
+                  timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
+        assert arm.bin_dir is not None
+        res = run_trial(arm.bin_dir / "llama-bench", model, [*arm.flags, *argv], env=arm.env,
+                        timeout_s=timeout_s, probe=probe)
+        return EngineRun(outcome_from(res, host_env, arm.env), res.pid)
+
+
+ENGINE = LlamaBench()

@@ -1,0 +1,58 @@
+"""The seam between the runner and an engine kind.
+
+An engine kind (llama-bench, llama-server, …) turns one planned trial into one
+:class:`TrialOutcome`: it starts what it needs, times the workload's repetitions,
+brackets each timed unit with the monitor's probe (window edges for CPU and energy),
+and classifies every fault (crash, hang, garbage, HTTP error) as the trial's status,
+never as an exception. Everything downstream — store, statistics, reports — reads
+engine-neutral records: results with samples (one per repetition or request) and
+windows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from tokensleuth.engines.proc import Probe
+from tokensleuth.store import TrialOutcome
+
+DEFAULT_KIND = "llama-bench"
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRuntime:
+    """What the runner needs to start (or reach) an arm's engine."""
+
+    name: str
+    bin_dir: Path | None  # the build's binaries (None for an arm that attaches to a server)
+    flags: tuple[str, ...]
+    env: Mapping[str, str]
+    kind: str = DEFAULT_KIND
+    endpoint: str | None = None  # url: the server to attach to; cmd: the command that starts one
+    api_key_env: str | None = None  # the environment variable holding the API key (never stored)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRun:
+    outcome: TrialOutcome
+    pid: int | None  # the engine's process (for the confounder checks), when there is one
+
+
+class Engine(Protocol):
+    """One engine kind. A new kind is a module in this package with ``ENGINE`` + its registry line."""
+
+    kind: str
+    targets: tuple[str, ...]  # build targets it runs (llama-bench, llama-server)
+
+    def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
+        """Refuse, before any trial, what this engine cannot run (UserError, one line)."""
+        ...
+
+    def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
+                  timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
+        """Run one trial; engine faults are the outcome's status, never an exception."""
+        ...
