@@ -6,19 +6,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.monitor.sources import Source
 from tokensleuth.runner import ArmRuntime, TrialCallback, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import PlannedTrial, Store, StudyHandle
+from tokensleuth.workloads import planned_argv
 
 ARM = "engine"
 
 
 def bench_spec(build: EngineBuild, models: Sequence[str], flags: Sequence[str], trials: int,
-               env: dict[str, str]) -> dict[str, Any]:
-    return {"engine": build.source, "build_key": build.key, "models": list(models),
+               env: dict[str, str], kind: str = DEFAULT_KIND, workloads: Sequence[str] = ()) -> dict[str, Any]:
+    spec = {"engine": build.source, "build_key": build.key, "models": list(models),
             "flags": list(flags), "trials": trials, "env": env}
+    # only when not llama-bench's own tests: an older bench keeps its identity (--resume finds it)
+    if kind != DEFAULT_KIND:
+        spec["kind"] = kind
+    if workloads:
+        spec["workloads"] = list(workloads)
+    return spec
 
 
 def run_bench(
@@ -35,6 +43,8 @@ def run_bench(
     sources: Sequence[Source] | None = None,
     interval_s: float = 0.2,
     on_study: Callable[[StudyHandle], None] | None = None,
+    kind: str = DEFAULT_KIND,
+    workloads: Sequence[str] = (),
 ) -> str:
     """Run (or resume) a bench study and return its id (``sources``: the monitor's, default probed).
 
@@ -44,16 +54,19 @@ def run_bench(
     anything runs.
     """
     env = env or {}
-    spec = bench_spec(build, models, flags, trials, env)
-    # Trial-major order: each model once per round, so drift hits all models alike.
-    plan = [PlannedTrial(ARM, m, "", ()) for _ in range(trials) for m in models]
+    spec = bench_spec(build, models, flags, trials, env, kind, workloads)
+    # Trial-major order: each model (and workload) once per round, so drift hits all alike.
+    # Without workloads, llama-bench runs the tests its own flags name, in one process.
+    plan = [PlannedTrial(ARM, m, w, tuple(planned_argv(w)) if w else ())
+            for _ in range(trials) for m in models for w in (workloads or [""])]
     handle = store.begin_study("bench", spec, spec_hash(spec), resume=resume,
-                               arms=[(ARM, build.source, build.to_json(), (), env)], plan=plan)
+                               arms=[(ARM, build.source, dict(build.to_json(), engine_kind=kind), (), env)],
+                               plan=plan)
     if on_study:
         on_study(handle)
     if handle.finished:
         return handle.id
-    arm = ArmRuntime(ARM, Path(build.bin_dir), tuple(flags), env)
+    arm = ArmRuntime(ARM, Path(build.bin_dir), tuple(flags), env, kind=kind)
     with store.lease(handle.id):
         execute(store, handle.id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
                 interval_s=interval_s)

@@ -180,7 +180,8 @@ class Bisector:
         self.judge_ = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"],
                                      cmake=spec["cmake"], timeout_s=spec["timeout_s"], log=self.log,
                                      pin_to=cands[0].source if spec.get("pin_params") else None,
-                                     targets=CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS)
+                                     targets=CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS,
+                                     kind=spec.get("kind", "llama-bench"))
 
     def build(self, i: int) -> EngineBuild | None:
         b = self.judge_.build(self.cands[i].source)

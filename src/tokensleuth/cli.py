@@ -151,6 +151,29 @@ def check_bench_flags(build: EngineBuild, flags: list[str], help_cache: dict[str
     check_flags(flags, cache[build.bin_dir])
 
 
+def targets_for(kinds: list[str], base: tuple[str, ...] = DEFAULT_TARGETS) -> tuple[str, ...]:
+    """Build targets for arms of these engine kinds on one source: one build serves them all."""
+    from tokensleuth.engines import engine_for
+
+    out = list(base)
+    for k in kinds:
+        out += [t for t in engine_for(k).targets if t not in out]
+    return tuple(out)
+
+
+def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str], env: dict[str, str],
+              workloads: list[str], help_cache: dict[str, str] | None = None) -> None:
+    """The arm's engine can run its flags and workloads (one line if not): once before the
+    build (``build`` None: what the flags and workloads alone show) and once after it."""
+    from tokensleuth.engines import engine_for
+    from tokensleuth.engines.base import ArmRuntime
+
+    if kind == "llama-bench" and build is not None:
+        check_bench_flags(build, flags, help_cache)
+    engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build else None, tuple(flags), env, kind=kind),
+                           workloads)
+
+
 def json_target(path: Path | None) -> None:
     """Check a --json path now: a bad one fails before any engine time is spent."""
     if path is not None:
@@ -185,13 +208,16 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
     resources: Annotated[bool, typer.Option(help="Show every resource column.")] = False,
+    kind: Annotated[str, typer.Option("--kind", help="Engine kind: llama-bench, or llama-server (timed requests to the built server).")] = "llama-bench",
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, pp512+tg128, tg128@d4096, tg128xc4 … (repeatable; a server's default: pp512 and tg128).")] = [],  # noqa: B006
     sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
 ) -> None:
-    """Run llama-bench under tokensleuth: store every sample, print a llama-bench table.
+    """Run llama-bench (or llama-server) under tokensleuth: store every sample, print a llama-bench table.
 
-    Everything after `--` goes to llama-bench as is, e.g.
-    `tokensleuth bench --model m.gguf -- -p 512 -n 128 -r 5 -d 0,4096`.
+    Everything after `--` goes to the engine as is, e.g.
+    `tokensleuth bench --model m.gguf -- -p 512 -n 128 -r 5 -d 0,4096`, or
+    `tokensleuth bench --kind llama-server --model m.gguf -w pp512 -w tg128xc4 -- -r 5 -ngl 99`.
     """
     from tokensleuth.bench import run_bench
     from tokensleuth.report.jsonout import bench_json
@@ -203,11 +229,25 @@ def bench(
     flags = list(ctx.args)
     models = model_paths(model)
     env_map = parse_env(env)
-    b = get_build(engine, cmake)
-    check_bench_flags(b, flags)
+    from tokensleuth.engines import engine_for
+    from tokensleuth.spec import WORKLOAD_FLAGS
+    from tokensleuth.workloads import canonical
+
+    engine_for(kind)  # an unknown kind: one line, before any build
+    workloads = list(dict.fromkeys(canonical(w) for w in workload))
+    if kind != "llama-bench" and not workloads:
+        workloads = ["pp512", "tg128"]
+    if workloads:
+        for f in flags:
+            if f.split("=", 1)[0] in WORKLOAD_FLAGS:
+                raise UserError(f"flag {f} conflicts with --workload — give the tests with --workload only")
+    check_arm(None, "engine", kind, flags, env_map, workloads)
+    b = get_build(engine, cmake, targets_for([kind]))
+    check_arm(b, "engine", kind, flags, env_map, workloads)
     with open_store(db) as store:
         study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
-                          resume=resume, on_trial=trial_printer(), interval_s=sample_interval)
+                          resume=resume, on_trial=trial_printer(), interval_s=sample_interval, kind=kind,
+                          workloads=workloads)
         cells = load_cells(store, study)
         engine_json = json.loads(store.arms(study)[0]["engine_json"])
         warn = render_warnings(store.warnings(study))
@@ -252,6 +292,7 @@ def compare(
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every arm the baseline's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also compare each candidate's outputs with the baseline's (llama-perplexity KL divergence): identical, equivalent or changed.")] = False,
+    kind: Annotated[list[str], typer.Option("--kind", help="NAME=KIND: the engine kind of one arm — llama-bench (default) or llama-server (repeatable).")] = [],  # noqa: B006
     sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
 ) -> None:
@@ -274,7 +315,7 @@ def compare(
     else:
         spec = build_compare_spec(
             compare_args(arm, flags, env, cmake, model_paths(model), workload, baseline, band,
-                         min_pairs, max_pairs, budget, timeout, list(ctx.args), sample_interval),
+                         min_pairs, max_pairs, budget, timeout, list(ctx.args), sample_interval, kind),
             "command line")
     builds: dict[str, EngineBuild] = {}
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
@@ -282,12 +323,16 @@ def compare(
     # --check-outputs: llama-perplexity built beside llama-bench, so both come from one build
     from tokensleuth.outputs import CHECK_TARGETS
 
-    targets = CHECK_TARGETS if check_outputs else DEFAULT_TARGETS
+    base_targets = CHECK_TARGETS if check_outputs else DEFAULT_TARGETS
+    for a in spec.arms:
+        check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads)
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
         if key not in by_source:
-            by_source[key] = get_build(a.source, list(a.cmake), targets)
-        check_bench_flags(by_source[key], [*spec.common_flags, *a.flags], help_cache)  # every arm's own
+            kinds = [x.kind for x in spec.arms if (x.source, tuple(x.cmake)) == key]
+            by_source[key] = get_build(a.source, list(a.cmake), targets_for(kinds, base_targets))
+        check_arm(by_source[key], a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
+                  help_cache)  # every arm's own
         builds[a.name] = by_source[key]
     if pin_params:
         spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
@@ -336,7 +381,7 @@ def render_checks(checks: list[dict[str, Any]] | None) -> str:
 def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[str], models: list[str],
                  workloads: list[str], baseline: str | None, band: str, min_pairs: int, max_pairs: int,
                  budget: str | None, timeout: float, common: list[str],
-                 sample_interval: float = 0.2) -> dict[str, Any]:
+                 sample_interval: float = 0.2, kinds: list[str] | None = None) -> dict[str, Any]:
     """Turn compare's command-line syntax into the study dictionary a TOML file would hold."""
     arms: dict[str, dict[str, Any]] = {}
     for a in arm:
@@ -351,6 +396,12 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
         if not sep or name not in arms:
             raise UserError(f"cannot read --flags {f!r} — write NAME='flags' with NAME one of {list(arms)}")
         arms[name]["flags"] = value
+    for k in kinds or []:
+        name, sep, value = k.partition("=")
+        if not sep or name not in arms or not value:
+            raise UserError(f"cannot read --kind {k!r} — write NAME=KIND (e.g. b=llama-server) with NAME one of "
+                            f"{list(arms)}")
+        arms[name]["kind"] = value
     for e in env:
         name, sep, kv = e.partition(":")
         var, eq, value = kv.partition("=")
@@ -392,6 +443,7 @@ def bisect(
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same bisect.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every candidate the good side's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs differ from good's (llama-perplexity KL divergence).")] = False,
+    kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each commit: llama-bench or llama-server.")] = "llama-bench",
     db: DbOpt = None,
 ) -> None:
     """Find the first commit (or release) that made it slower, and verify it against its parent."""
@@ -429,6 +481,7 @@ def bisect(
 
         perplexity_flags(flags)  # a flag llama-perplexity cannot take is refused before any build
         spec["check_outputs"] = True
+    set_kind(spec, kind)
     build_compare_spec_check(spec)
     with open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume,
@@ -440,11 +493,22 @@ def bisect(
         raise typer.Exit(1)
 
 
+def set_kind(spec: dict[str, Any], kind: str) -> None:
+    """A driver's engine kind, in its spec only when not llama-bench (older studies keep their identity)."""
+    from tokensleuth.engines import engine_for
+
+    engine_for(kind)
+    if kind != "llama-bench":
+        spec["kind"] = kind
+
+
 def build_compare_spec_check(spec: dict[str, Any]) -> None:
     """Validate the parts of a bisect that each comparison will use, before any build."""
     from tokensleuth.spec import build_compare_spec
 
-    build_compare_spec({"arms": [{"name": "A", "source": DEFAULT_ENGINE}, {"name": "B", "source": DEFAULT_ENGINE}],
+    kind = spec.get("kind", "llama-bench")
+    build_compare_spec({"arms": [{"name": "A", "source": DEFAULT_ENGINE, "kind": kind},
+                                 {"name": "B", "source": DEFAULT_ENGINE, "kind": kind}],
                         "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
                         "max_pairs": spec["max_pairs"], "common_flags": spec["flags"],
                         "timeout_s": spec["timeout_s"]}, "command line")
@@ -475,6 +539,7 @@ def decompose(
     out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write the kept patches as format-patch files here.")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the decompose result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same decompose.")] = False,
+    kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each state: llama-bench or llama-server.")] = "llama-bench",
     db: DbOpt = None,
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
@@ -493,6 +558,7 @@ def decompose(
             "workloads": workload or ["pp512", "tg128"], "band": parse_percent(band), "max_pairs": max_pairs,
             "cmake": list(cmake), "flags": list(ctx.args), "timeout_s": timeout, "keep_neutral": keep_neutral,
             "allow_output_change": allow_output_change}
+    set_kind(spec, kind)
     build_compare_spec_check(spec)
     checker = None
     if check_outputs:

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
 from tokensleuth.engines import llamabench_params as params
-from tokensleuth.engines.llamabench import workload_flags
 from tokensleuth.plan import pair_round
 from tokensleuth.results import load_cells
 from tokensleuth.runner import ArmRuntime, TrialCallback, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.store import Store, StudyHandle
+from tokensleuth.workloads import planned_argv
 
 if TYPE_CHECKING:
     from tokensleuth.outputs import PlannedCheck
@@ -48,6 +48,9 @@ class Comparison:
     cand_res: dict[str, Any] = field(default_factory=dict)
     # llama-bench's own settings that differ between the arms' runs (requested or not)
     param_diffs: list[params.ParamDiff] = field(default_factory=list)
+    # server arms: TTFT / inter-token latency percentiles (results.Cell.latency)
+    base_latency: dict[str, Any] | None = None
+    cand_latency: dict[str, Any] | None = None
 
     def warnings(self) -> list[str]:
         """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
@@ -76,6 +79,7 @@ class Comparison:
                 "candidate": _mean_sd(self.cand_ts),
             },
             "resources": {"baseline": self.base_res, "candidate": self.cand_res},
+            "latency": {"baseline": self.base_latency, "candidate": self.cand_latency},
             "param_diffs": [d.to_json() for d in self.param_diffs],
             "warnings": self.warnings(),
             "resource_verdicts": {
@@ -117,6 +121,10 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
         c = cells.get((arm, model, w))
         return c.resources() if c else {}
 
+    def lat(arm: str, model: str, w: str) -> dict[str, Any] | None:
+        c = cells.get((arm, model, w))
+        return c.latency() if c else None
+
     reported = arm_settings(store, study_id)
     arm_flags = {a.name: a.flags for a in spec.arms}
 
@@ -151,7 +159,8 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
                         cpu_verdict = {"faster": "costlier", "slower": "cheaper"}.get(v, v)
                 out.append(Comparison(
                     model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
-                    res(base, model, w), res(cand, model, w), diffs(cand)))
+                    res(base, model, w), res(cand, model, w), diffs(cand), lat(base, model, w),
+                    lat(cand, model, w)))
     return out
 
 
@@ -242,7 +251,7 @@ def _run_rounds(
         plan = []
         for (model, w), target in open_cells.items():
             start = have.get((model, w), 0)
-            plan += pair_round(names, model, w, tuple(workload_flags(w)), start, target)
+            plan += pair_round(names, model, w, tuple(planned_argv(w)), start, target)
         plan = _interleave_cells(plan)
         store.add_trials(study_id, plan)
         if on_round:

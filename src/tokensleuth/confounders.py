@@ -91,7 +91,11 @@ def outcome_warnings(out: TrialOutcome, cpus: int | None = None) -> list[tuple[s
         for i in stalled_reps(ds):
             stalls.append(f"{r.test} repetition {r.samples[i].rep + 1}/{len(ds)} took "
                           f"{ds[i] / 1e6:.1f} ms against {fastest / 1e6:.1f} ms")
-        durations.update({(r.test_idx, s.rep): s.duration_ns for s in r.samples})
+        # a client-timed sample (a server request) is attributed over its own window, not an
+        # engine-reported duration inside it
+        durations.update({(r.test_idx, s.rep): (s.end_ns - s.start_ns if s.start_ns is not None
+                                                and s.end_ns is not None else s.duration_ns)
+                          for s in r.samples})
     if stalls:
         more = f" (+{len(stalls) - 3} more)" if len(stalls) > 3 else ""
         found.append(("stall", "; ".join(stalls[:3]) + more))

@@ -82,7 +82,8 @@ class Decomposer:
         self.log = log or (lambda s: None)
         self.judge = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
                                     timeout_s=spec["timeout_s"], log=self.log,
-                                    targets=CHECK_TARGETS if check_outputs is not None else DEFAULT_TARGETS)
+                                    targets=CHECK_TARGETS if check_outputs is not None else DEFAULT_TARGETS,
+                                    kind=spec.get("kind", "llama-bench"))
         self.check_outputs = check_outputs
         self.models = list(spec["models"]) + list(spec.get("control_models") or [])
 

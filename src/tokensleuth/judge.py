@@ -57,7 +57,7 @@ class Judge:
     def __init__(self, store: Store, *, workloads: Sequence[str], flags: Sequence[str],
                  cmake: Sequence[str], timeout_s: float, arm_flags: dict[str, list[str]] | None = None,
                  pin_to: str | None = None, log: Log | None = None, cache: BuildCache | None = None,
-                 targets: Sequence[str] = DEFAULT_TARGETS) -> None:
+                 targets: Sequence[str] = DEFAULT_TARGETS, kind: str = "llama-bench") -> None:
         self.store = store
         self.workloads = list(workloads)
         self.flags = list(flags)
@@ -68,7 +68,11 @@ class Judge:
         self._pin_base: dict[str, Any] | None = None
         self.log = log or (lambda s: None)
         self.cache = cache or BuildCache()
-        self.targets = tuple(targets)  # e.g. llama-perplexity beside llama-bench: one build of each source
+        from tokensleuth.engines import engine_for
+
+        self.kind = kind  # the engine kind both arms run (llama-bench, llama-server)
+        # e.g. llama-perplexity or llama-server beside llama-bench: one build of each source
+        self.targets = tuple(dict.fromkeys([*targets, *engine_for(kind).targets]))
         self.builds: dict[str, EngineBuild | None] = {}
         self.build_errors: dict[str, str] = {}
         self._extended: set[tuple[str, str, tuple[str, ...], str]] = set()
@@ -104,6 +108,9 @@ class Judge:
         if fresh:
             for arm in spec_data["arms"]:
                 arm["env"] = {"TOKENSLEUTH_MEASUREMENT": fresh}
+        if self.kind != "llama-bench":
+            for arm in spec_data["arms"]:
+                arm["kind"] = self.kind
         key = (a, b, tuple(models), fresh)
         add_to = None
         if key not in self._extended:

@@ -50,6 +50,19 @@ class Cell:
     peak_anon_mb: float | None = None
     peak_file_mb: float | None = None
     gpu_trials: int = 0
+    # client-side latencies of streamed requests (server engines): every TTFT and inter-token interval
+    ttft_ms: list[float] = field(default_factory=list)
+    itl_ms: list[float] = field(default_factory=list)
+    client_tg_ts: list[float] = field(default_factory=list)
+
+    def latency(self) -> dict[str, Any] | None:
+        """TTFT and inter-token latency percentiles (ms) over every request; None for llama-bench."""
+        if not self.ttft_ms and not self.itl_ms:
+            return None
+        return {"ttft_ms": percentiles(self.ttft_ms), "itl_ms": percentiles(self.itl_ms),
+                "client_tg_tokens_per_s": (sum(self.client_tg_ts) / len(self.client_tg_ts)
+                                           if self.client_tg_ts else None),
+                "requests": len(self.ttft_ms)}
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -152,6 +165,21 @@ class Cell:
         return notes
 
 
+def percentiles(values: list[float]) -> dict[str, float] | None:
+    """p50, p90, p99 and the mean (linear interpolation between order statistics)."""
+    if not values:
+        return None
+    v = sorted(values)
+
+    def q(p: float) -> float:
+        k = (len(v) - 1) * p
+        lo = int(k)
+        hi = min(lo + 1, len(v) - 1)
+        return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+    return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "mean": sum(v) / len(v), "n": len(v)}
+
+
 def load_cells(store: Store, study_id: str) -> list[Cell]:
     cells: dict[tuple[str, str, str, int], Cell] = {}
     timelines: dict[int, Any] = {}
@@ -208,11 +236,19 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
                               f"{t['voluntary_switches_per_s']} voluntary switches/s while the GPU works")
         interval_s = float(env.get("sample_interval_s", 0.2))
         for i, s in enumerate(samples):
+            if s["metrics_json"]:
+                m = json.loads(s["metrics_json"])
+                cell.ttft_ms += [float(x) for x in m.get("ttft_ms_all", [])]
+                cell.itl_ms += [float(x) for x in m.get("itl_ms_all", [])]
+                if m.get("client_tg_ts"):
+                    cell.client_tg_ts.append(float(m["client_tg_ts"]))
             w = wins.get((int(r["test_idx"]), int(s["rep"])))
             if w is None:
                 continue
             window_ns = int(w["end_ns"]) - int(w["start_ns"])
-            engine_ns = int(s["duration_ns"])
+            # a client-timed sample (a server request) owns its whole window: its CPU is the
+            # server's over the request, first byte sent to last token received
+            engine_ns = window_ns if s["start_ns"] is not None else int(s["duration_ns"])
             if w["cpu_ms"] is not None and i not in rate.stalled:
                 # CPU over llama-bench's own duration, not the window's edges (attribute.py);
                 # a stalled repetition's spinning is left out with its t/s

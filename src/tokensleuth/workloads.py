@@ -44,3 +44,15 @@ def parse(name: str) -> Workload:
 def canonical(name: str) -> str:
     """The one name a workload is planned, stored and matched under (``tg128@d0xc1`` -> ``tg128``)."""
     return parse(name).name
+
+
+def planned_argv(name: str) -> list[str]:
+    """The argv a trial of this workload is planned with: llama-bench's flags for it.
+
+    Engines other than llama-bench read the trial's workload and ignore these; a
+    concurrent workload (which llama-bench cannot run) is planned with none.
+    """
+    from tokensleuth.engines.llamabench import workload_flags
+
+    w = parse(name)
+    return [] if w.concurrency > 1 else workload_flags(w.name)

@@ -216,3 +216,75 @@ def _kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class Background:
+    """A long-lived engine process (a server): started like :func:`run_process`'s
+    (own session, killed with tokensleuth), its output kept as a bounded tail.
+
+    ``stop()`` ends it: SIGTERM to its group, SIGKILL of the tree after ``grace_s``.
+    Use it as a context manager so an exception or an interrupt never leaves it running.
+    """
+
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, keep: int = 200) -> None:
+        import collections
+
+        self.argv = tuple(argv)
+        self.lines: collections.deque[str] = collections.deque(maxlen=keep)
+        self.spawn_error: str | None = None
+        self.started_at = time.time()
+        self.t0_ns = time.monotonic_ns()
+        self.proc: subprocess.Popen[str] | None = None
+        full_env = dict(os.environ)
+        if env:
+            full_env.update(env)
+        try:
+            self.proc = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=full_env, text=True, errors="replace", bufsize=1, start_new_session=True,
+                preexec_fn=_die_with_parent_fn(os.getpid()))
+        except OSError as exc:
+            self.spawn_error = f"cannot start {argv[0]}: {exc.strerror or exc}"
+            return
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for text in iter(self.proc.stdout.readline, ""):
+            self.lines.append(text.rstrip("\n"))
+        self.proc.stdout.close()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
+
+    def poll(self) -> int | None:
+        """The exit status once it has exited, else None (also None when it never started)."""
+        return None if self.proc is None else self.proc.poll()
+
+    def tail(self, n: int = 8) -> str:
+        return "\n".join(list(self.lines)[-n:])
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        _kill_tree(self.proc.pid)  # what is left of its tree and group
+        self.proc.wait()
+        self._reader.join(timeout=2)
+        return self.proc.returncode
+
+    def __enter__(self) -> Background:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -35,6 +35,7 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
             "tokens_per_s": tps,
             "samples": list(c.tokens_per_s),
             "resources": c.resources(),
+            **({"latency": lat} if (lat := c.latency()) is not None else {}),
         })
     return {
         "schema_version": JSON_SCHEMA_VERSION,

@@ -82,12 +82,15 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
     # confounders the cells' own samples show (stall, short-window, impossible-figure): a column
     # only when some cell has one, so a clean table keeps llama-bench's shape
     flagged = any(r["flags"] for r in all_res)
+    lats = [c.latency() for c in cells]
+    lat_cols = ["TTFT ms p50/p90/p99", "ITL ms p50/p90/p99"] if any(lats) else []
     headers = ["model", "size", "params", "backend", *(_SHORT[p] for p in params), "test", "t/s",
-               "n", "CPU ms/tok", "busy cores", *(h for h, _, _ in gpu_cols), *(["flags"] if flagged else [])]
+               "n", "CPU ms/tok", "busy cores", *(h for h, _, _ in gpu_cols), *lat_cols,
+               *(["flags"] if flagged else [])]
     right = [False, True, True, False, *([True] * len(params)), True, True, True, True, True,
-             *([True] * len(gpu_cols)), *([False] if flagged else [])]
+             *([True] * len(gpu_cols)), *([True] * len(lat_cols)), *([False] if flagged else [])]
     rows = []
-    for c, res in zip(cells, all_res, strict=False):
+    for c, res, lat in zip(cells, all_res, lats, strict=False):
         cpu = res["cpu_ms_per_token"]
         busy = res["busy_cores"]
         rows.append([
@@ -96,6 +99,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
             c.test, fmt_ts(c.kept_tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.kept_tokens_per_s)),
             "—" if cpu is None else f"{cpu:.3f}", "—" if busy is None else f"{busy:.2f}",
             *("—" if res[k] is None else f.format(res[k]) for _, k, f in gpu_cols),
+            *([lat_cell(lat or {}, "ttft_ms"), lat_cell(lat or {}, "itl_ms")] if lat_cols else []),
             *([flags_label(res)] if flagged else []),
         ])
     commit = engine.get("commit") or "unknown"
@@ -129,9 +133,21 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
         ])
     drift = [w for c in comps for w in c.warnings()]
     tail = ["", "Warnings:", *(f"- {w}" for w in drift)] if drift else []
+    lat_rows = [[Path(c.model).stem, c.workload, arm, lat_cell(lat, "ttft_ms"), lat_cell(lat, "itl_ms")]
+                for c in comps for arm, lat in ((c.baseline, c.base_latency), (c.candidate, c.cand_latency))
+                if lat]
+    if lat_rows:
+        tail = ["", "Latency (client side, every request; ms p50 / p90 / p99):",
+                table(["model", "test", "arm", "TTFT", "inter-token"], lat_rows, [False, True, False, True, True]),
+                *tail]
     return "\n".join([summary, "", table(headers, rows, right), "",
                       f"band ±{band * 100:g}% · one pair = one engine process per arm, order-balanced"
                       f" · study: {study_id}", *tail])
+
+
+def lat_cell(lat: dict[str, Any], key: str) -> str:
+    p = lat.get(key)
+    return "—" if not p else f"{p['p50']:.2f} / {p['p90']:.2f} / {p['p99']:.2f}"
 
 
 def render_warnings(rows: Sequence[Any]) -> str:

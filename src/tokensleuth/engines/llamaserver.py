@@ -1,0 +1,431 @@
+"""llama-server: one server process per trial, the workload sent as timed requests.
+
+A trial starts the built ``llama-server`` on a free loopback port, waits for
+``/health`` (the model load is never timed), sends one warm-up request and then
+``-r N`` timed repetitions (5 by default, as llama-bench), and stops the server.
+Each repetition is one sample, or, at concurrency ``xcN``, N streams at once make
+one sample (aggregate t/s) with per-request figures in its metrics.
+
+Prompts are token-exact: ``/completion`` takes an array of token ids and uses it
+verbatim (no BOS). The ids are drawn, with a fixed seed, from the middle of the
+vocabulary (no control tokens), the same for every arm, and differ per repetition.
+
+What a sample's rate counts, like llama-bench's test of the same name:
+
+- ``ppN``: N prompt tokens over the server's ``timings.prompt_ms`` (one token is
+  generated); the client's time to first token is in the metrics.
+- ``tgN``: N generated tokens over ``timings.predicted_ms``, after a 1-token prompt;
+  the client's own rate and the inter-token latencies (from the arrival of the
+  streamed chunks) are in the metrics.
+- ``ppN+tgM``: both, over both times.
+- ``@dK``: K tokens of a shared prefix are put in the slot's KV cache by a request
+  first; the timed request (prefix + prompt, ``cache_prompt`` on, same slot) must
+  report ``timings.cache_n == K`` — that is how the cache is checked; a sample where
+  it is not is refused (the trial's message says so) rather than counted.
+
+Prompt caching never inflates a prompt rate: ``cache_prompt`` is off for every
+request without a depth, the host-RAM prompt cache is off (``-cram 0``), and the
+server's own ``prompt_n`` excludes cached tokens.
+
+Tokens are counted from the server's ``tokens_predicted``, not from chunks: a token
+that ends in an incomplete UTF-8 sequence is sent merged with the next one, so an
+interval that spans k tokens counts as k intervals of 1/k of it.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import socket
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from tokensleuth.engines.base import ArmRuntime, EngineRun
+from tokensleuth.engines.llamabench import show
+from tokensleuth.engines.proc import Background, Probe
+from tokensleuth.errors import UserError
+from tokensleuth.monitor.attribute import counter_deltas
+from tokensleuth.results import percentiles
+from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
+from tokensleuth.workloads import Workload, parse
+
+BINARY = "llama-server"
+# Flags tokensleuth sets itself: the model, where it listens, how many streams.
+OWNED_FLAGS = {"-m", "--model", "--host", "--port", "-np", "--parallel"}
+DEFAULT_REPS = 5
+HEALTH_POLL_S = 0.05
+STALL_S = 120.0  # a request with no byte for this long has stalled
+
+
+class RequestFailed(Exception):
+    """A request that did not give a sample: status and message for the trial."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(slots=True)
+class Stream:
+    """One streamed request as the client saw it."""
+
+    sent_ns: int
+    chunks: list[tuple[int, int]] = field(default_factory=list)  # (arrival ns, tokens_predicted so far)
+    final: dict[str, Any] = field(default_factory=dict)
+    done_ns: int = 0
+
+    @property
+    def ttft_ns(self) -> int | None:
+        return self.chunks[0][0] - self.sent_ns if self.chunks else None
+
+    def itl_ms(self) -> list[float]:
+        """Inter-token latencies: an interval spanning k tokens is k intervals of 1/k of it."""
+        out: list[float] = []
+        for (t0, n0), (t1, n1) in zip(self.chunks, self.chunks[1:], strict=False):
+            k = max(1, n1 - n0)
+            out += [(t1 - t0) / 1e6 / k] * k
+        return out
+
+
+def split_flags(flags: Sequence[str]) -> tuple[int, list[str]]:
+    """(repetitions, llama-server flags): ``-r N`` is tokensleuth's, like llama-bench's."""
+    reps, out, i = DEFAULT_REPS, [], 0
+    args = list(flags)
+    while i < len(args):
+        name, eq, inline = args[i].partition("=")
+        if name in ("-r", "--repetitions"):
+            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
+            if not value.isdigit() or not 1 <= int(value) <= 1000:
+                raise UserError(f"-r {show(value)}: give the repetitions per trial as a number from 1 to 1000")
+            reps = int(value)
+            i += 1 if eq else 2
+            continue
+        out.append(args[i])
+        i += 1
+    return reps, out
+
+
+def parse_sse(lines: Any, stream: Stream) -> None:
+    """Read a /completion event stream into ``stream``; RequestFailed for anything malformed."""
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith(":"):
+            continue  # event separator, or the server's keep-alive comment
+        if not line.startswith("data:"):
+            raise RequestFailed("garbage", f"server streamed a line that is not SSE data: {show(line, 60)}")
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            break
+        try:
+            obj = json.loads(payload)
+        except json.JSONDecodeError:
+            raise RequestFailed("garbage", f"server streamed malformed JSON: {show(payload, 60)}") from None
+        if not isinstance(obj, dict):
+            raise RequestFailed("garbage", f"server streamed {show(payload, 40)}, not an object")
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise RequestFailed("failed", f"server reported an error mid-stream: {show(str(msg), 120)}")
+        now = time.monotonic_ns()
+        if obj.get("stop"):
+            stream.final = obj
+            stream.done_ns = now
+            break
+        n = obj.get("tokens_predicted")
+        toks = obj.get("tokens")
+        if not isinstance(n, int) or isinstance(n, bool):
+            n = (stream.chunks[-1][1] if stream.chunks else 0) + (len(toks) if isinstance(toks, list) else 1)
+        stream.chunks.append((now, n))
+    if not stream.final:
+        raise RequestFailed("crashed", "the stream ended before its final event")
+
+
+def _timings(stream: Stream) -> dict[str, float]:
+    t = stream.final.get("timings")
+    if not isinstance(t, dict):
+        raise RequestFailed("garbage", "the final event has no timings object")
+    out: dict[str, float] = {}
+    for k in ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n"):
+        v = t.get(k)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e12:
+            raise RequestFailed("garbage", f"timings.{k} is {show(repr(v), 30)}, not a count or duration")
+        out[k] = float(v)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Prompts:
+    """Token-exact prompts: ids from the middle of the vocabulary, fixed seed."""
+
+    def __init__(self, n_vocab: int) -> None:
+        if n_vocab < 64:
+            raise RequestFailed("failed", f"the model's vocabulary has {n_vocab} tokens — too few to build prompts")
+        self.lo, self.hi = n_vocab // 4, n_vocab // 2
+
+    def make(self, n: int, *key: object) -> list[int]:
+        rng = random.Random(repr(key))
+        return [rng.randrange(self.lo, self.hi) for _ in range(n)]
+
+
+class Client:
+    """Requests to one llama-server, timed at the client."""
+
+    def __init__(self, base: str, headers: Mapping[str, str] | None = None, stall_s: float = STALL_S) -> None:
+        self.base = base
+        self.headers = dict(headers or {})
+        self.timeout = httpx.Timeout(stall_s, connect=10.0)
+
+    def get(self, path: str, timeout: float = 5.0) -> httpx.Response:
+        with httpx.Client(timeout=timeout, headers=self.headers) as c:
+            return c.get(self.base + path)
+
+    def complete(self, body: dict[str, Any]) -> Stream:
+        s = Stream(time.monotonic_ns())
+        try:
+            with httpx.Client(timeout=self.timeout, headers=self.headers) as c, \
+                    c.stream("POST", self.base + "/completion", json=dict(body, stream=True)) as r:
+                if r.status_code >= 400:
+                    text = r.read().decode(errors="replace")
+                    raise RequestFailed("failed", f"HTTP {r.status_code} from /completion: {show(text, 160)}")
+                parse_sse(r.iter_lines(), s)
+        except httpx.TimeoutException:
+            raise RequestFailed("timeout", f"request stalled: nothing for {self.timeout.read:.0f} s") from None
+        except httpx.HTTPError as exc:
+            raise RequestFailed("crashed", f"connection lost mid-request ({type(exc).__name__})") from None
+        return s
+
+
+def request_body(prompt: list[int], n_predict: int, cache: bool, slot: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"prompt": prompt, "n_predict": n_predict, "ignore_eos": True, "cache_prompt": cache,
+                            "temperature": 0, "n_probs": 0, "response_fields": ["timings", "tokens_predicted",
+                                                                                "stop", "stop_type"]}
+    if slot is not None:
+        body["id_slot"] = slot
+    return body
+
+
+def sample_of(w: Workload, rep: int, streams: Sequence[Stream], probe_edges: tuple[Any, Any],
+              t_start: int, t_end: int) -> tuple[SampleRow, WindowRow]:
+    """One sample (and its window) from the repetition's streams (one, or N at xcN)."""
+    timings = [_timings(s) for s in streams]
+    for s, t in zip(streams, timings, strict=True):
+        if w.n_gen and int(t["predicted_n"]) != w.n_gen:
+            raise RequestFailed("garbage", f"the server generated {int(t['predicted_n'])} tokens, not {w.n_gen}")
+        if w.n_prompt and int(t["prompt_n"]) != w.n_prompt:
+            raise RequestFailed("garbage", f"the server processed {int(t['prompt_n'])} prompt tokens, not "
+                                f"{w.n_prompt} (cached {int(t['cache_n'])})")
+        if w.n_depth and int(t["cache_n"]) != w.n_depth:
+            raise RequestFailed("failed", f"the depth prefix was not in the KV cache (cache_n {int(t['cache_n'])}"
+                                f", want {w.n_depth}) — the server did not keep the slot's cache")
+    n_prompt = sum(int(t["prompt_n"]) for t in timings) if w.n_prompt else 0
+    n_gen = sum(int(t["predicted_n"]) for t in timings) if w.n_gen else 0
+    if len(streams) == 1:
+        t = timings[0]
+        ms = (t["prompt_ms"] if w.n_prompt else 0.0) + (t["predicted_ms"] if w.n_gen else 0.0)
+        duration_ns = int(ms * 1e6)
+    else:  # concurrent streams: aggregate over the client's wall clock
+        duration_ns = max(s.done_ns for s in streams) - min(s.sent_ns for s in streams)
+    if duration_ns <= 0:
+        raise RequestFailed("garbage", "the server reported a zero duration")
+    ttft = [s.ttft_ns / 1e6 for s in streams if s.ttft_ns is not None]
+    itl = [x for s in streams for x in s.itl_ms()]
+    metrics: dict[str, Any] = {"server": timings if len(timings) > 1 else timings[0],
+                               # every request's TTFT and every inter-token interval: a cell's
+                               # percentiles are taken over all of them (results.Cell.latency)
+                               "ttft_ms_all": [round(x, 4) for x in ttft], "itl_ms_all": [round(x, 4) for x in itl]}
+    if (p := percentiles(ttft)) is not None:
+        metrics["ttft_ms"] = p
+    if (p := percentiles(itl)) is not None:
+        metrics["itl_ms"] = p
+    if w.n_gen and len(streams) == 1 and len(streams[0].chunks) >= 2:
+        (t0, n0), (t1, n1) = streams[0].chunks[0], streams[0].chunks[-1]
+        if t1 > t0 and n1 > n0:
+            metrics["client_tg_ts"] = (n1 - n0) * 1e9 / (t1 - t0)
+    sample = SampleRow(rep, duration_ns, n_prompt + n_gen, n_prompt, n_gen, t_start, t_end,
+                       min(s.ttft_ns for s in streams if s.ttft_ns is not None) if ttft else None, metrics)
+    before, after = probe_edges
+    deltas = counter_deltas(before, after) if before and after else {}
+    cpu_ms = deltas.pop("cpu_ms", None)
+    return sample, WindowRow(0, rep, t_start, t_end, cpu_ms, deltas)
+
+
+def run_requests(client: Client, w: Workload, reps: int, n_vocab: int, pid: int | None,
+                 probe: Probe | None) -> tuple[list[SampleRow], list[WindowRow]]:
+    """The warm-up and the timed repetitions of workload ``w``."""
+    prompts = Prompts(n_vocab)
+    n_predict = w.n_gen or 1
+    n_prompt = w.n_prompt or 1
+
+    def prefix(rep: int, i: int) -> list[int]:
+        return prompts.make(w.n_depth, "depth", rep, i) if w.n_depth else []
+
+    def fill(rep: int, i: int) -> None:
+        """Put the depth prefix in slot i's KV cache (untimed, outside the window)."""
+        if w.n_depth:
+            client.complete(request_body(prefix(rep, i), 0, True, i))
+
+    def timed(rep: int, i: int) -> Stream:
+        body = prefix(rep, i) + prompts.make(n_prompt, "prompt", rep, i)
+        return client.complete(request_body(body, n_predict, bool(w.n_depth), i if w.n_depth else None))
+
+    fill(-1, 0)
+    timed(-1, 0)  # warm-up, like llama-bench's: not timed, not stored
+    samples, windows = [], []
+    for rep in range(reps):
+        for i in range(w.concurrency):
+            fill(rep, i)
+        got: list[Stream | RequestFailed] = [RequestFailed("failed", "not run")] * w.concurrency
+
+        def run(i: int, rep: int = rep) -> None:
+            try:
+                got[i] = timed(rep, i)
+            except RequestFailed as exc:
+                got[i] = exc
+
+        edge0 = probe(pid) if probe is not None and pid is not None else None
+        t_start = time.monotonic_ns()
+        if w.concurrency == 1:
+            run(0)
+        else:
+            threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(w.concurrency)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+        t_end = time.monotonic_ns()
+        edge1 = probe(pid) if probe is not None and pid is not None else None
+        for g in got:
+            if isinstance(g, RequestFailed):
+                raise g
+        streams = [g for g in got if isinstance(g, Stream)]
+        s, win = sample_of(w, rep, streams, (edge0, edge1), t_start, t_end)
+        samples.append(s)
+        windows.append(win)
+    return samples, windows
+
+
+def result_of(w: Workload, samples: Sequence[SampleRow], extra: dict[str, Any]) -> ResultRow:
+    ts = [s.tokens_per_s for s in samples]
+    mean = sum(ts) / len(ts)
+    sd = (sum((x - mean) ** 2 for x in ts) / (len(ts) - 1)) ** 0.5 if len(ts) > 1 else 0.0
+    return ResultRow(0, w.name, w.n_prompt, w.n_gen, w.n_depth, mean, sd, extra, tuple(samples))
+
+
+def exit_reason(rc: int | None) -> tuple[str, str]:
+    if rc is not None and rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = str(-rc)
+        return "crashed", f"killed by {name}"
+    return "failed", f"exited with code {rc}"
+
+
+class LlamaServer:
+    """The llama-server engine kind."""
+
+    kind = "llama-server"
+    targets = (BINARY,)
+
+    def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
+        _, flags = split_flags(arm.flags)
+        for f in flags:
+            if f.split("=", 1)[0] in OWNED_FLAGS:
+                raise UserError(f"arm {arm.name}: llama-server flag {f.split('=', 1)[0]} is set by tokensleuth — "
+                                "remove it (concurrency comes from the workload, e.g. tg128xc4)")
+        for w in workloads:
+            parse(w)
+        if arm.bin_dir is not None and not (arm.bin_dir / BINARY).exists():
+            raise UserError(f"arm {arm.name}: {BINARY} is not in {arm.bin_dir} — build it (the tool builds it "
+                            "for a --kind llama-server arm) or give a bin: folder that has it")
+
+    def server_argv(self, arm: ArmRuntime, model: str, w: Workload, port: int) -> list[str]:
+        assert arm.bin_dir is not None
+        _, flags = split_flags(arm.flags)
+        argv = [str(arm.bin_dir / BINARY), "-m", model, "--host", "127.0.0.1", "--port", str(port),
+                "-np", str(w.concurrency), "-cram", "0", "--no-webui"]
+        names = {f.split("=", 1)[0] for f in flags}
+        if not names & {"-c", "--ctx-size"}:
+            per_slot = w.n_depth + max(w.n_prompt, 1) + w.n_gen + 64
+            argv += ["-c", str(w.concurrency * (-(-per_slot // 256) * 256))]
+        return argv + flags
+
+    def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
+                  timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
+        w = parse(workload)
+        reps, _ = split_flags(arm.flags)
+        port = free_port()
+        cmd = self.server_argv(arm, model, w, port)
+        env = dict(host_env, argv=cmd, engine_env=dict(arm.env), engine_kind=self.kind)
+        t0, started = time.monotonic_ns(), time.time()
+        status, message = "done", ""
+        samples: list[SampleRow] = []
+        windows: list[WindowRow] = []
+        extra: dict[str, Any] = {}
+        with Background(cmd, env=arm.env) as server:
+            try:
+                if server.spawn_error:
+                    raise RequestFailed("failed", server.spawn_error)
+                client = Client(f"http://127.0.0.1:{port}", stall_s=min(STALL_S, timeout_s or STALL_S))
+                deadline = time.monotonic() + (timeout_s or 600.0)
+                load_s = wait_healthy(client, server, deadline)
+                extra = {"engine": self.kind, "load_s": round(load_s, 3), "port": port}
+                n_vocab = vocab_size(client)
+                samples, windows = run_requests(client, w, reps, n_vocab, server.pid, probe)
+            except RequestFailed as exc:
+                status, message = exc.status, exc.message
+                if server.poll() is not None and status != "done":
+                    # the server is gone: that is the fault, whatever the client saw
+                    status, why = exit_reason(server.poll())
+                    message = f"server {why} ({exc.message})"
+                if status != "done" and server.tail():
+                    message += " — last log lines: " + " | ".join(server.tail(4).splitlines())
+            t1 = time.monotonic_ns()
+            tail = server.tail(20)
+        results = (result_of(w, samples, extra),) if status == "done" else ()
+        out = TrialOutcome(status, None, message[:2000], tail, started, time.time(), t0, t1, env, results,
+                           tuple(windows) if status == "done" else ())
+        return EngineRun(out, server.pid)
+
+
+def wait_healthy(client: Client, server: Background, deadline: float) -> float:
+    """Seconds until /health said 200; RequestFailed when the server exits or never gets there."""
+    t0 = time.monotonic()
+    while True:
+        if (rc := server.poll()) is not None:
+            status, why = exit_reason(rc)
+            raise RequestFailed(status, f"server {why} before it was ready")
+        try:
+            if client.get("/health", timeout=2.0).status_code == 200:
+                return time.monotonic() - t0
+        except httpx.HTTPError:
+            pass  # not listening yet
+        if time.monotonic() > deadline:
+            raise RequestFailed("crashed", f"server never became healthy in {time.monotonic() - t0:.0f} s")
+        time.sleep(HEALTH_POLL_S)
+
+
+def vocab_size(client: Client) -> int:
+    try:
+        r = client.get("/v1/models")
+        n = r.json()["data"][0]["meta"]["n_vocab"]
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        raise RequestFailed("garbage", "/v1/models gave no data[0].meta.n_vocab") from None
+    if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+        raise RequestFailed("garbage", f"/v1/models: n_vocab is {show(repr(n), 30)}")
+    return n
+
+
+ENGINE = LlamaServer()
