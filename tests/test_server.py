@@ -8,9 +8,12 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -203,3 +206,55 @@ def test_bad_server_arms_are_one_line(engine: EngineBuild, dense_model: Path, cl
 
 def test_no_orphan_from_an_earlier_test() -> None:
     assert os.environ.get("FAKE_SERVER_MODE") is None and not _fakes()
+
+
+# -- url: arms: any OpenAI-compatible server, attached ----------------------------------------
+
+
+@pytest.fixture()
+def attached(tmp_path: Path) -> Iterator[str]:
+    """A fake OpenAI-compatible server the test starts (tokensleuth only attaches to it)."""
+    from tokensleuth.engines.llamaserver import free_port
+
+    port = free_port()
+    env = dict(os.environ, FAKE_SERVER_MODE="attach", FAKE_SERVER_KEY="s3cret-key")
+    proc = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port)], env=env, stdout=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_an_attached_openai_server_is_measured_and_its_key_never_stored(
+        attached: str, engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    env = dict(cli_env, TS_KEY="s3cret-key")
+    args = ["--engine", f"url:{attached}", "--model", str(dense_model), "-w", "pp64", "-w", "tg8",
+            "--api-key-env", "TS_KEY", "--", "-r", "2"]
+    p, doc = _bench(args, env, tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    res = {r["workload"]: r for r in doc["results"]}  # type: ignore[attr-defined]
+    # client-timed: the fake takes 2 ms per prompt word and 10 ms per token
+    assert 200 < res["pp64"]["tokens_per_s"]["mean"] < 520  # 64 tokens in 128 ms + the HTTP round trip
+    assert 50 < res["tg8"]["tokens_per_s"]["mean"] < 110
+    assert res["tg8"]["latency"]["itl_ms"]["p50"] >= 10
+    assert res["pp64"]["resources"]["cpu_ms_per_token"] is None  # no local process to measure
+    assert any("attached server" in n for n in res["pp64"]["resources"]["notes"]), res["pp64"]["resources"]["notes"]
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    assert con.execute("SELECT kind FROM arms").fetchone()[0] == "openai"
+    con.close()
+    blob = Path(cli_env["TOKENSLEUTH_DB"]).read_bytes() + p.stdout.encode() + p.stderr.encode()
+    assert b"s3cret-key" not in blob and b"TS_KEY" in Path(cli_env["TOKENSLEUTH_DB"]).read_bytes()
+    # without the key: a failed trial that says so, and no traceback
+    p, _ = _bench([a for a in args if a not in ("--api-key-env", "TS_KEY")], env, tmp_path, timeout=120)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    msgs = [m for (m,) in con.execute("SELECT message FROM trials WHERE status='failed'")]
+    assert msgs and all("HTTP 401" in m for m in msgs), msgs

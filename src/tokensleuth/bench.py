@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.monitor.sources import Source
-from tokensleuth.runner import ArmRuntime, TrialCallback, execute
+from tokensleuth.runner import TrialCallback, arm_runtime, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import PlannedTrial, Store, StudyHandle
@@ -45,6 +44,7 @@ def run_bench(
     on_study: Callable[[StudyHandle], None] | None = None,
     kind: str = DEFAULT_KIND,
     workloads: Sequence[str] = (),
+    api_key_env: str | None = None,
 ) -> str:
     """Run (or resume) a bench study and return its id (``sources``: the monitor's, default probed).
 
@@ -66,7 +66,7 @@ def run_bench(
         on_study(handle)
     if handle.finished:
         return handle.id
-    arm = ArmRuntime(ARM, Path(build.bin_dir), tuple(flags), env, kind=kind)
+    arm = arm_runtime(ARM, build, flags, env, kind, api_key_env)
     with store.lease(handle.id):
         execute(store, handle.id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
                 interval_s=interval_s)

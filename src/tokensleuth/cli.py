@@ -162,7 +162,7 @@ def targets_for(kinds: list[str], base: tuple[str, ...] = DEFAULT_TARGETS) -> tu
 
 
 def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str], env: dict[str, str],
-              workloads: list[str], help_cache: dict[str, str] | None = None) -> None:
+              workloads: list[str], help_cache: dict[str, str] | None = None, api_key_env: str | None = None) -> None:
     """The arm's engine can run its flags and workloads (one line if not): once before the
     build (``build`` None: what the flags and workloads alone show) and once after it."""
     from tokensleuth.engines import engine_for
@@ -170,8 +170,9 @@ def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str],
 
     if kind == "llama-bench" and build is not None:
         check_bench_flags(build, flags, help_cache)
-    engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build else None, tuple(flags), env, kind=kind),
-                           workloads)
+    local = build is not None and not build.source.startswith("url:")
+    engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build and local else None, tuple(flags), env,
+                                      kind=kind, api_key_env=api_key_env), workloads)
 
 
 def json_target(path: Path | None) -> None:
@@ -208,7 +209,8 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
     resources: Annotated[bool, typer.Option(help="Show every resource column.")] = False,
-    kind: Annotated[str, typer.Option("--kind", help="Engine kind: llama-bench, or llama-server (timed requests to the built server).")] = "llama-bench",
+    kind: Annotated[str, typer.Option("--kind", help="Engine kind: llama-bench, or llama-server (timed requests to the built server); a url: engine is measured as openai.")] = "llama-bench",
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="url: engine: the environment variable that holds its API key (never stored).")] = None,
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, pp512+tg128, tg128@d4096, tg128xc4 … (repeatable; a server's default: pp512 and tg128).")] = [],  # noqa: B006
     sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
@@ -233,7 +235,12 @@ def bench(
     from tokensleuth.spec import WORKLOAD_FLAGS
     from tokensleuth.workloads import canonical
 
+    if engine.startswith("url:") and kind == "llama-bench":
+        kind = "openai"  # a running server is measured over its OpenAI-compatible API
     engine_for(kind)  # an unknown kind: one line, before any build
+    if (kind == "openai") != engine.startswith("url:"):
+        raise UserError("--kind openai measures a running server: give it as --engine url:http://HOST:PORT")
+    parse_source(engine)
     workloads = list(dict.fromkeys(canonical(w) for w in workload))
     if kind != "llama-bench" and not workloads:
         workloads = ["pp512", "tg128"]
@@ -241,13 +248,13 @@ def bench(
         for f in flags:
             if f.split("=", 1)[0] in WORKLOAD_FLAGS:
                 raise UserError(f"flag {f} conflicts with --workload — give the tests with --workload only")
-    check_arm(None, "engine", kind, flags, env_map, workloads)
+    check_arm(None, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env)
     b = get_build(engine, cmake, targets_for([kind]))
-    check_arm(b, "engine", kind, flags, env_map, workloads)
+    check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env)
     with open_store(db) as store:
         study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
                           resume=resume, on_trial=trial_printer(), interval_s=sample_interval, kind=kind,
-                          workloads=workloads)
+                          workloads=workloads, api_key_env=api_key_env)
         cells = load_cells(store, study)
         engine_json = json.loads(store.arms(study)[0]["engine_json"])
         warn = render_warnings(store.warnings(study))
@@ -292,7 +299,8 @@ def compare(
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every arm the baseline's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also compare each candidate's outputs with the baseline's (llama-perplexity KL divergence): identical, equivalent or changed.")] = False,
-    kind: Annotated[list[str], typer.Option("--kind", help="NAME=KIND: the engine kind of one arm — llama-bench (default) or llama-server (repeatable).")] = [],  # noqa: B006
+    kind: Annotated[list[str], typer.Option("--kind", help="NAME=KIND: the engine kind of one arm — llama-bench (default) or llama-server (repeatable); a url: arm is openai.")] = [],  # noqa: B006
+    api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="The environment variable holding the API key of the url: arms (never stored).")] = None,
     sample_interval: SampleIntervalOpt = 0.2,
     db: DbOpt = None,
 ) -> None:
@@ -315,7 +323,8 @@ def compare(
     else:
         spec = build_compare_spec(
             compare_args(arm, flags, env, cmake, model_paths(model), workload, baseline, band,
-                         min_pairs, max_pairs, budget, timeout, list(ctx.args), sample_interval, kind),
+                         min_pairs, max_pairs, budget, timeout, list(ctx.args), sample_interval, kind,
+                         api_key_env),
             "command line")
     builds: dict[str, EngineBuild] = {}
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
@@ -325,14 +334,15 @@ def compare(
 
     base_targets = CHECK_TARGETS if check_outputs else DEFAULT_TARGETS
     for a in spec.arms:
-        check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads)
+        check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
+                  api_key_env=a.api_key_env)
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
         if key not in by_source:
             kinds = [x.kind for x in spec.arms if (x.source, tuple(x.cmake)) == key]
             by_source[key] = get_build(a.source, list(a.cmake), targets_for(kinds, base_targets))
         check_arm(by_source[key], a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
-                  help_cache)  # every arm's own
+                  help_cache, a.api_key_env)  # every arm's own
         builds[a.name] = by_source[key]
     if pin_params:
         spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
@@ -381,7 +391,8 @@ def render_checks(checks: list[dict[str, Any]] | None) -> str:
 def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[str], models: list[str],
                  workloads: list[str], baseline: str | None, band: str, min_pairs: int, max_pairs: int,
                  budget: str | None, timeout: float, common: list[str],
-                 sample_interval: float = 0.2, kinds: list[str] | None = None) -> dict[str, Any]:
+                 sample_interval: float = 0.2, kinds: list[str] | None = None,
+                 api_key_env: str | None = None) -> dict[str, Any]:
     """Turn compare's command-line syntax into the study dictionary a TOML file would hold."""
     arms: dict[str, dict[str, Any]] = {}
     for a in arm:
@@ -408,6 +419,12 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
         if not sep or not eq or not var or name not in arms:
             raise UserError(f"cannot read --env {e!r} — write NAME:VAR=VALUE with NAME one of {list(arms)}")
         arms[name]["env"][var] = value
+    if api_key_env is not None:
+        remote = [d for d in arms.values() if str(d["source"]).startswith("url:")]
+        if not remote:
+            raise UserError("--api-key-env is for url: arms — none was given")
+        for d in remote:
+            d["api_key_env"] = api_key_env
     data: dict[str, Any] = {"arms": list(arms.values()), "models": models, "band": band,
                             "min_pairs": min_pairs, "max_pairs": max_pairs, "timeout_s": timeout,
                             "common_flags": common, "sample_interval_s": sample_interval}

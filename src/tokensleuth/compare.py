@@ -17,7 +17,7 @@ from tokensleuth import stats
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.plan import pair_round
 from tokensleuth.results import load_cells
-from tokensleuth.runner import ArmRuntime, TrialCallback, execute
+from tokensleuth.runner import TrialCallback, arm_runtime, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.store import Store, StudyHandle
@@ -217,8 +217,7 @@ def _run_rounds(
 ) -> list[Comparison]:
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = {
-        a.name: ArmRuntime(a.name, Path(builds[a.name].bin_dir), (*a.flags, *spec.common_flags), a.env,
-                           kind=a.kind)
+        a.name: arm_runtime(a.name, builds[a.name], (*a.flags, *spec.common_flags), a.env, a.kind, a.api_key_env)
         for a in spec.arms
     }
     names = [a.name for a in spec.arms]
@@ -324,6 +323,8 @@ def spec_dump(spec: CompareSpec) -> dict[str, Any]:
     for arm in out["arms"]:
         if arm.get("kind") == "llama-bench":
             del arm["kind"]
+        if arm.get("api_key_env") is None:
+            arm.pop("api_key_env", None)
     return out
 
 

@@ -75,7 +75,7 @@ class Cell:
         if self.window_tokens and self.window_ms > 0:
             cpu_ms_per_token = self.cpu_ms / self.window_tokens
             busy = self.cpu_ms / self.window_ms
-        else:
+        elif not any(n.startswith("attached server") for n in notes):
             notes.append("no timed windows with CPU counters (imported or old results)")
         w = self.windows
 
@@ -226,6 +226,8 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
         if cpus:
             cell.cpus = min(cell.cpus or int(cpus), int(cpus))
         cell.notes += env.get("monitor_notes", [])
+        if env.get("cpu_note"):  # an engine that has no local process to measure says why
+            cell.notes.append(str(env["cpu_note"]))
         cell.spinning.append(len(env.get("spinning_threads", [])))
         mem = env.get("peak_memory_mb") or {}
         if "RssAnon" in mem:

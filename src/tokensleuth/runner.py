@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from tokensleuth import confounders
 from tokensleuth.engines import engine_for
@@ -12,9 +13,18 @@ from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.hostenv import host_environment
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source, probe_sources
+from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store, TrialOutcome
 
-__all__ = ["ArmRuntime", "TrialCallback", "execute"]
+__all__ = ["ArmRuntime", "TrialCallback", "arm_runtime", "execute"]
+
+
+def arm_runtime(name: str, build: EngineBuild, flags: Sequence[str], env: Mapping[str, str], kind: str,
+                api_key_env: str | None = None) -> ArmRuntime:
+    """An arm as the runner starts it: a build's binaries, or the server a url: source names."""
+    remote = build.source.startswith("url:")
+    return ArmRuntime(name, None if remote else Path(build.bin_dir), tuple(flags), env, kind=kind,
+                      endpoint=build.source[4:] if remote else None, api_key_env=api_key_env)
 
 TrialCallback = Callable[[int, int, str, TrialOutcome], None]
 

@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
@@ -102,6 +102,23 @@ class ArmSpec(BaseModel):
     env: dict[str, str] = {}
     cmake: list[str] = []
     kind: str = "llama-bench"  # the engine kind that runs this arm (tokensleuth.engines.KINDS)
+    # url: arms: the environment variable that holds the API key (its name is stored, never the key)
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _url_kind(cls, v: object) -> object:
+        # an arm on a running server (url:) is measured over its OpenAI-compatible API
+        if isinstance(v, dict) and str(v.get("source", "")).startswith("url:") and "kind" not in v:
+            return dict(v, kind="openai")
+        return v
+
+    @model_validator(mode="after")
+    def _kind_fits_source(self) -> ArmSpec:
+        remote = self.source.startswith("url:")
+        if remote != (self.kind == "openai"):
+            raise ValueError("a url: source is measured by kind openai, and kind openai needs a url: source")
+        return self
 
     @field_validator("flags", mode="before")
     @classmethod

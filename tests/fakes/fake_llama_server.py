@@ -52,6 +52,13 @@ class H(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         req = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        key = os.environ.get("FAKE_SERVER_KEY")
+        if key and self.headers.get("Authorization") != f"Bearer {key}":
+            self.send(401, {"error": {"code": 401, "message": "Invalid API Key"}})
+            return
+        if self.path == "/v1/completions":
+            self.openai(req)
+            return
         if MODE == "http500":
             self.send(500, {"error": {"code": 500, "message": "fake internal error"}})
             return
@@ -77,4 +84,28 @@ class H(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
 
+    def openai(self, req: dict) -> None:  # type: ignore[type-arg]
+        """/v1/completions: one word is one token; no llama-server timings (client-timed)."""
+        if MODE == "http500":
+            self.send(500, {"error": {"code": 500, "message": "fake internal error"}})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        n = int(req["max_tokens"])
+        time.sleep(0.002 * len(req["prompt"].split()))  # "prompt processing"
+        for _ in range(n):
+            self.event({"choices": [{"text": "x", "index": 0, "finish_reason": None}]})
+            time.sleep(0.01)
+        self.event({"choices": [{"text": "", "index": 0, "finish_reason": "length"}]})
+        if MODE != "nousage":
+            self.event({"choices": [], "usage": {"prompt_tokens": len(req["prompt"].split()),
+                                                 "completion_tokens": n}})
+        self.event(b"[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+if MODE == "attach":  # started by a test, not by tokensleuth: serve until killed
+    pass
 ThreadingHTTPServer(("127.0.0.1", PORT), H).serve_forever()

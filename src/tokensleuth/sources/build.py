@@ -189,6 +189,9 @@ class BuildCache:
                 raise UserError(f"unknown build target {t!r} — choose from {', '.join(ALL_TARGETS)}")
         if src.kind == "bin":
             return self._bin(src)
+        if src.kind == "url":  # a server someone else runs: nothing to build or cache
+            key = "url-" + hashlib.sha256(src.spec.encode()).hexdigest()[:16]
+            return EngineBuild(src.spec, "", key, None, None, (), "remote", (), (), cache_hit=True)
         cmake_flags = (*host_flags(cmake_flags), *cmake_flags)
         if src.kind == "pypi":
             tree, tree_id, commit, number = self._pypi_tree(src, log)
