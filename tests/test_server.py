@@ -258,3 +258,21 @@ def test_an_attached_openai_server_is_measured_and_its_key_never_stored(
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     msgs = [m for (m,) in con.execute("SELECT message FROM trials WHERE status='failed'")]
     assert msgs and all("HTTP 401" in m for m in msgs), msgs
+
+
+def test_a_cmd_arm_starts_its_own_server_and_stops_it(dense_model: Path, engine: EngineBuild,
+                                                     cli_env: dict[str, str], tmp_path: Path) -> None:
+    fake = tmp_path / "fakebin" / "llama-server"
+    fake.parent.mkdir()
+    shutil.copy(FAKE, fake)
+    env = dict(cli_env, FAKE_SERVER_MODE="ok")
+    p, doc = _bench(["--engine", f"cmd:{sys.executable} {fake} -m {{model}} --port {{port}}", "--model",
+                     str(dense_model), "-w", "tg8", "--", "-r", "2"], env, tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = doc["results"][0]  # type: ignore[index]
+    assert r["tokens_per_s"]["mean"] > 0 and r["resources"]["cpu_ms_per_token"] is not None
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    argv = json.loads(con.execute("SELECT env_json FROM trials").fetchone()[0])["argv"]
+    assert argv[:2] == [sys.executable, str(fake)] and str(dense_model) in argv  # {model} and {port} filled in
+    assert con.execute("SELECT kind FROM arms").fetchone()[0] == "llama-server"
+    assert not _fakes()

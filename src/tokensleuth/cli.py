@@ -162,7 +162,8 @@ def targets_for(kinds: list[str], base: tuple[str, ...] = DEFAULT_TARGETS) -> tu
 
 
 def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str], env: dict[str, str],
-              workloads: list[str], help_cache: dict[str, str] | None = None, api_key_env: str | None = None) -> None:
+              workloads: list[str], help_cache: dict[str, str] | None = None, api_key_env: str | None = None,
+              source: str = "") -> None:
     """The arm's engine can run its flags and workloads (one line if not): once before the
     build (``build`` None: what the flags and workloads alone show) and once after it."""
     from tokensleuth.engines import engine_for
@@ -170,9 +171,10 @@ def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str],
 
     if kind == "llama-bench" and build is not None:
         check_bench_flags(build, flags, help_cache)
-    local = build is not None and not build.source.startswith("url:")
-    engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build and local else None, tuple(flags), env,
-                                      kind=kind, api_key_env=api_key_env), workloads)
+    served = source.startswith(("url:", "cmd:"))
+    engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build and build.bin_dir else None, tuple(flags),
+                                      env, kind=kind, api_key_env=api_key_env, endpoint=source if served else None),
+                           workloads)
 
 
 def json_target(path: Path | None) -> None:
@@ -235,11 +237,12 @@ def bench(
     from tokensleuth.spec import WORKLOAD_FLAGS
     from tokensleuth.workloads import canonical
 
-    if engine.startswith("url:") and kind == "llama-bench":
-        kind = "openai"  # a running server is measured over its OpenAI-compatible API
+    if engine.startswith(("url:", "cmd:")) and kind == "llama-bench":
+        # a running server is measured over its OpenAI-compatible API; a command's, as llama-server
+        kind = "openai" if engine.startswith("url:") else "llama-server"
     engine_for(kind)  # an unknown kind: one line, before any build
-    if (kind == "openai") != engine.startswith("url:"):
-        raise UserError("--kind openai measures a running server: give it as --engine url:http://HOST:PORT")
+    if kind == "openai" and not engine.startswith(("url:", "cmd:")):
+        raise UserError("--kind openai measures a server: give it as --engine url:http://HOST:PORT or cmd:'…'")
     parse_source(engine)
     workloads = list(dict.fromkeys(canonical(w) for w in workload))
     if kind != "llama-bench" and not workloads:
@@ -248,9 +251,9 @@ def bench(
         for f in flags:
             if f.split("=", 1)[0] in WORKLOAD_FLAGS:
                 raise UserError(f"flag {f} conflicts with --workload — give the tests with --workload only")
-    check_arm(None, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env)
+    check_arm(None, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
     b = get_build(engine, cmake, targets_for([kind]))
-    check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env)
+    check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
     with open_store(db) as store:
         study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
                           resume=resume, on_trial=trial_printer(), interval_s=sample_interval, kind=kind,
@@ -335,14 +338,14 @@ def compare(
     base_targets = CHECK_TARGETS if check_outputs else DEFAULT_TARGETS
     for a in spec.arms:
         check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
-                  api_key_env=a.api_key_env)
+                  api_key_env=a.api_key_env, source=a.source)
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
         if key not in by_source:
             kinds = [x.kind for x in spec.arms if (x.source, tuple(x.cmake)) == key]
             by_source[key] = get_build(a.source, list(a.cmake), targets_for(kinds, base_targets))
         check_arm(by_source[key], a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
-                  help_cache, a.api_key_env)  # every arm's own
+                  help_cache, a.api_key_env, a.source)  # every arm's own
         builds[a.name] = by_source[key]
     if pin_params:
         spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))

@@ -22,9 +22,9 @@ __all__ = ["ArmRuntime", "TrialCallback", "arm_runtime", "execute"]
 def arm_runtime(name: str, build: EngineBuild, flags: Sequence[str], env: Mapping[str, str], kind: str,
                 api_key_env: str | None = None) -> ArmRuntime:
     """An arm as the runner starts it: a build's binaries, or the server a url: source names."""
-    remote = build.source.startswith("url:")
-    return ArmRuntime(name, None if remote else Path(build.bin_dir), tuple(flags), env, kind=kind,
-                      endpoint=build.source[4:] if remote else None, api_key_env=api_key_env)
+    served = build.source.startswith(("url:", "cmd:"))  # a server to attach to, or a command that starts one
+    return ArmRuntime(name, Path(build.bin_dir) if build.bin_dir else None, tuple(flags), env, kind=kind,
+                      endpoint=build.source if served else None, api_key_env=api_key_env)
 
 TrialCallback = Callable[[int, int, str, TrialOutcome], None]
 

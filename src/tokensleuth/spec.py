@@ -109,15 +109,20 @@ class ArmSpec(BaseModel):
     @classmethod
     def _url_kind(cls, v: object) -> object:
         # an arm on a running server (url:) is measured over its OpenAI-compatible API
-        if isinstance(v, dict) and str(v.get("source", "")).startswith("url:") and "kind" not in v:
-            return dict(v, kind="openai")
+        # (a command that starts a server speaks llama-server's API unless its kind says openai)
+        if isinstance(v, dict) and "kind" not in v:
+            src = str(v.get("source", ""))
+            if src.startswith(("url:", "cmd:")):
+                return dict(v, kind="openai" if src.startswith("url:") else "llama-server")
         return v
 
     @model_validator(mode="after")
     def _kind_fits_source(self) -> ArmSpec:
-        remote = self.source.startswith("url:")
-        if remote != (self.kind == "openai"):
-            raise ValueError("a url: source is measured by kind openai, and kind openai needs a url: source")
+        served = self.source.startswith(("url:", "cmd:"))
+        if served and self.kind == "llama-bench":
+            raise ValueError("a url: or cmd: source is a server — give the arm kind llama-server or openai")
+        if self.kind == "openai" and not served:
+            raise ValueError("kind openai measures a server at a url: or started by a cmd: — give such a source")
         return self
 
     @field_validator("flags", mode="before")

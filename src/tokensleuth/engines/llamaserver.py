@@ -35,16 +35,21 @@ interval that spans k tokens counts as k intervals of 1/k of it.
 from __future__ import annotations
 
 import json
+import os
 import random
+import shlex
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
@@ -353,7 +358,7 @@ class LlamaServer:
                                 "remove it (concurrency comes from the workload, e.g. tg128xc4)")
         for w in workloads:
             parse(w)
-        if arm.bin_dir is not None and not (arm.bin_dir / BINARY).exists():
+        if arm.endpoint is None and arm.bin_dir is not None and not (arm.bin_dir / BINARY).exists():
             raise UserError(f"arm {arm.name}: {BINARY} is not in {arm.bin_dir} — build it (the tool builds it "
                             "for a --kind llama-server arm) or give a bin: folder that has it")
 
@@ -372,55 +377,160 @@ class LlamaServer:
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
         w = parse(workload)
         reps, _ = split_flags(arm.flags)
-        port = free_port()
-        cmd = self.server_argv(arm, model, w, port)
-        env = dict(host_env, argv=cmd, engine_env=dict(arm.env), engine_kind=self.kind)
         t0, started = time.monotonic_ns(), time.time()
         status, message = "done", ""
         samples: list[SampleRow] = []
         windows: list[WindowRow] = []
         extra: dict[str, Any] = {}
-        with Background(cmd, env=arm.env) as server:
+        served = Served(arm, model, w, self.server_argv, "/health")
+        env = dict(host_env, argv=list(served.argv), engine_env=dict(arm.env), engine_kind=self.kind)
+        if served.attached:
+            env["cpu_note"] = "attached server: no local process, so no CPU figures (GPU figures only)"
+        with served:
             try:
-                if server.spawn_error:
-                    raise RequestFailed("failed", server.spawn_error)
-                client = Client(f"http://127.0.0.1:{port}", stall_s=min(STALL_S, timeout_s or STALL_S))
-                deadline = time.monotonic() + (timeout_s or 600.0)
-                load_s = wait_healthy(client, server, deadline)
-                extra = {"engine": self.kind, "load_s": round(load_s, 3), "port": port}
+                load_s = served.wait_ready(timeout_s or 600.0)
+                client = Client(served.base, stall_s=min(STALL_S, timeout_s or STALL_S))
+                extra = {"engine": self.kind, "load_s": round(load_s, 3), "server": served.describe()}
                 n_vocab = vocab_size(client)
-                samples, windows = run_requests(client, w, reps, n_vocab, server.pid, probe)
+                samples, windows = run_requests(client, w, reps, n_vocab, served.measured_pid(), probe)
             except RequestFailed as exc:
-                status, message = exc.status, exc.message
-                if server.poll() is not None and status != "done":
-                    # the server is gone: that is the fault, whatever the client saw
-                    status, why = exit_reason(server.poll())
-                    message = f"server {why} ({exc.message})"
-                if status != "done" and server.tail():
-                    message += " — last log lines: " + " | ".join(server.tail(4).splitlines())
+                status, message = served.fault(exc)
             t1 = time.monotonic_ns()
-            tail = server.tail(20)
+            tail = served.tail(20)
         results = (result_of(w, samples, extra),) if status == "done" else ()
         out = TrialOutcome(status, None, message[:2000], tail, started, time.time(), t0, t1, env, results,
                            tuple(windows) if status == "done" else ())
-        return EngineRun(out, server.pid)
+        return EngineRun(out, served.measured_pid())
 
 
-def wait_healthy(client: Client, server: Background, deadline: float) -> float:
-    """Seconds until /health said 200; RequestFailed when the server exits or never gets there."""
-    t0 = time.monotonic()
-    while True:
-        if (rc := server.poll()) is not None:
-            status, why = exit_reason(rc)
-            raise RequestFailed(status, f"server {why} before it was ready")
-        try:
-            if client.get("/health", timeout=2.0).status_code == 200:
-                return time.monotonic() - t0
-        except httpx.HTTPError:
-            pass  # not listening yet
-        if time.monotonic() > deadline:
-            raise RequestFailed("crashed", f"server never became healthy in {time.monotonic() - t0:.0f} s")
-        time.sleep(HEALTH_POLL_S)
+class Served:
+    """The server one trial talks to: started from the build (``bin``), started by the arm's
+    command (``cmd:`` — a container), or attached (``url:``: someone else runs it).
+
+    A started server is always stopped when the trial ends, also on an exception or an
+    interrupt; a container started by ``podman run``/``docker run`` is named and removed
+    by name, and a detached reaper removes it even if tokensleuth is killed outright.
+    """
+
+    def __init__(self, arm: ArmRuntime, model: str, w: Workload,
+                 own_argv: Callable[[ArmRuntime, str, Workload, int], list[str]], ready_path: str) -> None:
+        self.arm, self.ready_path = arm, ready_path
+        source = arm.endpoint or ""
+        self.attached = source.startswith("url:")
+        self.container: str | None = None
+        self.server: Background | None = None
+        self.reaper: Background | None = None
+        if self.attached:
+            self.base, self.argv = source[4:], []
+            return
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        if source.startswith("cmd:"):
+            self.argv = command_argv(source[4:], model, self.port, arm)
+            if len(self.argv) > 1 and Path(self.argv[0]).name in ("podman", "docker") and self.argv[1] == "run":
+                self.container = f"tokensleuth-{os.getpid()}-{self.port}"
+                self.argv[2:2] = ["--name", self.container]
+        else:
+            self.argv = own_argv(arm, model, w, self.port)
+
+    def __enter__(self) -> Served:
+        if self.argv:
+            self.server = Background(self.argv, env=self.arm.env)
+            if self.container is not None:
+                self.reaper = reaper(self.argv[0], self.container)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.server is not None:
+            self.server.stop()
+        if self.container is not None:
+            subprocess.run([self.argv[0], "rm", "-f", "-t", "0", self.container], capture_output=True, timeout=60)
+        if self.reaper is not None:
+            self.reaper.stop(grace_s=0)
+
+    def wait_ready(self, timeout_s: float) -> float:
+        """Seconds until the server answered ``ready_path`` with 200 (the model load: never timed)."""
+        if self.server is not None and self.server.spawn_error:
+            raise RequestFailed("failed", self.server.spawn_error)
+        t0 = time.monotonic()
+        client = Client(self.base)
+        while True:
+            if self.server is not None and (rc := self.server.poll()) is not None:
+                status, why = exit_reason(rc)
+                raise RequestFailed(status, f"server {why} before it was ready")
+            try:
+                if client.get(self.ready_path, timeout=2.0).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.HTTPError:
+                pass  # not listening yet
+            if time.monotonic() - t0 > timeout_s:
+                raise RequestFailed("crashed", f"server never became healthy in {time.monotonic() - t0:.0f} s")
+            time.sleep(HEALTH_POLL_S)
+
+    def measured_pid(self) -> int | None:
+        """The process whose tree (and cgroup) the window edges read: the server itself.
+
+        A command's own process may be a container client (podman run) that does no work:
+        the process listening on the port is the server (host network), else the client."""
+        if self.server is None:
+            return None
+        if self.container is not None:
+            if (pid := listener(self.port)) is not None:
+                return pid
+        return self.server.pid
+
+    def describe(self) -> dict[str, Any]:
+        return {"attached": self.attached, "container": self.container, "base": self.base,
+                "measured_pid": self.measured_pid()}
+
+    def tail(self, n: int) -> str:
+        return self.server.tail(n) if self.server is not None else ""
+
+    def fault(self, exc: RequestFailed) -> tuple[str, str]:
+        status, message = exc.status, exc.message
+        if self.server is not None and self.server.proc is not None and status == "crashed":
+            try:  # a lost connection: give a dying server a moment to be reaped, to say how it died
+                self.server.proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.server is not None and self.server.poll() is not None:
+            # the server is gone: that is the fault, whatever the client saw
+            status, why = exit_reason(self.server.poll())
+            message = f"server {why} ({exc.message})"
+        if self.tail(4):
+            message += " — last log lines: " + " | ".join(self.tail(4).splitlines())
+        return status, message
+
+
+def command_argv(template: str, model: str, port: int, arm: ArmRuntime) -> list[str]:
+    """A cmd: arm's command with {model}, {port} and {bin} filled in, plus the arm's flags."""
+    _, flags = split_flags(arm.flags)
+    values = {"model": model, "port": str(port), "bin": str(arm.bin_dir or "")}
+    out = []
+    for tok in shlex.split(template):
+        for k, v in values.items():
+            tok = tok.replace("{" + k + "}", v)
+        out.append(tok)
+    return out + flags
+
+
+def listener(port: int) -> int | None:
+    """The pid listening on 127.0.0.1:port (or any address), if this host can see it."""
+    try:
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return int(c.pid)
+    except (psutil.AccessDenied, OSError):
+        pass
+    return None
+
+
+def reaper(runtime: str, container: str) -> Background:
+    """A watcher outside tokensleuth's process group: when tokensleuth dies (even by SIGKILL),
+    it removes the container. Stopped (killed) when the trial ends normally."""
+    script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.5; done; "
+              f"{shlex.quote(runtime)} rm -f -t 0 {shlex.quote(container)} >/dev/null 2>&1")
+    return Background(["sh", "-c", script], die_with_parent=False)
 
 
 def vocab_size(client: Client) -> int:

@@ -35,7 +35,7 @@ import httpx
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
-from tokensleuth.engines.llamaserver import RequestFailed, Stream, result_of, sample_of
+from tokensleuth.engines.llamaserver import RequestFailed, Served, Stream, result_of, sample_of
 from tokensleuth.engines.proc import Probe
 from tokensleuth.errors import UserError
 from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
@@ -165,6 +165,9 @@ class OpenAICompatible:
     targets: tuple[str, ...] = ()
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
+        if not (arm.endpoint or "").startswith(("url:", "cmd:")):
+            raise UserError(f"arm {arm.name}: kind openai measures a server at a url: or started by a cmd: "
+                            "— give the arm such a source")
         for w in workloads:
             if parse(w).n_depth:
                 raise UserError(f"arm {arm.name}: depth workloads ({show(w)}) need a server whose cache tokensleuth "
@@ -176,31 +179,37 @@ class OpenAICompatible:
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
         from tokensleuth.engines.llamaserver import split_flags
 
-        assert arm.endpoint is not None
         w = parse(workload)
         reps, _ = split_flags(arm.flags)
         key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
-        client = OpenAIClient(arm.endpoint, key, min(STALL_S, timeout_s or STALL_S))
+        served = Served(arm, model, w, _no_binary, "/v1/models")
         env = dict(host_env, engine_kind=self.kind, endpoint=arm.endpoint, api_key_env=arm.api_key_env,
-                   cpu_note="attached server: no local process, so no CPU figures (GPU figures only)")
+                   argv=list(served.argv))
+        if served.attached:
+            env["cpu_note"] = "attached server: no local process, so no CPU figures (GPU figures only)"
         t0, started = time.monotonic_ns(), time.time()
         status, message = "done", ""
         samples: list[SampleRow] = []
         windows: list[WindowRow] = []
         extra: dict[str, Any] = {"engine": self.kind, "endpoint": arm.endpoint}
-        try:
-            model_id = client.model_id()
-            extra["model_id"] = model_id
-            per_word = calibrate(client, model_id, w.n_prompt) if w.n_prompt else 1.0
-            extra["words_per_token"] = per_word
-            samples, windows = run_oai(client, model_id, w, reps, per_word)
-        except RequestFailed as exc:
-            status, message = exc.status, exc.message
-        t1 = time.monotonic_ns()
+        with served:
+            try:
+                if not served.attached:
+                    extra["load_s"] = round(served.wait_ready(timeout_s or 600.0), 3)
+                client = OpenAIClient(served.base, key, min(STALL_S, timeout_s or STALL_S))
+                model_id = client.model_id()
+                extra["model_id"] = model_id
+                per_word = calibrate(client, model_id, w.n_prompt) if w.n_prompt else 1.0
+                extra["words_per_token"] = per_word
+                samples, windows = run_oai(client, model_id, w, reps, per_word, served.measured_pid(), probe)
+            except RequestFailed as exc:
+                status, message = served.fault(exc)
+            t1 = time.monotonic_ns()
+            tail = served.tail(20)
         results = (result_of(w, samples, extra),) if status == "done" else ()
-        out = TrialOutcome(status, None, message[:2000], "", started, time.time(), t0, t1, env, results,
+        out = TrialOutcome(status, None, message[:2000], tail, started, time.time(), t0, t1, env, results,
                            tuple(windows) if status == "done" else ())
-        return EngineRun(out, None)
+        return EngineRun(out, served.measured_pid())
 
 
 def calibrate(client: OpenAIClient, model: str, target: int) -> float:
@@ -216,8 +225,12 @@ def calibrate(client: OpenAIClient, model: str, target: int) -> float:
     return n_words / target
 
 
-def run_oai(client: OpenAIClient, model: str, w: Workload, reps: int,
-            per_word: float) -> tuple[list[SampleRow], list[WindowRow]]:
+def _no_binary(arm: ArmRuntime, model: str, w: Workload, port: int) -> list[str]:
+    raise UserError(f"arm {arm.name}: kind openai needs a url: or cmd: source (it starts no built binary)")
+
+
+def run_oai(client: OpenAIClient, model: str, w: Workload, reps: int, per_word: float, pid: int | None = None,
+            probe: Probe | None = None) -> tuple[list[SampleRow], list[WindowRow]]:
     n_predict = w.n_gen or 1
 
     def timed(rep: int, i: int) -> Stream:
@@ -243,6 +256,7 @@ def run_oai(client: OpenAIClient, model: str, w: Workload, reps: int,
             except RequestFailed as exc:
                 got[i] = exc
 
+        edge0 = probe(pid) if probe is not None and pid is not None else None
         t_start = time.monotonic_ns()
         threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(w.concurrency)]
         for th in threads:
@@ -250,12 +264,13 @@ def run_oai(client: OpenAIClient, model: str, w: Workload, reps: int,
         for th in threads:
             th.join()
         t_end = time.monotonic_ns()
+        edge1 = probe(pid) if probe is not None and pid is not None else None
         for g in got:
             if isinstance(g, RequestFailed):
                 raise g
         streams = [g for g in got if isinstance(g, Stream)]
         # the counts were checked above (a text prompt is exact to ±2%): the server's stand
-        s, win = sample_of(w, rep, streams, (None, None), t_start, t_end, timings_of(w), exact=False)
+        s, win = sample_of(w, rep, streams, (edge0, edge1), t_start, t_end, timings_of(w), exact=False)
         samples.append(s)
         windows.append(win)
     return samples, windows

@@ -226,7 +226,8 @@ class Background:
     Use it as a context manager so an exception or an interrupt never leaves it running.
     """
 
-    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, keep: int = 200) -> None:
+    def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, keep: int = 200,
+                 die_with_parent: bool = True) -> None:
         import collections
 
         self.argv = tuple(argv)
@@ -242,7 +243,7 @@ class Background:
             self.proc = subprocess.Popen(
                 list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=full_env, text=True, errors="replace", bufsize=1, start_new_session=True,
-                preexec_fn=_die_with_parent_fn(os.getpid()))
+                preexec_fn=_die_with_parent_fn(os.getpid()) if die_with_parent else None)
         except OSError as exc:
             self.spawn_error = f"cannot start {argv[0]}: {exc.strerror or exc}"
             return

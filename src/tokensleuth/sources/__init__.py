@@ -64,8 +64,19 @@ def parse_source(text: str) -> Source:
         if not m:
             raise UserError(f"engine source {text!r}: write url:http://HOST:PORT (an OpenAI-compatible server)")
         return Source("url", text.rstrip("/"))
+    if kind == "cmd":
+        import shlex
+
+        try:
+            argv = shlex.split(rest)
+        except ValueError as exc:
+            raise UserError(f"cannot read the command of {text!r} ({exc}) — check its quotes") from None
+        if not argv or "{port}" not in rest:
+            raise UserError(f"{text!r}: the command must start a server on {{port}} (and load {{model}}), e.g. "
+                            "cmd:'podman run --rm --network host IMAGE llama-server -m {model} --port {port}'")
+        return Source("cmd", text)
     raise UserError(
-        f"unknown engine source kind {kind!r} in {text!r} — use git:, pypi:, bin: or url:"
+        f"unknown engine source kind {kind!r} in {text!r} — use git:, pypi:, bin:, url: or cmd:"
     )
 
 

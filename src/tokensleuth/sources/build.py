@@ -192,6 +192,14 @@ class BuildCache:
         if src.kind == "url":  # a server someone else runs: nothing to build or cache
             key = "url-" + hashlib.sha256(src.spec.encode()).hexdigest()[:16]
             return EngineBuild(src.spec, "", key, None, None, (), "remote", (), (), cache_hit=True)
+        if src.kind == "cmd":  # a command that starts a server (a container); {bin}: the default build's
+            bin_dir = ""
+            if "{bin}" in src.spec:
+                from tokensleuth.sources import DEFAULT_ENGINE
+
+                bin_dir = self.get(DEFAULT_ENGINE, cmake_flags, (*DEFAULT_TARGETS, "llama-server"), log).bin_dir
+            key = "cmd-" + hashlib.sha256((src.spec + bin_dir).encode()).hexdigest()[:16]
+            return EngineBuild(src.spec, bin_dir, key, None, None, (), "command", (), (), cache_hit=True)
         cmake_flags = (*host_flags(cmake_flags), *cmake_flags)
         if src.kind == "pypi":
             tree, tree_id, commit, number = self._pypi_tree(src, log)
