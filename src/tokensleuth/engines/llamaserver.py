@@ -334,6 +334,28 @@ def result_of(w: Workload, samples: Sequence[SampleRow], extra: dict[str, Any]) 
     return ResultRow(0, w.name, w.n_prompt, w.n_gen, w.n_depth, mean, sd, extra, tuple(samples))
 
 
+def model_meta(model: str, flags: Sequence[str]) -> dict[str, Any]:
+    """The result fields llama-bench would print about the model and the offload/threads the
+    server was given (None: the server's own default), so server rows read like llama-bench's."""
+    from tokensleuth.models.info import model_info
+
+    out: dict[str, Any] = {}
+    try:
+        info = model_info(Path(model))
+        out = {"model_type": f"{info.arch} {info.n_params / 1e9:.2f}B", "model_size": info.file_bytes,
+               "model_n_params": info.n_params}
+    except (UserError, OSError, ValueError):
+        pass
+    args = list(flags)
+    for key, names in (("n_gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers")), ("n_threads", ("-t", "--threads"))):
+        for i, a in enumerate(args):
+            name, eq, inline = a.partition("=")
+            if name in names:
+                out[key] = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
+        out.setdefault(key, "default")
+    return out
+
+
 def exit_reason(rc: int | None) -> tuple[str, str]:
     if rc is not None and rc < 0:
         try:
@@ -390,7 +412,8 @@ class LlamaServer:
             try:
                 load_s = served.wait_ready(timeout_s or 600.0)
                 client = Client(served.base, stall_s=min(STALL_S, timeout_s or STALL_S))
-                extra = {"engine": self.kind, "load_s": round(load_s, 3), "server": served.describe()}
+                extra = {"engine": self.kind, "load_s": round(load_s, 3), "server": served.describe(),
+                         **model_meta(model, split_flags(arm.flags)[1])}
                 n_vocab = vocab_size(client)
                 samples, windows = run_requests(client, w, reps, n_vocab, served.measured_pid(), probe)
             except RequestFailed as exc:

@@ -35,7 +35,7 @@ import httpx
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
-from tokensleuth.engines.llamaserver import RequestFailed, Served, Stream, result_of, sample_of
+from tokensleuth.engines.llamaserver import RequestFailed, Served, Stream, model_meta, result_of, sample_of
 from tokensleuth.engines.proc import Probe
 from tokensleuth.errors import UserError
 from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
@@ -191,7 +191,8 @@ class OpenAICompatible:
         status, message = "done", ""
         samples: list[SampleRow] = []
         windows: list[WindowRow] = []
-        extra: dict[str, Any] = {"engine": self.kind, "endpoint": arm.endpoint}
+        extra: dict[str, Any] = {"engine": self.kind, "endpoint": arm.endpoint,
+                                 **model_meta(model, split_flags(arm.flags)[1])}
         with served:
             try:
                 if not served.attached:
