@@ -11,6 +11,14 @@ if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null; then
         echo "note: install ccache and ninja-build for faster engine builds" >&2
     fi
 fi
+# podman + runc: the container arms' tests run a real container (runc: crun fails on a
+# hybrid cgroup layout). Only the tests need them.
+if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v podman >/dev/null || ! command -v runc >/dev/null; }; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        (apt-get update -qq && apt-get install -y -qq podman runc) >/dev/null 2>&1 \
+            || echo "note: could not install podman/runc; the container tests will be skipped" >&2
+    fi
+fi
 if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; then
     python3 -m venv .venv
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
