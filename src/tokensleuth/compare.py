@@ -79,7 +79,6 @@ class Comparison:
                 "candidate": _mean_sd(self.cand_ts),
             },
             "resources": {"baseline": self.base_res, "candidate": self.cand_res},
-            "latency": {"baseline": self.base_latency, "candidate": self.cand_latency},
             "param_diffs": [d.to_json() for d in self.param_diffs],
             "warnings": self.warnings(),
             "resource_verdicts": {
@@ -90,6 +89,9 @@ class Comparison:
                     "verdict": self.cpu_verdict,
                 }
             },
+            # server arms only: client-side TTFT / inter-token latency (None for a llama-bench arm)
+            **({"latency": {"baseline": self.base_latency, "candidate": self.cand_latency}}
+               if self.base_latency or self.cand_latency else {}),
         }
 
 
