@@ -26,7 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from tokensleuth.engines.llamaserver import Client, free_port, request_body  # noqa: E402
+from tokensleuth.engines.llamaserver import Client, request_body  # noqa: E402
+from tokensleuth.engines.serving import free_port  # noqa: E402
 
 SOURCE = r'''
 import socket, sys

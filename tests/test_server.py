@@ -18,7 +18,8 @@ import psutil
 import pytest
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth.engines.llamaserver import Stream, parse_sse, split_flags
+from tokensleuth.engines.llamaserver import parse_sse
+from tokensleuth.engines.serving import RequestFailed, Stream, split_flags
 from tokensleuth.errors import UserError
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
@@ -55,8 +56,6 @@ def test_sse_stream_counts_tokens_from_the_server_not_from_chunks() -> None:
     assert len(s.itl_ms()) == 2  # the merged interval counts as two tokens
     for bad, status in ((["data: {oops"], "garbage"), (["hello"], "garbage"),
                         (['data: {"error":{"message":"boom"}}'], "failed"), (['data: {"content":"a"}'], "crashed")):
-        from tokensleuth.engines.llamaserver import RequestFailed
-
         with pytest.raises(RequestFailed) as e:
             parse_sse(bad, Stream(0))
         assert e.value.status == status, bad
@@ -214,7 +213,7 @@ def test_no_orphan_from_an_earlier_test() -> None:
 @pytest.fixture()
 def attached(tmp_path: Path) -> Iterator[str]:
     """A fake OpenAI-compatible server the test starts (tokensleuth only attaches to it)."""
-    from tokensleuth.engines.llamaserver import free_port
+    from tokensleuth.engines.serving import free_port
 
     port = free_port()
     env = dict(os.environ, FAKE_SERVER_MODE="attach", FAKE_SERVER_KEY="s3cret-key")

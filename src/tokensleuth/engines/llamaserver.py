@@ -35,86 +35,26 @@ interval that spans k tokens counts as k intervals of 1/k of it.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shlex
-import signal
-import socket
-import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
-import psutil
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
-from tokensleuth.engines.proc import Background, Probe
+from tokensleuth.engines.proc import Probe
+from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, model_meta, result_of, sample_of,
+                                         split_flags)
 from tokensleuth.errors import UserError
-from tokensleuth.monitor.attribute import counter_deltas
-from tokensleuth.results import percentiles
-from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
+from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
 from tokensleuth.workloads import Workload, parse
 
 BINARY = "llama-server"
 # Flags tokensleuth sets itself: the model, where it listens, how many streams.
 OWNED_FLAGS = {"-m", "--model", "--host", "--port", "-np", "--parallel"}
-DEFAULT_REPS = 5
-HEALTH_POLL_S = 0.05
-STALL_S = 120.0  # a request with no byte for this long has stalled
-
-
-class RequestFailed(Exception):
-    """A request that did not give a sample: status and message for the trial."""
-
-    def __init__(self, status: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-@dataclass(slots=True)
-class Stream:
-    """One streamed request as the client saw it."""
-
-    sent_ns: int
-    chunks: list[tuple[int, int]] = field(default_factory=list)  # (arrival ns, tokens_predicted so far)
-    final: dict[str, Any] = field(default_factory=dict)
-    done_ns: int = 0
-
-    @property
-    def ttft_ns(self) -> int | None:
-        return self.chunks[0][0] - self.sent_ns if self.chunks else None
-
-    def itl_ms(self) -> list[float]:
-        """Inter-token latencies: an interval spanning k tokens is k intervals of 1/k of it."""
-        out: list[float] = []
-        for (t0, n0), (t1, n1) in zip(self.chunks, self.chunks[1:], strict=False):
-            k = max(1, n1 - n0)
-            out += [(t1 - t0) / 1e6 / k] * k
-        return out
-
-
-def split_flags(flags: Sequence[str]) -> tuple[int, list[str]]:
-    """(repetitions, llama-server flags): ``-r N`` is tokensleuth's, like llama-bench's."""
-    reps, out, i = DEFAULT_REPS, [], 0
-    args = list(flags)
-    while i < len(args):
-        name, eq, inline = args[i].partition("=")
-        if name in ("-r", "--repetitions"):
-            value = inline if eq else (args[i + 1] if i + 1 < len(args) else "")
-            if not value.isdigit() or not 1 <= int(value) <= 1000:
-                raise UserError(f"-r {show(value)}: give the repetitions per trial as a number from 1 to 1000")
-            reps = int(value)
-            i += 1 if eq else 2
-            continue
-        out.append(args[i])
-        i += 1
-    return reps, out
 
 
 def parse_sse(lines: Any, stream: Stream) -> None:
@@ -163,12 +103,6 @@ def _timings(stream: Stream) -> dict[str, float]:
             raise RequestFailed("garbage", f"timings.{k} is {show(repr(v), 30)}, not a count or duration")
         out[k] = float(v)
     return out
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Prompts:
@@ -221,57 +155,6 @@ def request_body(prompt: list[int], n_predict: int, cache: bool, slot: int | Non
     return body
 
 
-def sample_of(w: Workload, rep: int, streams: Sequence[Stream], probe_edges: tuple[Any, Any],
-              t_start: int, t_end: int,
-              timings_of: Callable[[Stream], dict[str, float]] | None = None,
-              exact: bool = True) -> tuple[SampleRow, WindowRow]:
-    """One sample (and its window) from the repetition's streams (one, or N at xcN).
-
-    ``timings_of`` gives a stream's llama-server ``timings`` (prompt_n/ms, predicted_n/ms,
-    cache_n): the server's own by default; an engine without them derives them.
-    """
-    timings = [(timings_of or _timings)(s) for s in streams]
-    for s, t in zip(streams, timings, strict=True) if exact else ():
-        if w.n_gen and int(t["predicted_n"]) != w.n_gen:
-            raise RequestFailed("garbage", f"the server generated {int(t['predicted_n'])} tokens, not {w.n_gen}")
-        if w.n_prompt and int(t["prompt_n"]) != w.n_prompt:
-            raise RequestFailed("garbage", f"the server processed {int(t['prompt_n'])} prompt tokens, not "
-                                f"{w.n_prompt} (cached {int(t['cache_n'])})")
-        if w.n_depth and int(t["cache_n"]) != w.n_depth:
-            raise RequestFailed("failed", f"the depth prefix was not in the KV cache (cache_n {int(t['cache_n'])}"
-                                f", want {w.n_depth}) — the server did not keep the slot's cache")
-    n_prompt = sum(int(t["prompt_n"]) for t in timings) if w.n_prompt else 0
-    n_gen = sum(int(t["predicted_n"]) for t in timings) if w.n_gen else 0
-    if len(streams) == 1:
-        t = timings[0]
-        ms = (t["prompt_ms"] if w.n_prompt else 0.0) + (t["predicted_ms"] if w.n_gen else 0.0)
-        duration_ns = int(ms * 1e6)
-    else:  # concurrent streams: aggregate over the client's wall clock
-        duration_ns = max(s.done_ns for s in streams) - min(s.sent_ns for s in streams)
-    if duration_ns <= 0:
-        raise RequestFailed("garbage", "the server reported a zero duration")
-    ttft = [s.ttft_ns / 1e6 for s in streams if s.ttft_ns is not None]
-    itl = [x for s in streams for x in s.itl_ms()]
-    metrics: dict[str, Any] = {"server": timings if len(timings) > 1 else timings[0],
-                               # every request's TTFT and every inter-token interval: a cell's
-                               # percentiles are taken over all of them (results.Cell.latency)
-                               "ttft_ms_all": [round(x, 4) for x in ttft], "itl_ms_all": [round(x, 4) for x in itl]}
-    if (p := percentiles(ttft)) is not None:
-        metrics["ttft_ms"] = p
-    if (p := percentiles(itl)) is not None:
-        metrics["itl_ms"] = p
-    if w.n_gen and len(streams) == 1 and len(streams[0].chunks) >= 2:
-        (t0, n0), (t1, n1) = streams[0].chunks[0], streams[0].chunks[-1]
-        if t1 > t0 and n1 > n0:
-            metrics["client_tg_ts"] = (n1 - n0) * 1e9 / (t1 - t0)
-    sample = SampleRow(rep, duration_ns, n_prompt + n_gen, n_prompt, n_gen, t_start, t_end,
-                       min(s.ttft_ns for s in streams if s.ttft_ns is not None) if ttft else None, metrics)
-    before, after = probe_edges
-    deltas = counter_deltas(before, after) if before and after else {}
-    cpu_ms = deltas.pop("cpu_ms", None)
-    return sample, WindowRow(0, rep, t_start, t_end, cpu_ms, deltas)
-
-
 def run_requests(client: Client, w: Workload, reps: int, n_vocab: int, pid: int | None,
                  probe: Probe | None) -> tuple[list[SampleRow], list[WindowRow]]:
     """The warm-up and the timed repetitions of workload ``w``."""
@@ -321,49 +204,10 @@ def run_requests(client: Client, w: Workload, reps: int, n_vocab: int, pid: int 
             if isinstance(g, RequestFailed):
                 raise g
         streams = [g for g in got if isinstance(g, Stream)]
-        s, win = sample_of(w, rep, streams, (edge0, edge1), t_start, t_end)
+        s, win = sample_of(w, rep, streams, (edge0, edge1), t_start, t_end, _timings)
         samples.append(s)
         windows.append(win)
     return samples, windows
-
-
-def result_of(w: Workload, samples: Sequence[SampleRow], extra: dict[str, Any]) -> ResultRow:
-    ts = [s.tokens_per_s for s in samples]
-    mean = sum(ts) / len(ts)
-    sd = (sum((x - mean) ** 2 for x in ts) / (len(ts) - 1)) ** 0.5 if len(ts) > 1 else 0.0
-    return ResultRow(0, w.name, w.n_prompt, w.n_gen, w.n_depth, mean, sd, extra, tuple(samples))
-
-
-def model_meta(model: str, flags: Sequence[str]) -> dict[str, Any]:
-    """The result fields llama-bench would print about the model and the offload/threads the
-    server was given (None: the server's own default), so server rows read like llama-bench's."""
-    from tokensleuth.models.info import model_info
-
-    out: dict[str, Any] = {}
-    try:
-        info = model_info(Path(model))
-        out = {"model_type": f"{info.arch} {info.n_params / 1e9:.2f}B", "model_size": info.file_bytes,
-               "model_n_params": info.n_params}
-    except (UserError, OSError, ValueError):
-        pass
-    args = list(flags)
-    for key, names in (("n_gpu_layers", ("-ngl", "--gpu-layers", "--n-gpu-layers")), ("n_threads", ("-t", "--threads"))):
-        for i, a in enumerate(args):
-            name, eq, inline = a.partition("=")
-            if name in names:
-                out[key] = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
-        out.setdefault(key, "default")
-    return out
-
-
-def exit_reason(rc: int | None) -> tuple[str, str]:
-    if rc is not None and rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = str(-rc)
-        return "crashed", f"killed by {name}"
-    return "failed", f"exited with code {rc}"
 
 
 class LlamaServer:
@@ -424,136 +268,6 @@ class LlamaServer:
         out = TrialOutcome(status, None, message[:2000], tail, started, time.time(), t0, t1, env, results,
                            tuple(windows) if status == "done" else ())
         return EngineRun(out, served.measured_pid())
-
-
-class Served:
-    """The server one trial talks to: started from the build (``bin``), started by the arm's
-    command (``cmd:`` — a container), or attached (``url:``: someone else runs it).
-
-    A started server is always stopped when the trial ends, also on an exception or an
-    interrupt; a container started by ``podman run``/``docker run`` is named and removed
-    by name, and a detached reaper removes it even if tokensleuth is killed outright.
-    """
-
-    def __init__(self, arm: ArmRuntime, model: str, w: Workload,
-                 own_argv: Callable[[ArmRuntime, str, Workload, int], list[str]], ready_path: str) -> None:
-        self.arm, self.ready_path = arm, ready_path
-        source = arm.endpoint or ""
-        self.attached = source.startswith("url:")
-        self.container: str | None = None
-        self.server: Background | None = None
-        self.reaper: Background | None = None
-        if self.attached:
-            self.base, self.argv = source[4:], []
-            return
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
-        if source.startswith("cmd:"):
-            self.argv = command_argv(source[4:], model, self.port, arm)
-            if len(self.argv) > 1 and Path(self.argv[0]).name in ("podman", "docker") and self.argv[1] == "run":
-                self.container = f"tokensleuth-{os.getpid()}-{self.port}"
-                self.argv[2:2] = ["--name", self.container]
-        else:
-            self.argv = own_argv(arm, model, w, self.port)
-
-    def __enter__(self) -> Served:
-        if self.argv:
-            self.server = Background(self.argv, env=self.arm.env)
-            if self.container is not None:
-                self.reaper = reaper(self.argv[0], self.container)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.server is not None:
-            self.server.stop()
-        if self.container is not None:
-            subprocess.run([self.argv[0], "rm", "-f", "-t", "0", self.container], capture_output=True, timeout=60)
-        if self.reaper is not None:
-            self.reaper.stop(grace_s=0)
-
-    def wait_ready(self, timeout_s: float) -> float:
-        """Seconds until the server answered ``ready_path`` with 200 (the model load: never timed)."""
-        if self.server is not None and self.server.spawn_error:
-            raise RequestFailed("failed", self.server.spawn_error)
-        t0 = time.monotonic()
-        client = Client(self.base)
-        while True:
-            if self.server is not None and (rc := self.server.poll()) is not None:
-                status, why = exit_reason(rc)
-                raise RequestFailed(status, f"server {why} before it was ready")
-            try:
-                if client.get(self.ready_path, timeout=2.0).status_code == 200:
-                    return time.monotonic() - t0
-            except httpx.HTTPError:
-                pass  # not listening yet
-            if time.monotonic() - t0 > timeout_s:
-                raise RequestFailed("crashed", f"server never became healthy in {time.monotonic() - t0:.0f} s")
-            time.sleep(HEALTH_POLL_S)
-
-    def measured_pid(self) -> int | None:
-        """The process whose tree (and cgroup) the window edges read: the server itself.
-
-        A command's own process may be a container client (podman run) that does no work:
-        the process listening on the port is the server (host network), else the client."""
-        if self.server is None:
-            return None
-        if self.container is not None:
-            if (pid := listener(self.port)) is not None:
-                return pid
-        return self.server.pid
-
-    def describe(self) -> dict[str, Any]:
-        return {"attached": self.attached, "container": self.container, "base": self.base,
-                "measured_pid": self.measured_pid()}
-
-    def tail(self, n: int) -> str:
-        return self.server.tail(n) if self.server is not None else ""
-
-    def fault(self, exc: RequestFailed) -> tuple[str, str]:
-        status, message = exc.status, exc.message
-        if self.server is not None and self.server.proc is not None and status == "crashed":
-            try:  # a lost connection: give a dying server a moment to be reaped, to say how it died
-                self.server.proc.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                pass
-        if self.server is not None and self.server.poll() is not None:
-            # the server is gone: that is the fault, whatever the client saw
-            status, why = exit_reason(self.server.poll())
-            message = f"server {why} ({exc.message})"
-        if self.tail(4):
-            message += " — last log lines: " + " | ".join(self.tail(4).splitlines())
-        return status, message
-
-
-def command_argv(template: str, model: str, port: int, arm: ArmRuntime) -> list[str]:
-    """A cmd: arm's command with {model}, {port} and {bin} filled in, plus the arm's flags."""
-    _, flags = split_flags(arm.flags)
-    values = {"model": model, "port": str(port), "bin": str(arm.bin_dir or "")}
-    out = []
-    for tok in shlex.split(template):
-        for k, v in values.items():
-            tok = tok.replace("{" + k + "}", v)
-        out.append(tok)
-    return out + flags
-
-
-def listener(port: int) -> int | None:
-    """The pid listening on 127.0.0.1:port (or any address), if this host can see it."""
-    try:
-        for c in psutil.net_connections(kind="tcp"):
-            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-                return int(c.pid)
-    except (psutil.AccessDenied, OSError):
-        pass
-    return None
-
-
-def reaper(runtime: str, container: str) -> Background:
-    """A watcher outside tokensleuth's process group: when tokensleuth dies (even by SIGKILL),
-    it removes the container. Stopped (killed) when the trial ends normally."""
-    script = (f"while kill -0 {os.getpid()} 2>/dev/null; do sleep 0.5; done; "
-              f"{shlex.quote(runtime)} rm -f -t 0 {shlex.quote(container)} >/dev/null 2>&1")
-    return Background(["sh", "-c", script], die_with_parent=False)
 
 
 def vocab_size(client: Client) -> int:

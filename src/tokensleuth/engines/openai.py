@@ -35,7 +35,7 @@ import httpx
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
-from tokensleuth.engines.llamaserver import RequestFailed, Served, Stream, model_meta, result_of, sample_of
+from tokensleuth.engines.serving import RequestFailed, Served, Stream, model_meta, result_of, sample_of, split_flags
 from tokensleuth.engines.proc import Probe
 from tokensleuth.errors import UserError
 from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
@@ -177,8 +177,6 @@ class OpenAICompatible:
 
     def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
-        from tokensleuth.engines.llamaserver import split_flags
-
         w = parse(workload)
         reps, _ = split_flags(arm.flags)
         key = os.environ.get(arm.api_key_env) if arm.api_key_env else None
