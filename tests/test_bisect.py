@@ -219,3 +219,22 @@ def test_check_outputs_finds_the_first_commit_whose_outputs_changed(
                         timeout=300)
     assert p2.returncode == 0 and "Outputs first changed at" in p2.stdout, p2.stderr[-2000:]
     assert "outputs " not in p2.stderr  # no output check ran again
+
+
+@pytest.mark.slow
+def test_bisect_on_llama_server_finds_the_same_culprit(
+        engine: EngineBuild, moe_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """--kind llama-server: each commit's server is built, started and measured over HTTP."""
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history(("n1", "culprit", "n2"), branch="bisect-server")
+    out = tmp_path / "b.json"
+    p = subprocess.run([tokensleuth_bin(), "bisect", "--kind", "llama-server", "--repo", str(repo), "--good",
+                        shas["base"], "--bad", shas["n2"], "--model", str(moe_model), "-w", "tg32", "--json", str(out),
+                        "--", "-r", "5", "-t", "1"], env=cli_env, capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["first_bad"] == shas["culprit"][:10] and r["verified"] is True, r
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    assert {k for (k,) in con.execute("SELECT DISTINCT kind FROM arms")} == {"llama-server"}
+    assert con.execute("SELECT COUNT(*) FROM samples WHERE ttft_ns IS NOT NULL").fetchone()[0] > 0
