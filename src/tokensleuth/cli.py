@@ -468,7 +468,7 @@ def bisect(
 ) -> None:
     """Find the first commit (or release) that made it slower, and verify it against its parent."""
     from tokensleuth import bisect as bis
-    from tokensleuth.report.markdown import render_bisect
+    from tokensleuth.studies import driver_kind
     from tokensleuth.spec import model_paths, parse_percent
 
     json_target(json_out)
@@ -506,9 +506,10 @@ def bisect(
     with open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume,
                                 log=lambda line: err.print(line, markup=False))
-    out.print(render_bisect(result))
+    kind_ = driver_kind("bisect")
+    out.print(kind_.render(result))
     if json_out:
-        save_json(json_out, dict(result, schema_version=1), str(result.get("study", "ID")))
+        save_json(json_out, kind_.to_json(result), str(result.get("study", "ID")))
     if result["status"] not in bis.ANSWERED:  # unresolved or an endpoint crashed: no answer
         raise typer.Exit(1)
 
@@ -564,7 +565,7 @@ def decompose(
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
     from tokensleuth import decompose as dec
-    from tokensleuth.report.markdown import render_decompose
+    from tokensleuth.studies import driver_kind
     from tokensleuth.spec import model_paths, parse_percent
 
     json_target(json_out)
@@ -593,9 +594,10 @@ def decompose(
         result["out_branch"] = out_branch
     if out_dir is not None:
         result["out_dir"] = [str(p) for p in dec.write_dir(private, result["base"], result["final"], out_dir)]
-    out.print(render_decompose(result))
+    kind_ = driver_kind("decompose")
+    out.print(kind_.render(result))
     if json_out:
-        save_json(json_out, dict(result, schema_version=1), str(result.get("study", "ID")))
+        save_json(json_out, kind_.to_json(result), str(result.get("study", "ID")))
     if result["status"] != "done":
         raise typer.Exit(1)
 

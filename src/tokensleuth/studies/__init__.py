@@ -30,11 +30,28 @@ class StudyKind(Protocol):
         ...
 
 
+class DriverKind(StudyKind, Protocol):
+    """A kind whose driver (bisect, decompose) ends with one result object: the command
+    prints and exports it through the kind, as `report` does from the store."""
+
+    def render(self, result: dict[str, Any]) -> str:
+        ...
+
+    def to_json(self, result: dict[str, Any]) -> dict[str, Any]:
+        ...
+
+
 def kind_of(name: str) -> StudyKind:
     module = _MODULES.get(name)
     if module is None:
         raise UserError(f"study kind {name!r} is not known to this tokensleuth — upgrade it to read this store")
     kind: StudyKind = importlib.import_module(f"{__name__}.{module}").KIND
+    return kind
+
+
+def driver_kind(name: str) -> DriverKind:
+    """A kind whose driver ends with one result object (bisect, decompose)."""
+    kind: DriverKind = importlib.import_module(f"{__name__}.{_MODULES[name]}").KIND
     return kind
 
 

@@ -16,9 +16,17 @@ class BisectKind:
         cands = spec.get("candidates") or []
         return f"{cands[0]} .. {cands[-1]}" if cands else ""
 
+    def render(self, result: dict[str, Any]) -> str:
+        """The driver's result as Markdown (the command's output and `report`'s)."""
+        return render_bisect(result)
+
+    def to_json(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The driver's result as the DESIGN.md JSON object (--json, and `report --json`)."""
+        return dict(result, schema_version=1)
+
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         obj = stored_result(store, study_id, self.name)
-        return render_bisect(obj), dict(obj, schema_version=1)
+        return self.render(obj), self.to_json(obj)
 
 
 KIND = BisectKind()

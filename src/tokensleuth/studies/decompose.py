@@ -15,9 +15,17 @@ class DecomposeKind:
     def describe(self, spec: dict[str, Any]) -> str:
         return f"{str(spec.get('base', ''))[:10]} + {len(spec.get('patches') or [])} patches"
 
+    def render(self, result: dict[str, Any]) -> str:
+        """The driver's result as Markdown (the command's output and `report`'s)."""
+        return render_decompose(result)
+
+    def to_json(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The driver's result as the DESIGN.md JSON object (--json, and `report --json`)."""
+        return dict(result, schema_version=1)
+
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         obj = stored_result(store, study_id, self.name)
-        return render_decompose(obj), dict(obj, schema_version=1)
+        return self.render(obj), self.to_json(obj)
 
 
 KIND = DecomposeKind()
