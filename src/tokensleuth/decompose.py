@@ -101,7 +101,7 @@ class Decomposer:
             prev = done[i] if i < len(done) else None
             # Reused only when applied to the same kept state and finished (an unresolved
             # step is judged again: its comparison continues with more pairs).
-            if prev is not None and prev["parent"] == kept and prev["reason"] != "unresolved":
+            if prev is not None and prev["parent"] == kept and not prev["reason"].startswith("unresolved"):
                 step = prev
             else:
                 step = self.step(p, kept)
@@ -141,6 +141,13 @@ class Decomposer:
             return dict(s, reason="does not build: " + build_error(self.judge.build_errors.get(src, "")))
         s["build_s"] = 0.0 if b.cache_hit else b.build_s  # seconds this decompose spent building it
         s["cache_hit"] = b.cache_hit
+        if self.check_outputs is not None:
+            # Outputs first: a patch that changes them is dropped whatever its speed, so its
+            # speed is not measured (seconds, where a comparison takes minutes) unless
+            # --allow-output-change could keep it.
+            s["outputs"] = self.outputs(kept, b)
+            if s["outputs"] and s["outputs"].get("verdict") == "changed" and not self.spec.get("allow_output_change"):
+                return dict(s, decision="dropped", reason="outputs changed")
         j, decided = self.judge_pair(kept, sha)
         s["study"] = j.study
         if (f := j.failed("B")) is not None:
@@ -156,15 +163,8 @@ class Decomposer:
             s["decision"], s["reason"] = decided
         if (h := headline(s["cells"], s["decision"], s["reason"])) is not None:
             s["ratio"], s["ci"] = h["ratio"], h["ci"]
-        if self.check_outputs is not None:
-            s["outputs"] = self.outputs(kept, b)
-            if s["outputs"] and s["outputs"].get("verdict") == "changed":
-                if s["decision"] == "kept" and self.spec.get("allow_output_change"):
-                    s["reason"] += "; outputs changed (allowed)"
-                elif s["reason"] == "regression":
-                    s["reason"] += "; outputs changed"
-                else:  # faster, neutral or undecided: dropped for its outputs, whatever its speed
-                    s.update(decision="dropped", reason="outputs changed")
+        if (s["outputs"] or {}).get("verdict") == "changed":  # measured only when it may be kept anyway
+            s["reason"] += "; outputs changed (allowed)" if s["decision"] == "kept" else "; outputs changed"
         return s
 
     def judge_pair(self, a: str, b: str, fresh: str = "") -> tuple[Judgement, tuple[str, str] | None]:
@@ -192,7 +192,7 @@ class Decomposer:
         result: dict[str, Any] = {"study": self.study, "base": self.base, "final": final,
                                   "steps": [public(s) for s in steps], "scoreboard": [],
                                   "kept": [s["patch"] for s in kept]}
-        incomplete = [s["patch"] for s in steps if s["reason"] == "unresolved" or s.get("error")]
+        incomplete = [s["patch"] for s in steps if s["reason"].startswith("unresolved") or s.get("error")]
         if final != self.base:
             self.log("verifying the final state against the base")
             # its own pairs, even where base -> final is one kept step's comparison
