@@ -145,7 +145,10 @@ class Decomposer:
             # Outputs first: a patch that changes them is dropped whatever its speed, so its
             # speed is not measured (seconds, where a comparison takes minutes) unless
             # --allow-output-change could keep it.
-            s["outputs"] = self.outputs(kept, b)
+            try:
+                s["outputs"] = self.outputs(kept, b)
+            except EngineError as exc:  # the state's llama-perplexity crashed or hung: the patch's doing
+                return dict(s, reason=f"output check failed: {exc}"[:300])
             if s["outputs"] and s["outputs"].get("verdict") == "changed" and not self.spec.get("allow_output_change"):
                 return dict(s, decision="dropped", reason="outputs changed")
         j, decided = self.judge_pair(kept, sha)
