@@ -222,22 +222,28 @@ def test_check_outputs_finds_the_first_commit_whose_outputs_changed(
 
 
 @pytest.mark.slow
-def test_bisect_on_llama_server_finds_the_same_culprit(
+def test_bisect_on_llama_server_finds_the_planted_wait(
         engine: EngineBuild, moe_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
     """--kind llama-server: each commit's server is built, started and measured over HTTP.
 
-    (One commit on top of good: two server builds, so CI stays short; the search itself is
-    the same code for every kind and is tested on llama-bench above.)"""
-    from tests.planted import bisect_history
+    The planted repo's one commit on its root adds a busy wait per decode call (10 ms with
+    TOKENSLEUTH_SPIN_US, which the server inherits): two server builds keep CI short; the
+    search itself is the same code for every kind and is tested on llama-bench above."""
+    from tests.planted import planted_repo
 
-    repo, shas = bisect_history(("culprit",), branch="bisect-server")
+    repo = planted_repo()
+    root = subprocess.run(["git", "-C", str(repo), "rev-list", "--max-parents=0", "HEAD"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    spin = subprocess.run(["git", "-C", str(repo), "rev-list", "-1", "--grep", "^plant: spin", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
     out = tmp_path / "b.json"
+    env = dict(cli_env, TOKENSLEUTH_SPIN_US="10000")
     p = subprocess.run([tokensleuth_bin(), "bisect", "--kind", "llama-server", "--repo", str(repo), "--good",
-                        shas["base"], "--bad", shas["culprit"], "--model", str(moe_model), "-w", "tg32", "--json", str(out),
-                        "--", "-r", "5", "-t", "1"], env=cli_env, capture_output=True, text=True, timeout=1500)
+                        root, "--bad", spin, "--model", str(moe_model), "-w", "tg16", "--band", "10%", "--json",
+                        str(out), "--", "-r", "3", "-t", "1"], env=env, capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["first_bad"] == shas["culprit"][:10] and r["verified"] is True, r
+    assert r["first_bad"] == spin[:10] and r["verified"] is True, r
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     assert {k for (k,) in con.execute("SELECT DISTINCT kind FROM arms")} == {"llama-server"}
     assert con.execute("SELECT COUNT(*) FROM samples WHERE ttft_ns IS NOT NULL").fetchone()[0] > 0
