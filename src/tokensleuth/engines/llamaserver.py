@@ -14,9 +14,11 @@ What a sample's rate counts, like llama-bench's test of the same name:
 
 - ``ppN``: N prompt tokens over the server's ``timings.prompt_ms`` (one token is
   generated); the client's time to first token is in the metrics.
-- ``tgN``: N generated tokens over ``timings.predicted_ms``, after a 1-token prompt;
-  the client's own rate and the inter-token latencies (from the arrival of the
-  streamed chunks) are in the metrics.
+- ``tgN``: N tokens generated after a 1-token prompt; the first is sampled from the
+  prompt's logits, so the rate is the N-1 decode steps after it over
+  ``timings.predicted_ms`` (the server's own ``predicted_per_second``); the client's
+  own rate and the inter-token latencies (from the arrival of the streamed chunks) are
+  in the metrics.
 - ``ppN+tgM``: both, over both times.
 - ``@dK``: K tokens of a shared prefix are put in the slot's KV cache by a request
   first; the timed request (prefix + prompt, ``cache_prompt`` on, same slot) must

@@ -113,11 +113,17 @@ def sample_of(w: Workload, rep: int, streams: Sequence[Stream], probe_edges: tup
                                 f", want {w.n_depth}) — the server did not keep the slot's cache")
     n_prompt = sum(int(t["prompt_n"]) for t in timings) if w.n_prompt else 0
     n_gen = sum(int(t["predicted_n"]) for t in timings) if w.n_gen else 0
+    rated = n_prompt + n_gen  # the tokens the sample's rate counts
     if len(streams) == 1:
         t = timings[0]
         ms = (t["prompt_ms"] if w.n_prompt else 0.0) + (t["predicted_ms"] if w.n_gen else 0.0)
         duration_ns = int(ms * 1e6)
-    else:  # concurrent streams: aggregate over the client's wall clock
+        if w.n_gen and not w.n_prompt:
+            # tgN: the first token is sampled from the 1-token prompt's logits, and
+            # predicted_ms covers the N-1 decode steps after it (the server's own
+            # predicted_per_second): N-1 tokens over them, as llama-bench counts decode steps
+            rated = max(1, n_gen - 1)
+    else:  # concurrent streams: every token over the client's wall clock
         duration_ns = max(s.done_ns for s in streams) - min(s.sent_ns for s in streams)
     if duration_ns <= 0:
         raise RequestFailed("garbage", "the server reported a zero duration")
@@ -135,7 +141,7 @@ def sample_of(w: Workload, rep: int, streams: Sequence[Stream], probe_edges: tup
         (t0, n0), (t1, n1) = streams[0].chunks[0], streams[0].chunks[-1]
         if t1 > t0 and n1 > n0:
             metrics["client_tg_ts"] = (n1 - n0) * 1e9 / (t1 - t0)
-    sample = SampleRow(rep, duration_ns, n_prompt + n_gen, n_prompt, n_gen, t_start, t_end,
+    sample = SampleRow(rep, duration_ns, rated, n_prompt, n_gen, t_start, t_end,
                        min(s.ttft_ns for s in streams if s.ttft_ns is not None) if ttft else None, metrics)
     before, after = probe_edges
     deltas = counter_deltas(before, after) if before and after else {}
