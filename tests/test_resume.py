@@ -126,7 +126,7 @@ def _leased(db: Path) -> bool:
 def test_second_resume_is_told_who_runs_the_study(
     engine: EngineBuild, dense_model: Path, db: Path, cli_env: dict[str, str]
 ) -> None:
-    trials = 3
+    trials = 20  # long enough that it is still running when the second one has started up
     cmd = [tokensleuth_bin(), "bench", "--resume", "--model", str(dense_model), "--trials", str(trials),
            "--", *SMALL]
     proc = subprocess.Popen(cmd, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
