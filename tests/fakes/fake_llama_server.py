@@ -45,6 +45,17 @@ class H(BaseHTTPRequestHandler):
         else:
             self.send(404, {})
 
+    def start_stream(self) -> bool:
+        """The headers of a chunked event stream (False: mode http500 answered an error instead)."""
+        if MODE == "http500":
+            self.send(500, {"error": {"code": 500, "message": "fake internal error"}})
+            return False
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        return True
+
     def event(self, obj: object) -> None:
         data = b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -59,13 +70,8 @@ class H(BaseHTTPRequestHandler):
         if self.path == "/v1/completions":
             self.openai(req)
             return
-        if MODE == "http500":
-            self.send(500, {"error": {"code": 500, "message": "fake internal error"}})
+        if not self.start_stream():
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         n = max(1, int(req["n_predict"]))
         for i in range(n):
             time.sleep(0.01)
@@ -86,13 +92,8 @@ class H(BaseHTTPRequestHandler):
 
     def openai(self, req: dict) -> None:  # type: ignore[type-arg]
         """/v1/completions: one word is one token; no llama-server timings (client-timed)."""
-        if MODE == "http500":
-            self.send(500, {"error": {"code": 500, "message": "fake internal error"}})
+        if not self.start_stream():
             return
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
         n = int(req["max_tokens"])
         time.sleep(0.002 * len(req["prompt"].split()))  # "prompt processing"
         for _ in range(n):

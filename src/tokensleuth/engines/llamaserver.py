@@ -36,11 +36,10 @@ interval that spans k tokens counts as k intervals of 1/k of it.
 
 from __future__ import annotations
 
-import json
 import random
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -48,8 +47,8 @@ import httpx
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
 from tokensleuth.engines.proc import Probe
-from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, model_meta, result_of, sample_of,
-                                         split_flags)
+from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, model_meta, post_stream, result_of,
+                                         sample_of, split_flags, sse_events)
 from tokensleuth.errors import UserError
 from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
 from tokensleuth.workloads import Workload, parse
@@ -59,27 +58,9 @@ BINARY = "llama-server"
 OWNED_FLAGS = {"-m", "--model", "--host", "--port", "-np", "--parallel"}
 
 
-def parse_sse(lines: Any, stream: Stream) -> None:
+def parse_sse(lines: Iterable[str], stream: Stream) -> None:
     """Read a /completion event stream into ``stream``; RequestFailed for anything malformed."""
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith(":"):
-            continue  # event separator, or the server's keep-alive comment
-        if not line.startswith("data:"):
-            raise RequestFailed("garbage", f"server streamed a line that is not SSE data: {show(line, 60)}")
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            break
-        try:
-            obj = json.loads(payload)
-        except json.JSONDecodeError:
-            raise RequestFailed("garbage", f"server streamed malformed JSON: {show(payload, 60)}") from None
-        if not isinstance(obj, dict):
-            raise RequestFailed("garbage", f"server streamed {show(payload, 40)}, not an object")
-        if "error" in obj:
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            raise RequestFailed("failed", f"server reported an error mid-stream: {show(str(msg), 120)}")
+    for obj in sse_events(lines):
         now = time.monotonic_ns()
         if obj.get("stop"):
             stream.final = obj
@@ -133,19 +114,7 @@ class Client:
             return c.get(self.base + path)
 
     def complete(self, body: dict[str, Any]) -> Stream:
-        s = Stream(time.monotonic_ns())
-        try:
-            with httpx.Client(timeout=self.timeout, headers=self.headers) as c, \
-                    c.stream("POST", self.base + "/completion", json=dict(body, stream=True)) as r:
-                if r.status_code >= 400:
-                    text = r.read().decode(errors="replace")
-                    raise RequestFailed("failed", f"HTTP {r.status_code} from /completion: {show(text, 160)}")
-                parse_sse(r.iter_lines(), s)
-        except httpx.TimeoutException:
-            raise RequestFailed("timeout", f"request stalled: nothing for {self.timeout.read:.0f} s") from None
-        except httpx.HTTPError as exc:
-            raise RequestFailed("crashed", f"connection lost mid-request ({type(exc).__name__})") from None
-        return s
+        return post_stream(self.base + "/completion", dict(body, stream=True), self.headers, self.timeout, parse_sse)
 
 
 def request_body(prompt: list[int], n_predict: int, cache: bool, slot: int | None = None) -> dict[str, Any]:

@@ -23,19 +23,19 @@ environment variable ``--api-key-env`` names at request time: never stored or pr
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import httpx
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
-from tokensleuth.engines.serving import RequestFailed, Served, Stream, model_meta, result_of, sample_of, split_flags
+from tokensleuth.engines.serving import (RequestFailed, Served, Stream, model_meta, post_stream, result_of, sample_of,
+                                         split_flags, sse_events)
 from tokensleuth.engines.proc import Probe
 from tokensleuth.errors import UserError
 from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
@@ -77,43 +77,13 @@ class OpenAIClient:
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "min_tokens": max_tokens,
                 "ignore_eos": True, "temperature": 0, "stream": True, "cache_prompt": False,
                 "stream_options": {"include_usage": True}}
-        s = Stream(time.monotonic_ns())
-        try:
-            with httpx.Client(timeout=self.timeout, headers=self.headers) as c, \
-                    c.stream("POST", self.base + "/v1/completions", json=body) as r:
-                if r.status_code >= 400:
-                    text = r.read().decode(errors="replace")
-                    raise RequestFailed("failed", f"HTTP {r.status_code} from /v1/completions: {show(text, 160)}")
-                parse_oai_sse(r.iter_lines(), s)
-        except httpx.TimeoutException:
-            raise RequestFailed("timeout", f"request stalled: nothing for {self.timeout.read:.0f} s") from None
-        except httpx.HTTPError as exc:
-            raise RequestFailed("crashed", f"connection lost mid-request ({type(exc).__name__})") from None
-        return s
+        return post_stream(self.base + "/v1/completions", body, self.headers, self.timeout, parse_oai_sse)
 
 
-def parse_oai_sse(lines: Any, stream: Stream) -> None:
+def parse_oai_sse(lines: Iterable[str], stream: Stream) -> None:
     """An OpenAI completions event stream: a chunk per text delta, then usage, then [DONE]."""
     n = 0
-    for raw in lines:
-        line = raw.strip()
-        if not line or line.startswith(":"):
-            continue
-        if not line.startswith("data:"):
-            raise RequestFailed("garbage", f"server streamed a line that is not SSE data: {show(line, 60)}")
-        payload = line[5:].strip()
-        if payload == "[DONE]":
-            break
-        try:
-            obj = json.loads(payload)
-        except json.JSONDecodeError:
-            raise RequestFailed("garbage", f"server streamed malformed JSON: {show(payload, 60)}") from None
-        if not isinstance(obj, dict):
-            raise RequestFailed("garbage", f"server streamed {show(payload, 40)}, not an object")
-        if "error" in obj:
-            err = obj["error"]
-            msg = err.get("message") if isinstance(err, dict) else err
-            raise RequestFailed("failed", f"server reported an error mid-stream: {show(str(msg), 120)}")
+    for obj in sse_events(lines):
         now = time.monotonic_ns()
         choices = obj.get("choices") or []
         if choices and isinstance(choices[0], dict) and choices[0].get("text"):

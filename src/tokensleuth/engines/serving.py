@@ -10,13 +10,14 @@ build a request and read its stream.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,56 @@ def split_flags(flags: Sequence[str]) -> tuple[int, list[str]]:
         out.append(args[i])
         i += 1
     return reps, out
+
+
+def sse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a server-sent event stream, until ``[DONE]`` or its end.
+
+    Blank lines and ``:`` keep-alive comments are skipped; anything that is not a JSON
+    object on a ``data:`` line, or an ``error`` object, is a RequestFailed.
+    """
+    for raw in lines:
+        line = raw.strip()
+        if not line or line.startswith(":"):
+            continue  # event separator, or the server's keep-alive comment
+        if not line.startswith("data:"):
+            raise RequestFailed("garbage", f"server streamed a line that is not SSE data: {show(line, 60)}")
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return
+        try:
+            obj = json.loads(payload)
+        except json.JSONDecodeError:
+            raise RequestFailed("garbage", f"server streamed malformed JSON: {show(payload, 60)}") from None
+        if not isinstance(obj, dict):
+            raise RequestFailed("garbage", f"server streamed {show(payload, 40)}, not an object")
+        if "error" in obj:
+            err = obj["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise RequestFailed("failed", f"server reported an error mid-stream: {show(str(msg), 120)}")
+        yield obj
+
+
+def post_stream(url: str, body: dict[str, Any], headers: Mapping[str, str], timeout: httpx.Timeout,
+                parse: Callable[[Iterable[str], Stream], None]) -> Stream:
+    """POST ``body`` and read the streamed answer with ``parse``, timed from the send.
+
+    HTTP errors, stalls (``timeout.read`` with no byte) and lost connections are the
+    request's RequestFailed, with the trial status each one means.
+    """
+    s = Stream(time.monotonic_ns())
+    try:
+        with httpx.Client(timeout=timeout, headers=dict(headers)) as c, c.stream("POST", url, json=body) as r:
+            if r.status_code >= 400:
+                text = r.read().decode(errors="replace")
+                path = "/" + url.split("/", 3)[-1]
+                raise RequestFailed("failed", f"HTTP {r.status_code} from {path}: {show(text, 160)}")
+            parse(r.iter_lines(), s)
+    except httpx.TimeoutException:
+        raise RequestFailed("timeout", f"request stalled: nothing for {timeout.read:.0f} s") from None
+    except httpx.HTTPError as exc:
+        raise RequestFailed("crashed", f"connection lost mid-request ({type(exc).__name__})") from None
+    return s
 
 
 def free_port() -> int:
