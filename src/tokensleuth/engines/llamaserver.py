@@ -37,6 +37,7 @@ interval that spans k tokens counts as k intervals of 1/k of it.
 from __future__ import annotations
 
 import random
+from contextlib import closing
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,7 +48,8 @@ import httpx
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
 from tokensleuth.engines.proc import Probe
-from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, model_meta, post_stream, result_of,
+from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, http_client, model_meta, post_stream,
+                                         result_of,
                                          sample_of, split_flags, sse_events)
 from tokensleuth.errors import UserError
 from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
@@ -108,13 +110,16 @@ class Client:
         self.base = base
         self.headers = dict(headers or {})
         self.timeout = httpx.Timeout(stall_s, connect=10.0)
+        self.http = http_client(self.headers, self.timeout)
 
     def get(self, path: str, timeout: float = 5.0) -> httpx.Response:
-        with httpx.Client(timeout=timeout, headers=self.headers) as c:
-            return c.get(self.base + path)
+        return self.http.get(self.base + path, timeout=timeout)
 
     def complete(self, body: dict[str, Any]) -> Stream:
-        return post_stream(self.base + "/completion", dict(body, stream=True), self.headers, self.timeout, parse_sse)
+        return post_stream(self.http, self.base + "/completion", dict(body, stream=True), parse_sse)
+
+    def close(self) -> None:
+        self.http.close()
 
 
 def request_body(prompt: list[int], n_predict: int, cache: bool, slot: int | None = None) -> dict[str, Any]:
@@ -226,11 +231,11 @@ class LlamaServer:
         with served:
             try:
                 load_s = served.wait_ready(timeout_s or 600.0)
-                client = Client(served.base, stall_s=min(STALL_S, timeout_s or STALL_S))
                 extra = {"engine": self.kind, "load_s": round(load_s, 3), "server": served.describe(),
                          **model_meta(model, split_flags(arm.flags)[1])}
-                n_vocab = vocab_size(client)
-                samples, windows = run_requests(client, w, reps, n_vocab, served.measured_pid(), probe)
+                with closing(Client(served.base, stall_s=min(STALL_S, timeout_s or STALL_S))) as client:
+                    n_vocab = vocab_size(client)
+                    samples, windows = run_requests(client, w, reps, n_vocab, served.measured_pid(), probe)
             except RequestFailed as exc:
                 status, message = served.fault(exc)
             t1 = time.monotonic_ns()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import random
+from contextlib import closing
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -34,7 +35,8 @@ import httpx
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.llamabench import show
-from tokensleuth.engines.serving import (RequestFailed, Served, Stream, model_meta, post_stream, result_of, sample_of,
+from tokensleuth.engines.serving import (RequestFailed, Served, Stream, http_client, model_meta, post_stream, result_of,
+                                         sample_of,
                                          split_flags, sse_events)
 from tokensleuth.engines.proc import Probe
 from tokensleuth.errors import UserError
@@ -59,11 +61,14 @@ class OpenAIClient:
         self.base = base
         self.headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.timeout = httpx.Timeout(stall_s, connect=10.0)
+        self.http = http_client(self.headers, self.timeout)
+
+    def close(self) -> None:
+        self.http.close()
 
     def model_id(self) -> str:
         try:
-            with httpx.Client(timeout=10.0, headers=self.headers) as c:
-                r = c.get(self.base + "/v1/models")
+            r = self.http.get(self.base + "/v1/models", timeout=10.0)
             if r.status_code >= 400:
                 raise RequestFailed("failed", f"HTTP {r.status_code} from /v1/models: {show(r.text, 120)}")
             return str(r.json()["data"][0]["id"])
@@ -77,7 +82,7 @@ class OpenAIClient:
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "min_tokens": max_tokens,
                 "ignore_eos": True, "temperature": 0, "stream": True, "cache_prompt": False,
                 "stream_options": {"include_usage": True}}
-        return post_stream(self.base + "/v1/completions", body, self.headers, self.timeout, parse_oai_sse)
+        return post_stream(self.http, self.base + "/v1/completions", body, parse_oai_sse)
 
 
 def parse_oai_sse(lines: Iterable[str], stream: Stream) -> None:
@@ -165,12 +170,12 @@ class OpenAICompatible:
             try:
                 if not served.attached:
                     extra["load_s"] = round(served.wait_ready(timeout_s or 600.0), 3)
-                client = OpenAIClient(served.base, key, min(STALL_S, timeout_s or STALL_S))
-                model_id = client.model_id()
-                extra["model_id"] = model_id
-                per_word = calibrate(client, model_id, w.n_prompt) if w.n_prompt else 1.0
-                extra["words_per_token"] = per_word
-                samples, windows = run_oai(client, model_id, w, reps, per_word, served.measured_pid(), probe)
+                with closing(OpenAIClient(served.base, key, min(STALL_S, timeout_s or STALL_S))) as client:
+                    model_id = client.model_id()
+                    extra["model_id"] = model_id
+                    per_word = calibrate(client, model_id, w.n_prompt) if w.n_prompt else 1.0
+                    extra["words_per_token"] = per_word
+                    samples, windows = run_oai(client, model_id, w, reps, per_word, served.measured_pid(), probe)
             except RequestFailed as exc:
                 status, message = served.fault(exc)
             t1 = time.monotonic_ns()
