@@ -195,6 +195,17 @@ def save_json(path: Path, obj: dict[str, Any], study: str) -> None:
                         f"`tokensleuth report {study} --json OTHER_PATH` writes it elsewhere") from None
 
 
+def save_text(path: Path, text: str) -> None:
+    """Write a page whole or not at all (a temporary file renamed over the target)."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror or exc} — choose another path") from None
+
+
 # -- bench ---------------------------------------------------------------------------
 
 
@@ -725,21 +736,39 @@ def studies(db: DbOpt = None) -> None:
 def report(
     study: Annotated[str, typer.Argument(help="Study id (a unique prefix is enough).")],
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write JSON here.")] = None,
+    html_out: Annotated[Optional[Path], typer.Option(
+        "--html", help="Write a self-contained HTML page (plots as inline SVG) here.")] = None,
+    issue: Annotated[bool, typer.Option(
+        "--issue", help="Print Markdown in the shape of llama.cpp's bug-report form.")] = False,
     db: DbOpt = None,
 ) -> None:
-    """Re-render a stored study."""
+    """Re-render a stored study (Markdown; --json, --html, --issue). No engine runs."""
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
 
     json_target(json_out)
+    json_target(html_out)
     with open_store(db) as store:
         row = store.study(study)
         sid = row["id"]
         md, obj = kind_of(row["kind"]).render_stored(store, sid)
         md += render_warnings(store.warnings(sid))
-    out.print(md)
+        if issue:
+            from tokensleuth.report.issue import render_issue
+
+            md = render_issue(store, sid)
+        page = None
+        if html_out:
+            from tokensleuth.report.explain import sections
+            from tokensleuth.report.html import render_html
+
+            page = render_html(store, sid, sections=sections(store, sid))
+    out.print(md, markup=False, highlight=False)
     if json_out:
         save_json(json_out, obj, sid)
+    if html_out and page is not None:
+        save_text(html_out, page)
+        err.print(f"wrote {html_out}", markup=False)
 
 
 # -- entry point ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ import importlib
 from typing import Any, Protocol
 
 from tokensleuth.errors import UserError
+from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
 
 # kind name -> module of this package that defines it (imported on first use)
@@ -27,6 +28,10 @@ class StudyKind(Protocol):
 
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         """The study's Markdown report and its JSON object, from the store alone."""
+        ...
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        """The plots of its HTML page (``obj``: render_stored's JSON), each with its table."""
         ...
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from tokensleuth.report.jsonout import bench_json
 from tokensleuth.report.markdown import render_bench
 from tokensleuth.results import load_cells
+from tokensleuth.report.figures import Figure, bench_figures
 from tokensleuth.store import Store
 
 
@@ -21,6 +22,9 @@ class BenchKind:
         cells = load_cells(store, study_id)
         engine_json = json.loads(store.arms(study_id)[0]["engine_json"])
         return render_bench(cells, study_id, engine_json), bench_json(cells, study_id, engine_json)
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        return bench_figures(store, study_id)
 
 
 KIND = BenchKind()

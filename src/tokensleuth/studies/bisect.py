@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from tokensleuth.report.markdown import render_bisect
+from tokensleuth.report.figures import Figure, bisect_figures
 from tokensleuth.store import Store
 from tokensleuth.studies import stored_result
 
@@ -27,6 +30,19 @@ class BisectKind:
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         obj = stored_result(store, study_id, self.name)
         return self.render(obj), self.to_json(obj)
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        spec = json.loads(store.study(study_id)["spec_json"])
+        return bisect_figures(obj, float(spec.get("band", 0.01)), [label_of(str(c)) for c in spec.get("candidates") or []])
+
+
+def label_of(source: str) -> str:
+    """A candidate's step label from its source (bisect.git/pypi/bin_candidates name them so)."""
+    if source.startswith("git:"):
+        return source.rsplit("@", 1)[-1][:10]
+    if source.startswith("pypi:"):
+        return source.split("==", 1)[-1]
+    return Path(source.removeprefix("bin:")).name
 
 
 KIND = BisectKind()

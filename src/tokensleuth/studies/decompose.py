@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokensleuth.report.markdown import render_decompose
+from tokensleuth.report.figures import Figure, decompose_figures
 from tokensleuth.store import Store
 from tokensleuth.studies import stored_result
 
@@ -26,6 +27,9 @@ class DecomposeKind:
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         obj = stored_result(store, study_id, self.name)
         return self.render(obj), self.to_json(obj)
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        return decompose_figures(obj)
 
 
 KIND = DecomposeKind()

@@ -1,0 +1,145 @@
+"""Explanations beside a verdict: where the cost sits (depth), where the weights live
+(placement) and how close a rate is to the memory system's limit (roofline).
+
+Each explanation is a pure function of the store and returns a page ``Section`` (and a
+Markdown line for the text report) when the study has what it needs, nothing otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from tokensleuth.report.html import Section
+from tokensleuth.store import Store
+from tokensleuth.workloads import parse as parse_workload
+
+# -- depth: per-token constant vs depth-dependent cost --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """ms per token = const_ms + slope_us_per_k × depth / 1000, with 99% half-widths.
+
+    ``slope`` is in µs per token per 1000 tokens of depth: how much each token gets slower
+    for every 1000 tokens already in the KV cache."""
+
+    const_ms: float
+    const_hw: float
+    slope: float
+    slope_hw: float
+    n: int
+    var_const: float
+    var_slope: float
+    df: int
+
+
+def fit_line(depths: Sequence[float], ms_per_token: Sequence[float], confidence: float = 0.99) -> Line | None:
+    """Ordinary least squares of per-trial ms/token on depth (needs two depths, 3 points)."""
+    x = np.asarray(depths, dtype=float) / 1000.0
+    y = np.asarray(ms_per_token, dtype=float)
+    if len(set(x.tolist())) < 2 or len(x) < 3:
+        return None
+    a = np.column_stack([np.ones_like(x), x])
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    df = len(x) - 2
+    resid = y - a @ coef
+    s2 = float(resid @ resid) / df if df > 0 else 0.0
+    cov = s2 * np.linalg.inv(a.T @ a)
+    t = float(sps.t.ppf(0.5 + confidence / 2, df)) if df > 0 else math.inf
+    return Line(float(coef[0]), t * math.sqrt(cov[0, 0]), float(coef[1]) * 1000.0, t * math.sqrt(cov[1, 1]) * 1000.0,
+                len(x), float(cov[0, 0]), float(cov[1, 1]) * 1e6, df)
+
+
+def _diff(b: Line, c: Line, which: str, confidence: float = 0.99) -> tuple[float, float]:
+    """Candidate minus baseline for the constant or the slope, with a Welch-Satterthwaite interval."""
+    vb, vc = (b.var_const, c.var_const) if which == "const" else (b.var_slope, c.var_slope)
+    d = (c.const_ms - b.const_ms) if which == "const" else (c.slope - b.slope)
+    se2 = vb + vc
+    dof_den = (vb ** 2 / b.df if b.df else 0) + (vc ** 2 / c.df if c.df else 0)
+    dof = se2 ** 2 / dof_den if dof_den > 0 else max(b.df + c.df, 1)
+    return d, float(sps.t.ppf(0.5 + confidence / 2, dof)) * math.sqrt(se2)
+
+
+def depth_section(store: Store, study_id: str) -> tuple[Section, str] | None:
+    """For a compare with the same test at several depths: each arm's line and where the
+    change is (the per-token constant, the depth-dependent slope, or both)."""
+    from tokensleuth.compare import analyze
+    from tokensleuth.spec import CompareSpec
+
+    row = store.study(study_id)
+    if row["kind"] != "compare":
+        return None
+    spec_json = json.loads(row["spec_json"])
+    spec_json.pop("build_keys", None)
+    spec = CompareSpec.model_validate(spec_json)
+    groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
+    for c in analyze(store, study_id, spec):
+        w = parse_workload(c.workload)
+        if w.n_prompt and w.n_gen:  # pp+tg mixes two costs: not a line in depth
+            continue
+        base = "tg%d" % w.n_gen if w.n_gen else "pp%d" % w.n_prompt
+        groups[(c.model, c.candidate, base)].append((w.n_depth, w.n_gen or w.n_prompt, c))
+    rows: list[tuple[str, ...]] = []
+    lines: list[str] = []
+    for (model, cand, base), cells in sorted(groups.items()):
+        if len({d for d, _, _ in cells}) < 2:
+            continue
+        fits: dict[str, Line | None] = {}
+        for side in ("baseline", "candidate"):
+            xs, ys = [], []
+            for depth, _, c in cells:
+                for v in (c.base_ts if side == "baseline" else c.cand_ts):
+                    xs.append(float(depth))
+                    ys.append(1000.0 / v)
+            fits[side] = fit_line(xs, ys)
+        fb, fc = fits["baseline"], fits["candidate"]
+        if fb is None or fc is None:
+            continue
+        label = f"{Path(model).stem} {base}"
+        for name, f in (("baseline", fb), ("candidate", fc)):
+            rows.append((label, name, f"{f.const_ms:.4f} ± {f.const_hw:.4f}", f"{f.slope:.3f} ± {f.slope_hw:.3f}",
+                         str(f.n)))
+        dc, hc = _diff(fb, fc, "const")
+        ds, hs = _diff(fb, fc, "slope")
+        const_moved, slope_moved = abs(dc) > hc, abs(ds) > hs
+        where = {(True, True): "in both the per-token constant and the depth-dependent part",
+                 (True, False): "in the per-token constant, not in the depth-dependent part",
+                 (False, True): "in the depth-dependent part (it grows with context), not in the constant",
+                 (False, False): "in neither part beyond its interval"}[(const_moved, slope_moved)]
+        lines.append(f"{label} ({cand} vs {spec.baseline_name()}): the change is {where} — constant "
+                     f"{dc:+.4f} ms/token [{dc - hc:+.4f}, {dc + hc:+.4f}], slope {ds:+.3f} µs/token per 1k "
+                     f"depth [{ds - hs:+.3f}, {ds + hs:+.3f}] (99% intervals).")
+    if not lines:
+        return None
+    sec = Section("depth", "Per-token cost vs depth", tuple(lines),
+                  ("cell", "arm", "ms/token at depth 0 (99%)", "µs/token per 1k depth (99%)", "trials"), tuple(rows))
+    return sec, "\n".join(lines)
+
+
+def sections(store: Store, study_id: str) -> list[Section]:
+    """Every explanation this study can give, for its HTML page."""
+    out = []
+    for make in (depth_section,):
+        got = make(store, study_id)
+        if got is not None:
+            out.append(got[0])
+    return out
+
+
+def markdown(store: Store, study_id: str) -> str:
+    """The same explanations as Markdown lines (for the text and issue reports)."""
+    out = []
+    for make in (depth_section,):
+        got = make(store, study_id)
+        if got is not None:
+            out.append(got[1])
+    return "\n\n".join(out)

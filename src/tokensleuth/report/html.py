@@ -1,0 +1,86 @@
+"""One self-contained HTML page per study: figures as inline SVG, the numbers behind each,
+the arms, the machine, the warnings and the paste-ready Markdown. No scripts, no fetches:
+the page opens from a file, on a phone, in print, and offline.
+
+A pure function of the store (``render_html``): a copied database renders the same page
+anywhere. Every string from the engine or the user (commit subjects, model paths, log
+lines, flags) goes through jinja2's autoescaping; only the SVG that matplotlib wrote (which
+escapes its own text) is inserted as markup.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+
+import jinja2
+
+from tokensleuth.report.figures import Figure
+from tokensleuth.store import Store
+
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.report", "templates"),
+                          autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A text section of the page (placement, depth, roofline …): lines, then a table."""
+
+    key: str
+    title: str
+    lines: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+
+
+def _when(t: float | None) -> str:
+    return "—" if t is None else dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def arms_table(store: Store, study_id: str) -> list[dict[str, str]]:
+    out = []
+    for a in store.arms(study_id):
+        eng = json.loads(a["engine_json"] or "{}")
+        flags = json.loads(a["flags_json"] or "[]")
+        out.append({"name": str(a["name"]), "kind": str(a["kind"] if "kind" in a.keys() else "llama-bench"),
+                    "source": str(a["source"]), "commit": str(eng.get("commit") or eng.get("build_number") or "—"),
+                    "backends": ",".join(eng.get("backends") or []) or "—", "flags": " ".join(map(str, flags))})
+    return out
+
+
+def host_rows(store: Store, study_id: str) -> list[tuple[str, str]]:
+    """The machine the first finished trial ran on (what its environment recorded)."""
+    for t in store.trials(study_id):
+        if t["status"] == "done" and t["env_json"]:
+            env = json.loads(t["env_json"])
+            rows = [(k, str(env[k])) for k in ("host", "cpu_model", "cpu_count", "kernel", "governor",
+                                                  "mem_available_mb") if env.get(k) is not None]
+            gpus = ((env.get("monitor") or {}).get("nvidia") or {})
+            if gpus.get("devices"):
+                rows.append(("GPU", ", ".join(str(d.get("name")) for d in gpus["devices"])
+                             + f" (driver {gpus.get('driver')})"))
+            return rows
+    return []
+
+
+def render_html(store: Store, study_id: str, nav: str | None = None,
+                sections: list[Section] | None = None) -> str:
+    from tokensleuth import __version__
+    from tokensleuth.report.markdown import render_warnings
+    from tokensleuth.studies import kind_of
+
+    row = store.study(study_id)
+    sid = str(row["id"])
+    kind = kind_of(str(row["kind"]))
+    md, obj = kind.render_stored(store, sid)
+    warn_md = render_warnings(store.warnings(sid))
+    figures: list[Figure] = kind.figures(store, sid, obj)
+    summary = obj.get("summary") or (md.strip().splitlines() or [""])[0]
+    warnings = [ln[2:] for ln in warn_md.splitlines() if ln.startswith("- ")]
+    return _ENV.get_template("study.html.j2").render(
+        title=f"tokensleuth {row['kind']} · {kind.describe(json.loads(row['spec_json']))}"[:200],
+        kind=str(row["kind"]), study_id=sid, status=str(row["status"]), created=_when(row["created_at"]),
+        engine_s=f"{store.engine_seconds(sid):.1f}", summary=summary, arms=arms_table(store, sid),
+        host=host_rows(store, sid), figures=figures, extra_sections=sections or [], warnings=warnings,
+        markdown=md + warn_md, version=__version__, nav=nav)

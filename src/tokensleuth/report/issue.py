@@ -1,0 +1,137 @@
+"""A study as a llama.cpp bug report: the headings of its issue form, filled from the store.
+
+"Name and Version", "Operating systems", "GGML backends", "Hardware", "Models", "Problem
+description & steps to reproduce", "First Bad Commit", "Relevant log output" — with the
+study's tables and intervals, the confounder warnings, and the commands to reproduce it
+with tokensleuth and without (the exact engine command lines the trials ran).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.store import Store
+
+DROP_KEYS = {"build_keys"}
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"no TOML for {type(v).__name__}")
+
+
+def compare_study_toml(spec: dict[str, Any]) -> str:
+    """A compare study file that reruns this study (tokensleuth compare --study FILE)."""
+    lines = [f"{k} = {toml_value(v)}" for k, v in spec.items()
+             if k not in DROP_KEYS and k != "arms" and v is not None]
+    for arm in spec.get("arms", []):
+        lines += ["", "[[arms]]"] + [f"{k} = {toml_value(v)}" for k, v in arm.items() if v not in (None, [], {})]
+    return "\n".join(lines)
+
+
+def _env_of(store: Store, study_id: str) -> dict[str, Any]:
+    for t in store.trials(study_id):
+        if t["status"] == "done" and t["env_json"]:
+            return dict(json.loads(t["env_json"]))
+    return {}
+
+
+def _engine_commands(store: Store, study_id: str) -> list[str]:
+    """One engine command line per arm (the first finished trial's argv), as a user types it."""
+    seen: dict[str, str] = {}
+    for t in store.trials(study_id):
+        if t["status"] != "done" or str(t["arm"]) in seen or not t["env_json"]:
+            continue
+        env = json.loads(t["env_json"])
+        argv = env.get("argv") or json.loads(t["argv_json"] or "[]")
+        if argv:
+            extra = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in (env.get("engine_env") or {}).items())
+            seen[str(t["arm"])] = (extra + " " if extra else "") + shlex.join(str(a) for a in argv)
+    return [f"# {arm}\n{cmd}" for arm, cmd in seen.items()]
+
+
+def _log_tail(store: Store, study_id: str) -> str:
+    """The stderr tail of the failed trials, else of the last finished one."""
+    trials = list(store.trials(study_id))
+    bad = [t for t in trials if t["status"] not in ("done", "planned", "running") and t["stderr_tail"]]
+    pick = bad[:3] or [t for t in trials if t["status"] == "done" and t["stderr_tail"]][-1:]
+    return "\n".join(f"[{t['arm']} trial {t['seq']}: {t['status']}{': ' + t['message'] if t['message'] else ''}]\n"
+                     f"{t['stderr_tail']}" for t in pick).strip()
+
+
+def render_issue(store: Store, study_id: str) -> str:
+    from tokensleuth.report.explain import markdown as explain_markdown
+    from tokensleuth.report.markdown import render_warnings
+    from tokensleuth.studies import kind_of
+
+    row = store.study(study_id)
+    sid = str(row["id"])
+    kind = str(row["kind"])
+    md, obj = kind_of(kind).render_stored(store, sid)
+    spec = json.loads(row["spec_json"])
+    env = _env_of(store, sid)
+    arms = store.arms(sid)
+    engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in arms}
+
+    out = ["### Name and Version", ""]
+    for name, e in engines.items():
+        ver = f"version: {e.get('build_number') or '?'} ({str(e.get('commit') or 'unknown')[:9]})"
+        out.append(f"- {name}: `{e.get('source') or '?'}` — {ver}, built with {e.get('compiler') or '?'}"
+                   + (f", cmake {' '.join(e.get('cmake_flags') or [])}" if e.get("cmake_flags") else ""))
+    out += ["", "### Operating systems", "", f"Linux ({env.get('kernel', 'kernel unknown')})", "",
+            "### GGML backends", ""]
+    backends = sorted({b for e in engines.values() for b in (e.get("backends") or [])})
+    out += [", ".join(backends) or "CPU", "", "### Hardware", ""]
+    gpus = ((env.get("monitor") or {}).get("nvidia") or {})
+    hw = f"{env.get('cpu_model', '?')} ({env.get('cpu_count', '?')} CPUs)"
+    if gpus.get("devices"):
+        hw += " + " + ", ".join(str(d.get("name")) for d in gpus["devices"]) + f" (driver {gpus.get('driver')})"
+    out += [hw, "", "### Models", ""]
+    models = spec.get("models") or []
+    for m in models:
+        out.append(f"- `{Path(str(m)).name}`")
+    out += ["", "### Problem description & steps to reproduce", ""]
+    if obj.get("summary"):
+        out += [str(obj["summary"]), ""]
+    out += [md.strip(), ""]
+    why = explain_markdown(store, sid)
+    if why:
+        out += [why, ""]
+    warn = render_warnings(store.warnings(sid)).strip()
+    if warn:
+        out += [warn, ""]
+    out += ["Measured with tokensleuth: paired engine processes in alternating order, ratios of tokens/s with "
+            "99% Student-t intervals on the paired log ratios; *same* means the interval lies inside the band.", ""]
+    out += ["To reproduce with tokensleuth:", ""]
+    if kind == "compare":
+        out += ["```toml", compare_study_toml(spec), "```", "", "```shell",
+                "tokensleuth compare --study study.toml", "```", ""]
+    else:
+        out += ["```json", json.dumps({k: v for k, v in spec.items() if k not in DROP_KEYS}, indent=1), "```",
+                "", f"(the settings of {kind} study `{sid}`; `tokensleuth report {sid}` renders it again)", ""]
+    cmds = _engine_commands(store, sid)
+    if cmds:
+        out += ["Without tokensleuth (the engine command of one trial per arm; run each several times, "
+                "alternating):", "", "```shell", *cmds, "```", ""]
+    out += ["### First Bad Commit", ""]
+    if kind == "bisect" and obj.get("first_bad"):
+        c = obj.get("culprit") or {}
+        out.append(f"{c.get('sha') or obj['first_bad']}" + (f" — {c['subject']}" if c.get("subject") else ""))
+    elif kind == "bisect" and obj.get("culprit_range"):
+        out.append("between " + ", ".join(map(str, obj["culprit_range"])))
+    else:
+        out.append("n/a (not bisected)")
+    out += ["", "### Relevant log output", "", "```shell", _log_tail(store, sid) or "(no log captured)", "```"]
+    return "\n".join(out)
