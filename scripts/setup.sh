@@ -19,6 +19,13 @@ if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v podman >/dev/null |
             || echo "note: could not install podman/runc; the container tests will be skipped" >&2
     fi
 fi
+# chromium + its driver: the HTML report tests open the pages in a real headless browser.
+if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; }; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        (apt-get update -qq && apt-get install -y -qq chromium chromium-driver) >/dev/null 2>&1 \
+            || echo "note: could not install chromium; the browser tests will be skipped" >&2
+    fi
+fi
 if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; then
     python3 -m venv .venv
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'

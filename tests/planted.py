@@ -76,13 +76,15 @@ MOE_SLOW = '''
 HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
 
 
-def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect") -> tuple[Path, dict[str, str]]:
+def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
+                   subjects: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
     """Branch ``bisect`` of the test repo: base, then the commits of HISTORY.
 
     neutral commits change a small source file (forcing a recompile), ``broken``
     does not compile and ``fix`` repairs it, ``culprit`` adds a MoE-only slowdown
     (extra passes in the MoE feed-forward graph that leave outputs unchanged), ``eps``
     multiplies the rms_norm epsilon by 10^4 (outputs change, speed does not).
+    ``subjects`` gives a commit a subject other than its name.
     Returns the repo and {name: sha}, with "base" the good endpoint.
     """
     repo = planted_repo()
@@ -112,13 +114,12 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect") -> 
                 marker = '\n    cb(moe_out, "ffn_moe_out", il);\n'
                 assert text.count(marker) == 1
                 graph.write_text(text.replace(marker, MOE_SLOW, 1))
-            _git(wt, "commit", "-qam", f"{name}", f"--date=2026-01-01T00:{i + 1:02d}:00Z")
+            _git(wt, "commit", "-qam", (subjects or {}).get(name, name), f"--date=2026-01-01T00:{i + 1:02d}:00Z")
         _git(repo, "worktree", "remove", "--force", str(wt))
     shas = {"base": base}
-    log = _git(repo, "log", "--reverse", "--format=%H %s", f"{base}..{branch}").splitlines()
-    for line in log:
-        sha, subject = line.split(" ", 1)
-        shas[subject] = sha
+    log = _git(repo, "log", "--reverse", "--format=%H", f"{base}..{branch}").splitlines()
+    assert len(log) == len(names), (log, names)
+    shas.update(zip(names, log, strict=True))
     return repo, shas
 
 

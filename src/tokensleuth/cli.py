@@ -771,6 +771,25 @@ def report(
         err.print(f"wrote {html_out}", markup=False)
 
 
+@app.command()
+def site(
+    dest: Annotated[Path, typer.Argument(help="Folder to write the site into (created; updated in place).")],
+    db: DbOpt = None,
+) -> None:
+    """Write a static site of every study: an index, a page per study, t/s history per model and test."""
+    from tokensleuth.report.site import build_site
+
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest} is a file — give a folder for the site")
+    with open_store(db) as store:
+        try:
+            got = build_site(store, dest)
+        except OSError as exc:
+            raise UserError(f"cannot write the site into {dest}: {exc.strerror or exc} — choose another folder") from None
+    out.print(f"{dest}/index.html: {got.studies} studies, {got.histories} histories; {got.written} page(s) written",
+              markup=False)
+
+
 # -- entry point ---------------------------------------------------------------------
 
 RESUMABLE = ("bench", "compare", "bisect", "decompose")  # commands that take --resume

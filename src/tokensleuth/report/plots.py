@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 plt.rcParams.update({"svg.hashsalt": "tokensleuth", "svg.fonttype": "none", "font.size": 9,
                      "axes.spines.top": False, "axes.spines.right": False})
@@ -88,6 +89,15 @@ def sequential(histories: Sequence[tuple[str, Sequence[tuple[int, float, float, 
         xs = [s[0] for s in steps]
         ax.fill_between(xs, [_pct(s[2]) for s in steps], [_pct(s[3]) for s in steps], color=c, alpha=0.15, lw=0)
         ax.plot(xs, [_pct(s[1]) for s in steps], "-o", color=c, ms=3, lw=1.2, label=label)
+    # the first intervals (2-3 pairs) can span orders of magnitude: frame the estimates and the
+    # final intervals, and let the early bands run off the edge
+    ys = [_pct(s[1]) for _, st in histories for s in st]
+    ys += [_pct(v) for _, st in histories if st for v in (st[-1][2], st[-1][3])]
+    if ys:
+        lo, hi = min(ys + [-band * 100]), max(ys + [band * 100])
+        pad = 0.25 * (hi - lo or 1.0)
+        ax.set_ylim(lo - pad, hi + pad)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("pairs")
     ax.set_ylabel("% change (99% CI)")
     if histories:

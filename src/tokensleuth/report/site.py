@@ -1,0 +1,179 @@
+"""A static site of every study in the store: an index, one page per study (the HTML
+report), and per (model, workload) a history of tokens/s over engine versions or commits.
+
+Incremental: each study page is rewritten only when the study changed since the last run
+(its status, trial count, last trial end and warnings, hashed into ``site.json``), and
+history pages only when one of their points did. Pure reads of the store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from tokensleuth.report import plots
+from tokensleuth.store import Store
+
+_ENV = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.report", "templates"),
+                          autoescape=True, undefined=jinja2.StrictUndefined)
+
+
+@dataclass(frozen=True, slots=True)
+class SiteStats:
+    studies: int
+    written: int
+    histories: int
+
+
+def _fingerprint(store: Store, sid: str) -> str:
+    row = store.study(sid)
+    agg = store.db.execute("SELECT COUNT(*), MAX(ended_at), SUM(status='done') FROM trials WHERE study_id=?",
+                           (sid,)).fetchone()
+    nwarn = store.db.execute("SELECT COUNT(*) FROM warnings w JOIN trials t ON t.id=w.trial_id WHERE t.study_id=?",
+                             (sid,)).fetchone()[0]
+    state = store.db.execute("SELECT COUNT(*), GROUP_CONCAT(length(value_json)) FROM state WHERE study_id=?",
+                             (sid,)).fetchone()
+    from tokensleuth import __version__
+
+    blob = json.dumps([row["status"], row["finished_at"], list(agg), nwarn, list(state), __version__])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80] or "x"
+
+
+def _headline(kind: str, obj: dict[str, Any], md: str) -> str:
+    if obj.get("summary"):
+        return str(obj["summary"])
+    if kind == "bisect":
+        if obj.get("first_bad"):
+            return f"first bad: {obj['first_bad']}"
+        return str(obj.get("reason") or obj.get("status") or "")
+    return (md.strip().splitlines() or [""])[0]
+
+
+def history_points(store: Store) -> dict[tuple[str, str], list[tuple[str, float, bool, str]]]:
+    """Per (model file, workload): (engine version, mean t/s, changed, study) for every
+    bench/compare arm in the store, in engine order (build number, else first seen)."""
+    acc: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    where: dict[tuple[str, str, str], str] = {}
+    order: dict[str, tuple[int, float]] = {}
+    for s in store.studies():
+        if s["kind"] not in ("bench", "compare", "import"):
+            continue
+        engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in store.arms(s["id"])}
+        for r in store.trial_stats(s["id"]):
+            e = engines.get(str(r["arm"]), {})
+            ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
+            key = (Path(str(r["model"])).name, str(r["test"]))
+            acc[key][ver].append(float(r["mean_ts"]))
+            where[(key[0], key[1], ver)] = str(s["id"])
+            order.setdefault(ver, (int(e.get("build_number") or 0), float(s["created_at"])))
+    changed = _changed_versions(store)
+    out: dict[tuple[str, str], list[tuple[str, float, bool, str]]] = {}
+    for key, per in acc.items():
+        vers = sorted(per, key=lambda v: order[v])
+        out[key] = [(v, sum(per[v]) / len(per[v]), (key[0], key[1], v) in changed, where[(key[0], key[1], v)])
+                    for v in vers]
+    return out
+
+
+def _changed_versions(store: Store) -> set[tuple[str, str, str]]:
+    """(model, workload, candidate version) where a compare's verdict said faster or slower."""
+    from tokensleuth.studies import kind_of
+
+    out: set[tuple[str, str, str]] = set()
+    for s in store.studies():
+        if s["kind"] != "compare" or s["status"] != "done":
+            continue
+        engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in store.arms(s["id"])}
+        _, obj = kind_of("compare").render_stored(store, s["id"])
+        for c in obj.get("comparisons", []):
+            if c["verdict"] in ("faster", "slower"):
+                e = engines.get(c["candidate"], {})
+                ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
+                out.add((Path(c["model"]).name, c["workload"], ver))
+    return out
+
+
+def build_site(store: Store, dest: Path) -> SiteStats:
+    from tokensleuth.report.explain import sections
+    from tokensleuth.report.html import render_html
+    from tokensleuth.studies import kind_of
+
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "studies").mkdir(exist_ok=True)
+    (dest / "history").mkdir(exist_ok=True)
+    manifest_path = dest / "site.json"
+    try:
+        manifest: dict[str, Any] = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    pages = dict(manifest.get("pages") or {})
+    index_rows = []
+    written = 0
+    for s in store.studies():
+        sid = str(s["id"])
+        kind = kind_of(str(s["kind"]))
+        spec = json.loads(s["spec_json"])
+        fp = _fingerprint(store, sid)
+        page = dest / "studies" / f"{sid}.html"
+        old = pages.get(sid) or {}
+        if old.get("fp") != fp or not page.exists():
+            try:
+                md, obj = kind.render_stored(store, sid)
+                headline = _headline(str(s["kind"]), obj, md)
+                html = render_html(store, sid, nav="../index.html", sections=sections(store, sid))
+            except Exception as exc:  # noqa: BLE001 - one unreadable study must not take the site down
+                from tokensleuth.errors import UserError
+
+                if not isinstance(exc, UserError):
+                    raise
+                headline, html = f"not rendered: {exc}", None
+            if html is not None:
+                _write(page, html)
+                written += 1
+            old = {"fp": fp, "headline": headline, "rendered": html is not None}
+            pages[sid] = old
+        engines = sorted({str(a["source"]) for a in store.arms(sid)})
+        index_rows.append({"id": sid, "kind": str(s["kind"]), "status": str(s["status"]),
+                           "created": _day(s["created_at"]), "what": kind.describe(spec)[:120],
+                           "engines": ", ".join(engines)[:200], "headline": old.get("headline", ""),
+                           "href": f"studies/{sid}.html" if old.get("rendered") else None})
+    hist_rows = []
+    hist_fp = dict(manifest.get("history") or {})
+    for (model, workload), pts in sorted(history_points(store).items()):
+        name = f"{_slug(model)}--{_slug(workload)}.html"
+        fp = hashlib.sha256(json.dumps(pts).encode()).hexdigest()[:16]
+        if hist_fp.get(name) != fp or not (dest / "history" / name).exists():
+            svg = plots.history([(v, t, ch) for v, t, ch, _ in pts], f"{model} · {workload}")
+            _write(dest / "history" / name, _ENV.get_template("history.html.j2").render(
+                model=model, workload=workload, svg=svg, points=pts))
+            hist_fp[name] = fp
+            written += 1
+        hist_rows.append({"model": model, "workload": workload, "href": f"history/{name}", "n": len(pts),
+                          "last": f"{pts[-1][1]:.2f}"})
+    _write(dest / "index.html", _ENV.get_template("index.html.j2").render(
+        studies=sorted(index_rows, key=lambda r: r["created"], reverse=True), histories=hist_rows))
+    _write(manifest_path, json.dumps({"pages": pages, "history": hist_fp}, indent=1))
+    return SiteStats(len(index_rows), written, len(hist_rows))
+
+
+def _day(t: float) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
