@@ -46,9 +46,10 @@ def open_page(page: Path, name: str, width: int = 1000) -> Seen:
     d = webdriver.Chrome(options=opts, service=service)
     try:
         d.get(page.resolve().as_uri())
-        errors = [e["message"] for e in d.get_log("browser") if e["level"] == "SEVERE"]
+        errors = [e["message"] for e in d.get_log("browser")  # type: ignore[no-untyped-call]
+                  if e["level"] == "SEVERE"]
         requests = []
-        for e in d.get_log("performance"):
+        for e in d.get_log("performance"):  # type: ignore[no-untyped-call]
             msg = json.loads(e["message"])["message"]
             if msg["method"] == "Network.requestWillBeSent":
                 requests.append(msg["params"]["request"]["url"])

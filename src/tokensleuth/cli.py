@@ -171,6 +171,10 @@ def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str],
 
     if kind == "llama-bench" and build is not None:
         check_bench_flags(build, flags, help_cache)
+    if build is not None and build.bin_dir and (Path(build.bin_dir) / "llama-bench").exists():
+        from tokensleuth.engines.placement import check_devices
+
+        check_devices(name, Path(build.bin_dir) / "llama-bench", build.backends, flags)
     served = source.startswith(("url:", "cmd:"))
     engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build and build.bin_dir else None, tuple(flags),
                                       env, kind=kind, api_key_env=api_key_env, endpoint=source if served else None),
@@ -368,7 +372,7 @@ def compare(
             err.print(f"round: {n_cells} open cell(s), up to {target} pairs", markup=False)
 
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
-                                 on_round=on_round)
+                                 on_round=on_round, placement=True)
         warn = render_warnings(store.warnings(sid))
         checks = None
         if plan is not None:

@@ -178,6 +178,7 @@ def run_compare(
     measure: bool = True,
     add_pairs_to: int | None = None,
     on_study: Callable[[StudyHandle], None] | None = None,
+    placement: bool = False,
 ) -> tuple[str, list[Comparison]]:
     """Run (or resume) a compare study to its verdicts; return (study id, comparisons).
 
@@ -191,6 +192,8 @@ def run_compare(
     one only where its cells are still open under this spec), else a new one starts.
     ``on_study`` is told which (:class:`StudyHandle`) before anything runs. The study's
     lease is held while it runs (a second process resuming it gets a one-line error).
+    ``placement``: first capture each llama-bench arm's load log once per model (where the
+    weights and buffers live; state PLACEMENT_STATE), for the report's explanation.
     """
     spec_json = spec_dump(spec)
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
@@ -205,7 +208,33 @@ def run_compare(
     if on_study:
         on_study(handle)
     with store.lease(handle.id):
+        if placement:
+            record_placements(store, handle.id, spec, builds)
         return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to)
+
+
+PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": …}}}
+
+
+def record_placements(store: Store, study_id: str, spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> None:
+    """One load log per llama-bench arm and model, parsed and stored as soon as it exists
+    (a resumed study captures only what is missing). A capture that fails is recorded as
+    such: it never stops the measurement."""
+    from tokensleuth.engines.placement import capture, parse_load_log
+
+    got: dict[str, dict[str, Any]] = dict(store.get_state(study_id, PLACEMENT_STATE, {}))
+    for a in spec.arms:
+        b = builds.get(a.name)
+        if a.kind != "llama-bench" or b is None or not b.bin_dir:
+            continue
+        for model in spec.models:
+            if model in got.get(a.name, {}):
+                continue
+            log = capture(Path(b.bin_dir) / "llama-bench", model, [*spec.common_flags, *a.flags], a.env)
+            p = parse_load_log(log)
+            entry = p.to_json() if p.model_mib else {"error": (log.strip().splitlines() or ["no log"])[-1][:300]}
+            got.setdefault(a.name, {})[model] = entry
+            store.put_state(study_id, PLACEMENT_STATE, got)
 
 
 def _run_rounds(

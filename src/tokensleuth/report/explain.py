@@ -125,10 +125,70 @@ def depth_section(store: Store, study_id: str) -> tuple[Section, str] | None:
     return sec, "\n".join(lines)
 
 
+# -- placement: where each arm's weights and buffers live ------------------------------------
+
+
+def placement_section(store: Store, study_id: str) -> tuple[Section, str] | None:
+    """Per arm and model: buffers per device, offloaded layers, named tensors; and for each
+    candidate one sentence on how its placement differs from the baseline's, beside the
+    measured ratios of that model."""
+    from tokensleuth.compare import PLACEMENT_STATE
+    from tokensleuth.engines.placement import Placement, difference
+
+    got = store.get_state(study_id, PLACEMENT_STATE)
+    if not got:
+        return None
+    row = store.study(study_id)
+    spec = json.loads(row["spec_json"])
+    arms = [a["name"] for a in spec.get("arms", [])]
+    base = spec.get("baseline") or (arms[0] if arms else None)
+    rows: list[tuple[str, ...]] = []
+    lines: list[str] = []
+    ratios: dict[tuple[str, str], list[str]] = defaultdict(list)
+    if row["kind"] == "compare":
+        from tokensleuth.studies import kind_of
+
+        for c in kind_of("compare").render_stored(store, study_id)[1].get("comparisons", []):
+            if c["ratio"] is not None:
+                ratios[(c["candidate"], c["model"])].append(
+                    f"{c['workload']} {c['ratio']:.3f} [{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]")
+    for arm in arms:
+        for model, entry in (got.get(arm) or {}).items():
+            if "error" in entry:
+                rows.append((arm, Path(model).stem, "load log not captured: " + str(entry["error"]), "", "", "", ""))
+                continue
+            p = Placement.from_json(entry)
+            named = ", ".join(f"{t} → {b}" for t, b in sorted(p.tensors.items())) or "—"
+            rows.append((arm, Path(model).stem, " + ".join(f"{k} {v:.1f}" for k, v in p.model_mib.items()),
+                         " + ".join(f"{k} {v:.1f}" for k, v in p.kv_mib.items()) or "—",
+                         " + ".join(f"{k} {v:.1f}" for k, v in p.compute_mib.items()) or "—",
+                         f"{p.layers[0]}/{p.layers[1]}" if p.layers else "—", named))
+    for arm in arms:
+        if arm == base or base is None:
+            continue
+        for model, entry in (got.get(arm) or {}).items():
+            b_entry = (got.get(base) or {}).get(model)
+            if not b_entry or "error" in entry or "error" in b_entry:
+                continue
+            sentence = difference(base, Placement.from_json(b_entry), arm, Placement.from_json(entry))
+            measured = ratios.get((arm, model))
+            lines.append(f"{Path(model).stem}: {sentence}" + (f" Measured {arm}/{base}: {'; '.join(measured)}."
+                                                              if measured else ""))
+    if not rows:
+        return None
+    sec = Section("placement", "Where the weights and buffers live", tuple(lines),
+                  ("arm", "model", "model MiB", "KV MiB", "compute MiB", "layers offloaded", "named tensors"),
+                  tuple(rows))
+    return sec, "Placement (from each arm's load log):\n" + "\n".join(f"- {ln}" for ln in lines)
+
+
+MAKERS = (placement_section, depth_section)
+
+
 def sections(store: Store, study_id: str) -> list[Section]:
     """Every explanation this study can give, for its HTML page."""
     out = []
-    for make in (depth_section,):
+    for make in MAKERS:
         got = make(store, study_id)
         if got is not None:
             out.append(got[0])
@@ -138,8 +198,8 @@ def sections(store: Store, study_id: str) -> list[Section]:
 def markdown(store: Store, study_id: str) -> str:
     """The same explanations as Markdown lines (for the text and issue reports)."""
     out = []
-    for make in (depth_section,):
+    for make in MAKERS:
         got = make(store, study_id)
-        if got is not None:
+        if got is not None and got[1]:
             out.append(got[1])
     return "\n\n".join(out)

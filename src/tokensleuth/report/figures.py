@@ -167,9 +167,20 @@ def bench_figures(store: Store, study_id: str) -> list[Figure]:
 
 
 def bisect_figures(result: dict[str, Any], band: float, history: Sequence[str]) -> list[Figure]:
-    """history: the candidates' labels, good first (the study's spec)."""
-    steps = list(result.get("steps") or [])
-    if not steps:
+    """history: the candidates' labels, good first (the study's spec). Good is drawn at 1 (it
+    is the reference), bad at the endpoints' ratio, each probed commit at its own."""
+    good, bad = str(result.get("good") or ""), str(result.get("bad") or "")
+    ends = [c for c in result.get("endpoints") or [] if c.get("ratio") is not None]
+    worst = max(ends, key=lambda c: abs(1 - c["ratio"]), default=None)
+    steps = [dict(s) for s in result.get("steps") or []]
+    probed = {str(s["commit"]) for s in steps}
+    if good and good not in probed:
+        steps.append({"commit": good, "outcome": "good", "ratio": 1.0, "ci": None, "pairs": 0, "note": "reference"})
+    if bad and bad not in probed and worst is not None:
+        steps.append({"commit": bad, "outcome": "bad" if worst["verdict"] in ("slower", "faster") else worst["verdict"],
+                      "ratio": worst["ratio"], "ci": worst.get("ci"), "pairs": worst.get("pairs", 0),
+                      "note": f"endpoint ({Path(worst['model']).stem} {worst['workload']})"})
+    if len(steps) < 2:
         return []
     order = {str(c): i for i, c in enumerate(history)}
     steps.sort(key=lambda s: order.get(str(s["commit"]), len(order)))
