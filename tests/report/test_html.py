@@ -64,6 +64,9 @@ def test_compare_page_shows_every_figure_and_its_numbers(studies: dict[str, str]
         assert f"{c['ci'][0]:.4f}" in seen.text
     assert obj["summary"] in seen.text
     # the depth explanation: a line per arm and where the change sits
+    # placement from each arm's load log, captured once per arm and model by the real engine
+    assert "Where the weights and buffers live" in seen.text
+    assert "two and one place the model alike (CPU_Mapped" in seen.text
     assert "Per-token cost vs depth" in seen.text
     assert re.search(r"the change is (in both|in the per-token|in the depth-dependent|in neither)", seen.text)
     assert page.stat().st_size < 600_000
