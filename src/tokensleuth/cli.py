@@ -757,6 +757,11 @@ def report(
         sid = row["id"]
         md, obj = kind_of(row["kind"]).render_stored(store, sid)
         md += render_warnings(store.warnings(sid))
+        from tokensleuth.report.explain import markdown as explain_markdown
+
+        why = explain_markdown(store, sid)
+        if why:
+            md += "\n\n" + why
         if issue:
             from tokensleuth.report.issue import render_issue
 

@@ -60,5 +60,11 @@ class FakeNVML:
     def nvmlDeviceGetName(self, h: int) -> str:
         return "Fake H200"
 
+    def nvmlDeviceGetMemoryBusWidth(self, h: int) -> int:
+        return 6016  # what NVML reported on the lent H200
+
+    def nvmlDeviceGetMaxClockInfo(self, h: int, kind: int) -> int:
+        return 3201 if kind == self.NVML_CLOCK_MEM else 1980
+
     def nvmlSystemGetDriverVersion(self) -> str:
         return "999.1"

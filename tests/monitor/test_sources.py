@@ -89,6 +89,8 @@ def test_nvml_counter_and_integral_agree_on_constant_power() -> None:
     assert not r["short_window"]
     assert src.other_processes({1}) == [4242]
     assert src.info()["devices"][0]["name"] == "Fake H200"
+    # the roofline's peak: 6016-bit bus x 3201 MHz x 2 (double data rate) / 8 = 4814.3 GB/s
+    assert src.info()["devices"][0]["peak_mem_gbs"] == 4814.3
 
 
 def test_nvml_without_energy_counter_falls_back_to_integral() -> None:

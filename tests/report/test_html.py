@@ -75,10 +75,17 @@ def test_compare_page_shows_every_figure_and_its_numbers(studies: dict[str, str]
 def test_bench_page_and_issue_markdown(studies: dict[str, str]) -> None:
     env = env_of(studies)
     page = Path(studies["dir"]) / "bench.html"
-    run(["report", studies["bench"], "--html", str(page)], env)
+    run(["report", studies["bench"], "--html", str(page), "--json", str(page.with_suffix(".json"))], env)
     seen = open_page(page, "bench")
     assert_clean(seen, page)
     assert "CPU busy cores" in page.read_text()  # the timeline's CPU panel, from the timed windows
+    # the roofline: tg8 read the model's weights once per token, against this CPU's probed peak
+    from tokensleuth.models.info import model_info
+
+    res = json.loads(page.with_suffix(".json").read_text())["results"]
+    tg = next(r for r in res if r["workload"] == "tg8")
+    achieved = model_info(Path(tg["model"])).bytes_per_token * tg["tokens_per_s"]["mean"] / 1e9
+    assert f"= {achieved:.1f} GB/s" in seen.text and "of the CPU (probe) peak" in seen.text
     md = run(["report", studies["compare"], "--issue"], env).stdout
     for heading in ("Name and Version", "Operating systems", "GGML backends", "Hardware", "Models",
                     "Problem description & steps to reproduce", "First Bad Commit", "Relevant log output"):

@@ -93,7 +93,16 @@ class NvidiaSource:
         devs = []
         for i, h in self.handles:
             name = nv.nvmlDeviceGetName(h)
-            devs.append({"index": i, "name": name.decode() if isinstance(name, bytes) else str(name)})
+            dev: dict[str, Any] = {"index": i, "name": name.decode() if isinstance(name, bytes) else str(name)}
+            try:
+                # the memory system's peak: bus width x the highest memory clock x 2 (double data
+                # rate: HBM and GDDR move data on both clock edges), bits -> bytes, in GB/s
+                bus = int(nv.nvmlDeviceGetMemoryBusWidth(h))
+                mclk = int(nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_MEM))
+                dev.update(mem_bus_width_bits=bus, max_mem_clock_mhz=mclk, peak_mem_gbs=round(bus * mclk * 2 / 8 / 1e3, 1))
+            except (nv.NVMLError, AttributeError):
+                pass
+            devs.append(dev)
         try:
             drv = nv.nvmlSystemGetDriverVersion()
             drv = drv.decode() if isinstance(drv, bytes) else str(drv)

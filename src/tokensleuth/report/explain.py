@@ -182,7 +182,68 @@ def placement_section(store: Store, study_id: str) -> tuple[Section, str] | None
     return sec, "Placement (from each arm's load log):\n" + "\n".join(f"- {ln}" for ln in lines)
 
 
-MAKERS = (placement_section, depth_section)
+# -- roofline: achieved memory bandwidth against the memory system's peak ---------------------
+
+
+def roofline_section(store: Store, study_id: str, cpu_peak_gbs: float | None = None) -> tuple[Section, str] | None:
+    """Decode (tgN) reads the model's active weights once per token: achieved bandwidth =
+    bytes per token x tokens/s. Against the GPU's peak (NVML: bus width x memory clock x 2)
+    when the arm ran on a GPU build on a host with one, else against this machine's CPU read
+    bandwidth (monitor.membw, probed once and cached). ``cpu_peak_gbs`` replaces the probe."""
+    from tokensleuth.engines.placement import GPU_BACKENDS
+    from tokensleuth.models.info import model_info
+    from tokensleuth.results import load_cells
+
+    if store.study(study_id)["kind"] not in ("bench", "compare"):
+        return None
+    backends = {str(a["name"]): json.loads(a["engine_json"] or "{}").get("backends") or [] for a in store.arms(study_id)}
+    gpu_peak: dict[str, float] = {}
+    for t in store.trials(study_id):
+        if t["status"] == "done" and t["env_json"]:
+            devs = ((json.loads(t["env_json"]).get("monitor") or {}).get("nvidia") or {}).get("devices") or []
+            if devs and devs[0].get("peak_mem_gbs"):
+                gpu_peak.setdefault(str(t["arm"]), float(devs[0]["peak_mem_gbs"]))
+    rows: list[tuple[str, ...]] = []
+    lines: list[str] = []
+    bpt: dict[str, int | None] = {}
+    for c in load_cells(store, study_id):
+        w = parse_workload(c.test.split("xc")[0]) if c.test else None
+        if w is None or not w.n_gen or w.n_prompt or not c.kept_tokens_per_s:
+            continue
+        if c.model not in bpt:
+            try:
+                bpt[c.model] = model_info(Path(c.model)).bytes_per_token
+            except Exception:  # noqa: BLE001 - a model file moved since the study: no roofline for it
+                bpt[c.model] = None
+        b = bpt[c.model]
+        if not b:
+            continue
+        tps = float(np.mean(c.kept_tokens_per_s))
+        achieved = b * tps / 1e9
+        on_gpu = any(x in GPU_BACKENDS for x in backends.get(c.arm, [])) and c.arm in gpu_peak
+        if on_gpu:
+            peak, source = gpu_peak[c.arm], "GPU (NVML)"
+        else:
+            if cpu_peak_gbs is None:
+                from tokensleuth.monitor.membw import cpu_peak_gbs as probe
+                from tokensleuth.paths import cache_dir
+
+                cpu_peak_gbs = probe(cache_dir() / "membw.json")
+            peak, source = cpu_peak_gbs, "CPU (probe)"
+        pct = 100 * achieved / peak if peak else float("nan")
+        rows.append((c.arm, Path(c.model).stem, c.test, f"{b / 1e6:.1f}", f"{tps:.1f}", f"{achieved:.1f}",
+                     f"{peak:.1f}", source, f"{pct:.1f}%"))
+        lines.append(f"{c.arm} {Path(c.model).stem} {c.test}: {b / 1e6:.1f} MB of weights per token x {tps:.1f} "
+                     f"t/s = {achieved:.1f} GB/s, {pct:.1f}% of the {source} peak of {peak:.0f} GB/s.")
+    if not rows:
+        return None
+    sec = Section("roofline", "Memory bandwidth: achieved vs peak", tuple(lines),
+                  ("arm", "model", "test", "MB/token", "t/s", "achieved GB/s", "peak GB/s", "peak from", "of peak"),
+                  tuple(rows))
+    return sec, "Roofline (decode reads the active weights once per token):\n" + "\n".join(f"- {ln}" for ln in lines)
+
+
+MAKERS = (placement_section, depth_section, roofline_section)
 
 
 def sections(store: Store, study_id: str) -> list[Section]:
