@@ -1,5 +1,7 @@
 """The figures of a study's HTML page, each with the table of the numbers it draws.
 
+matplotlib is imported only when a figure is drawn: the text report never pays for it.
+
 Pure reads of the store (or of a driver's stored result): no engine runs. Each study kind
 asks for the figures that fit it (``studies.*.KIND.figures``); the page renders them.
 """
@@ -14,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth import stats
-from tokensleuth.report import plots
 from tokensleuth.store import Store
 
 
@@ -49,6 +50,7 @@ def cell_label(model: str, workload: str, candidate: str | None = None) -> str:
 
 def compare_figures(store: Store, study_id: str) -> list[Figure]:
     from tokensleuth.compare import analyze
+    from tokensleuth.report import plots
     from tokensleuth.spec import CompareSpec
 
     spec_json = json.loads(store.study(study_id)["spec_json"])
@@ -103,6 +105,8 @@ TIMELINE_METRICS = (("gpu0_busy_pct", "GPU busy %"), ("gpu0_sm_clock_mhz", "GPU 
 def timeline_figure(store: Store, study_id: str) -> Figure | None:
     """The last finished trial of each arm: sampled GPU values, and CPU busy cores per timed
     window (the engine's CPU time over the window's length), windows shaded."""
+    from tokensleuth.report import plots
+
     last: dict[str, Any] = {}
     for t in store.trials(study_id):
         if t["status"] == "done" and t["t0_ns"] is not None:
@@ -182,6 +186,8 @@ def bisect_figures(result: dict[str, Any], band: float, history: Sequence[str]) 
                       "note": f"endpoint ({Path(worst['model']).stem} {worst['workload']})"})
     if len(steps) < 2:
         return []
+    from tokensleuth.report import plots
+
     order = {str(c): i for i, c in enumerate(history)}
     steps.sort(key=lambda s: order.get(str(s["commit"]), len(order)))
     culprit = str(result.get("first_bad") or "")[:9] or None
@@ -207,6 +213,8 @@ def bisect_figures(result: dict[str, Any], band: float, history: Sequence[str]) 
 
 
 def decompose_figures(result: dict[str, Any]) -> list[Figure]:
+    from tokensleuth.report import plots
+
     out: list[Figure] = []
     for b in result.get("scoreboard") or []:
         parts = [(str(x["patch"]), float(x["ratio"])) for x in b["steps"] if x.get("ratio")]
