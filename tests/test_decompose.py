@@ -215,6 +215,17 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         p = subprocess.run([tokensleuth_bin(), "report", r["study"]], env=cli_env, capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 0 and "Scoreboard" in p.stdout, p.stderr
+        # its HTML page: the waterfall of the kept patch, opened in a real browser
+        from tests.browser import assert_clean, open_page
+
+        page = tmp_path / "decompose.html"
+        p = subprocess.run([tokensleuth_bin(), "report", r["study"], "--html", str(page)], env=cli_env,
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        seen = open_page(page, "decompose")
+        assert_clean(seen, page)
+        assert "What each kept patch contributed" in seen.text and files[1].name in seen.text
+        assert f"{tg['ratio']:.4f}" in seen.text  # the measured total, as a number
     finally:
         subprocess.run(["git", "-C", str(repo), "branch", "-D", branch], capture_output=True)
 

@@ -7,8 +7,10 @@ Markdown line for the text report) when the study has what it needs, nothing oth
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -185,13 +187,45 @@ def placement_section(store: Store, study_id: str) -> tuple[Section, str] | None
 # -- roofline: achieved memory bandwidth against the memory system's peak ---------------------
 
 
+@functools.lru_cache(maxsize=64)
+def bytes_per_token(model: Path) -> int | None:
+    """The model's active weight bytes per generated token (models.info), remembered in the
+    user cache by (path, size, mtime): reading a GGUF's header takes seconds for a 150k vocab.
+    None when the file is gone (a study copied from another machine)."""
+    from tokensleuth.models.info import model_info
+    from tokensleuth.paths import cache_dir
+
+    try:
+        st = model.stat()
+    except OSError:
+        return None
+    key = f"{model.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    cache = cache_dir() / "model-bytes-per-token.json"
+    try:
+        known: dict[str, int] = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if key not in known:
+        try:
+            known[key] = model_info(model).bytes_per_token
+        except Exception:  # noqa: BLE001 - not a readable GGUF any more: no roofline for it
+            return None
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known))
+            tmp.replace(cache)
+        except OSError:
+            pass
+    return int(known[key])
+
+
 def roofline_section(store: Store, study_id: str, cpu_peak_gbs: float | None = None) -> tuple[Section, str] | None:
     """Decode (tgN) reads the model's active weights once per token: achieved bandwidth =
     bytes per token x tokens/s. Against the GPU's peak (NVML: bus width x memory clock x 2)
     when the arm ran on a GPU build on a host with one, else against this machine's CPU read
     bandwidth (monitor.membw, probed once and cached). ``cpu_peak_gbs`` replaces the probe."""
     from tokensleuth.engines.placement import GPU_BACKENDS
-    from tokensleuth.models.info import model_info
     from tokensleuth.results import load_cells
 
     if store.study(study_id)["kind"] not in ("bench", "compare"):
@@ -211,10 +245,7 @@ def roofline_section(store: Store, study_id: str, cpu_peak_gbs: float | None = N
         if w is None or not w.n_gen or w.n_prompt or not c.kept_tokens_per_s:
             continue
         if c.model not in bpt:
-            try:
-                bpt[c.model] = model_info(Path(c.model)).bytes_per_token
-            except Exception:  # noqa: BLE001 - a model file moved since the study: no roofline for it
-                bpt[c.model] = None
+            bpt[c.model] = bytes_per_token(Path(c.model))
         b = bpt[c.model]
         if not b:
             continue
