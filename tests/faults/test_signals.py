@@ -25,15 +25,23 @@ def _name(p: psutil.Process) -> str:
         return ""
 
 
+def _is_trial(p: psutil.Process) -> bool:
+    """A measured trial (``--progress``), not compare's short placement run (``-v``) before them."""
+    try:
+        return "--progress" in p.cmdline()
+    except psutil.Error:
+        return False
+
+
 def _engines_of(cli: psutil.Process, timeout_s: float = 60) -> list[psutil.Process]:
-    """The llama-bench processes under the CLI, once one is running."""
+    """The llama-bench trial processes under the CLI, once one is running."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             children = cli.children(recursive=True)
         except psutil.NoSuchProcess:
             return []
-        found = [c for c in children if _name(c) == "llama-bench"]
+        found = [c for c in children if _name(c) == "llama-bench" and _is_trial(c)]
         if found or time.monotonic() >= deadline:
             return found
         time.sleep(0.02)

@@ -133,5 +133,8 @@ def test_bisect_page_escapes_a_commit_subject(engine: EngineBuild, moe_model: Pa
     seen = open_page(page, "bisect")
     assert_clean(seen, page)
     assert evil in seen.text  # shown as text, never run
+    # what changed at the culprit: one compiled file, its diff on the page
+    assert [(f["path"], f["group"]) for f in r["changes"]["files"]] == [("src/llama-graph.cpp", "compiled")]
+    assert "What changed in the source" in seen.text and "ggml_scale(ctx0, moe_out, 1.0f)" in html
     md = run(["report", sid, "--issue"], cli_env).stdout
     assert shas["culprit"][:10] in md.split("### First Bad Commit", 1)[1]

@@ -274,7 +274,31 @@ def roofline_section(store: Store, study_id: str, cpu_peak_gbs: float | None = N
     return sec, "Roofline (decode reads the active weights once per token):\n" + "\n".join(f"- {ln}" for ln in lines)
 
 
-MAKERS = (placement_section, depth_section, roofline_section)
+# -- what changed in the source at a bisect's culprit ------------------------------------------
+
+
+def changes_section(store: Store, study_id: str) -> tuple[Section, str] | None:
+    """The culprit's changed files, grouped by whether the measured build compiles them,
+    with the diff of those it does (the bisect stored it when it ended)."""
+    from tokensleuth.sources.changes import render_changes
+
+    if store.study(study_id)["kind"] != "bisect":
+        return None
+    r = store.get_state(study_id, "result") or {}
+    ch = r.get("changes") or {}
+    if not ch.get("files"):
+        return None
+    text = render_changes(ch)
+    head = [ln for ln in text.splitlines() if not ln.startswith("- ")]
+    order = {"compiled": 0, "other backend": 1, "not compiled": 2}
+    rows = tuple((f["path"], "binary" if f["added"] is None else f"+{f['added']} -{f['removed']}", f["group"], f["why"])
+                 for f in sorted(ch["files"], key=lambda f: (order.get(f["group"], 3), f["path"])))
+    sec = Section("changes", "What changed in the source", tuple(head), ("file", "lines", "group", "why"), rows,
+                  pre=str(ch.get("diff") or ""))
+    return sec, ""  # the bisect's own Markdown already lists the changes
+
+
+MAKERS = (placement_section, depth_section, roofline_section, changes_section)
 
 
 def sections(store: Store, study_id: str) -> list[Section]:

@@ -32,6 +32,7 @@ class Section:
     lines: tuple[str, ...] = ()
     headers: tuple[str, ...] = ()
     rows: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
+    pre: str = ""  # preformatted text after the table (a diff)
 
 
 def _when(t: float | None) -> str:

@@ -125,6 +125,10 @@ def render_issue(store: Store, study_id: str) -> str:
     if cmds:
         out += ["Without tokensleuth (the engine command of one trial per arm; run each several times, "
                 "alternating):", "", "```shell", *cmds, "```", ""]
+    diff = ((obj.get("changes") or {}).get("diff") or "") if kind == "bisect" else ""
+    if diff:
+        out += ["<details><summary>The culprit's diff (files compiled into this build)</summary>", "",
+                "```diff", diff.rstrip(), "```", "</details>", ""]
     out += ["### First Bad Commit", ""]
     if kind == "bisect" and obj.get("first_bad"):
         c = obj.get("culprit") or {}

@@ -226,6 +226,10 @@ def render_bisect(r: dict[str, Any]) -> str:
         out.append(f"Skipped (did not build): {', '.join(r['skipped'])}.")
     if r.get("crashed"):
         out.append(f"Crashed or hung on the workload: {', '.join(r['crashed'])}.")
+    if (ch := r.get("changes")) and ch.get("files"):
+        from tokensleuth.sources.changes import render_changes
+
+        out += ["", render_changes(ch)]
     ev_rows = []
     for name, comps in (("good → bad", r.get("endpoints", [])), ("parent → culprit", r.get("verification", [])),
                         *(((f"control {k.replace('_vs_', ' → ')}", v) for k, v in (r.get("controls") or {}).items()))):
