@@ -51,6 +51,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--studies", type=int, default=50)
     ap.add_argument("--extra-db", type=Path, action="append", default=[])
+    ap.add_argument("--bisect24", action="store_true",
+                    help="also run a bisect over bench/bisect_cost.py's 24-commit history and time its page")
     a = ap.parse_args()
     model = tiny_model(default_engine(), "llama")
     work = Path(tempfile.mkdtemp(prefix="render-"))
@@ -62,6 +64,18 @@ def main() -> None:
     for _ in range(a.studies - 1):
         ts(["bench", "-m", str(model), "--", "-p", "8", "-n", "4", "-r", "1", "-t", "1"], env)
     print(f"made 1 compare (40 pairs) and {a.studies - 1} bench studies in {time.perf_counter() - t0:.0f} s")
+    if a.bisect24:
+        from bisect_cost import NAMES
+        from tests.planted import bisect_history
+
+        moe = tiny_model(default_engine(), "qwen3moe")
+        repo, shas = bisect_history(NAMES, "bisect24")
+        bdb = work / "bisect24.sqlite"
+        t1 = time.perf_counter()
+        ts(["bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["n21"], "--model", str(moe),
+            "-w", "tg32", "--", "-r", "5"], dict(env, TOKENSLEUTH_DB=str(bdb)))
+        print(f"bisect over 24 commits: {time.perf_counter() - t1:.0f} s")
+        page_costs(bdb, work, "bisect24")
     page_costs(db, work, "here")
     for extra in a.extra_db:
         page_costs(extra, work, extra.parent.name)

@@ -50,7 +50,11 @@ def main() -> None:
     ap.add_argument("--workload", default="tg32")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--slowdown", type=float, default=0.03)
+    ap.add_argument("--designs", default="today,adaptive,fixed",
+                    help="today: sequential pairs, -r REPS; adaptive: sequential pairs, -r chosen from the "
+                         "study's own noise (no -r given); fixed: 10 alternating pairs x -r REPS, one interval")
     args = ap.parse_args()
+    designs = args.designs.split(",")
     engine = default_engine()
     model = tiny_model(engine, "llama")
     src, build = planted_engine()
@@ -74,25 +78,41 @@ def main() -> None:
 
     results: dict[str, dict[str, Any]] = {}
     for cond, cand_spin in (("A/A", 0), (f"{args.slowdown:.0%} slower", spin)):
-        # tokensleuth
-        verdicts: Counter[str] = Counter()
-        secs = []
-        pairs = []
-        pooled_b: list[float] = []
-        pooled_c: list[float] = []
-        for _s in range(args.studies):
-            with tempfile.TemporaryDirectory() as td, Store(Path(td) / "s.db") as store:
-                spec = build_compare_spec({
-                    "arms": [{"name": "a", "source": src, "env": {"TOKENSLEUTH_SPIN_US": "0"}},
-                             {"name": "b", "source": src, "env": {"TOKENSLEUTH_SPIN_US": str(cand_spin)}}],
-                    "models": [str(model)], "workloads": [args.workload], "band": 0.01,
-                    "common_flags": ["-r", str(args.reps)]}, "bench")
-                sid, comps = run_compare(store, spec, {"a": build, "b": build})
-                verdicts[comps[0].verdict] += 1
-                pooled_b += comps[0].base_ts
-                pooled_c += comps[0].cand_ts
-                pairs.append(comps[0].pairs)
-                secs.append(store.engine_seconds(sid))
+        per_design: dict[str, Any] = {}
+        for design in designs:
+            verdicts: Counter[str] = Counter()
+            secs = []
+            pairs = []
+            pooled_b: list[float] = []
+            pooled_c: list[float] = []
+            reps_used: list[int] = []
+            for _s in range(args.studies):
+                with tempfile.TemporaryDirectory() as td, Store(Path(td) / "s.db") as store:
+                    data: dict[str, Any] = {
+                        "arms": [{"name": "a", "source": src, "env": {"TOKENSLEUTH_SPIN_US": "0"}},
+                                 {"name": "b", "source": src, "env": {"TOKENSLEUTH_SPIN_US": str(cand_spin)}}],
+                        "models": [str(model)], "workloads": [args.workload], "band": 0.01}
+                    if design != "adaptive":
+                        data["common_flags"] = ["-r", str(args.reps)]
+                    if design == "fixed":
+                        data["min_pairs"] = data["max_pairs"] = 10
+                    spec = build_compare_spec(data, "bench")
+                    sid, comps = run_compare(store, spec, {"a": build, "b": build})
+                    verdicts[comps[0].verdict] += 1
+                    pooled_b += comps[0].base_ts
+                    pooled_c += comps[0].cand_ts
+                    pairs.append(comps[0].pairs)
+                    secs.append(store.engine_seconds(sid))
+                    reps_used.append(int(store.db.execute(
+                        "SELECT COUNT(*) FROM samples s JOIN results r ON r.id=s.result_id JOIN trials t ON "
+                        "t.id=r.trial_id WHERE t.study_id=?", (sid,)).fetchone()[0]) // max(2 * comps[0].pairs, 1))
+            per_design[design] = (verdicts, np.mean(secs), np.mean(pairs), np.mean(reps_used))
+            if design == designs[0]:
+                # every pair of every study of this condition, pooled: a far sharper ratio than the calibration's
+                pooled = stats.ratio_interval(pooled_b, pooled_c)
+                print(f"{cond}: pooled over {pooled.pairs} pairs of the {design} studies: ratio {pooled.ratio:.4f} "
+                      f"99% CI [{pooled.lo:.4f}, {pooled.hi:.4f}]; CV between processes "
+                      f"{stats.cv(pooled_b) * 100:.2f}%", flush=True)
         # naive
         naive: Counter[str] = Counter()
         nsecs = []
@@ -102,22 +122,19 @@ def main() -> None:
             r = b / a
             naive["slower" if r < 0.99 else "faster" if r > 1.01 else "same"] += 1
             nsecs.append(ta + tb_)
-        results[cond] = {"tokensleuth": (verdicts, np.mean(secs), np.mean(pairs)), "naive": (naive, np.mean(nsecs))}
-        # every pair of every study of this condition, pooled: a far sharper ratio than the calibration's 16
-        pooled = stats.ratio_interval(pooled_b, pooled_c)
-        print(f"{cond}: pooled over {pooled.pairs} pairs of the tokensleuth studies: ratio {pooled.ratio:.4f} "
-              f"99% CI [{pooled.lo:.4f}, {pooled.hi:.4f}]; CV between processes {stats.cv(pooled_b) * 100:.2f}%")
+        results[cond] = {**per_design, "naive": (naive, np.mean(nsecs), 0.0, float(args.reps))}
 
     n = args.studies
     aa = results["A/A"]
     sl = results[f"{args.slowdown:.0%} slower"]
-    for method in ("tokensleuth", "naive"):
+    for method in (*designs, "naive"):
         v_aa = aa[method][0]
         v_sl = sl[method][0]
         fa = (v_aa["faster"] + v_aa["slower"]) / n
         det = v_sl["slower"] / n
         secs = (aa[method][1] + sl[method][1]) / 2
-        extra = f", mean pairs A/A {aa[method][2]:.1f} / slowdown {sl[method][2]:.1f}" if method == "tokensleuth" else ""
+        extra = (f", mean pairs A/A {aa[method][2]:.1f} / slowdown {sl[method][2]:.1f}, mean -r "
+                 f"{(aa[method][3] + sl[method][3]) / 2:.1f}") if method != "naive" else ""
         print(f"{method:>11}: A/A false alarms {fa * 100:5.1f}% {dict(v_aa)}; "
               f"detection of {args.slowdown:.0%} {det * 100:5.1f}% {dict(v_sl)}; "
               f"engine-seconds/study {secs:6.2f}{extra}")

@@ -139,6 +139,15 @@ def trial_printer(total_hint: str = "") -> Any:
     return on_trial
 
 
+def doctor_line() -> None:
+    """The doctor's one line on stderr when a quick check finds something that adds noise."""
+    from tokensleuth import doctor
+
+    line = doctor.summary_line(doctor.quick_checks())
+    if line:
+        err.print(line, markup=False)
+
+
 def check_bench_flags(build: EngineBuild, flags: list[str], help_cache: dict[str, str] | None = None) -> None:
     """Refuse flags the build's llama-bench does not know. ``help_cache`` keeps each build's
     --help text (not its verdict), so every arm's flags are checked against it."""
@@ -367,6 +376,7 @@ def compare(
     plan = plan_output_checks(spec) if check_outputs else None  # a sweep is refused before measuring
     for b in by_source.values() if check_outputs else ():
         b.binary("llama-perplexity")  # a bin: engine without it is refused before measuring too
+    doctor_line()
     with open_store(db) as store:
         def on_round(n_cells: int, target: int) -> None:
             err.print(f"round: {n_cells} open cell(s), up to {target} pairs", markup=False)
@@ -374,15 +384,23 @@ def compare(
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  on_round=on_round, placement=True)
         warn = render_warnings(store.warnings(sid))
+        from tokensleuth.compare import NOISE_STATE
+        from tokensleuth.noise import Noise
+
+        n = store.get_state(sid, NOISE_STATE)
+        noise_of = {"json": n, "sentence": Noise.from_json(n).sentence()} if n else None
         checks = None
         if plan is not None:
             checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s)]
             store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too
     summary = summary_sentence(comps, spec.band)
-    out.print(render_compare(comps, sid, spec.band, summary) + warn + render_checks(checks))
+    noise_line = f"\n\n{noise_of['sentence']}" if noise_of else ""
+    out.print(render_compare(comps, sid, spec.band, summary) + noise_line + warn + render_checks(checks))
     if json_out:
-        save_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()},
-                                         checks), sid)
+        obj = compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}, checks)
+        if noise_of:
+            obj["noise"] = noise_of["json"]
+        save_json(json_out, obj, sid)
     if all(c.estimate is None for c in comps):
         raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
 
@@ -518,6 +536,7 @@ def bisect(
         spec["check_outputs"] = True
     set_kind(spec, kind)
     build_compare_spec_check(spec)
+    doctor_line()
     with open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume,
                                 log=lambda line: err.print(line, markup=False))
@@ -778,6 +797,63 @@ def report(
     if html_out and page is not None:
         save_text(html_out, page)
         err.print(f"wrote {html_out}", markup=False)
+
+
+@app.command()
+def doctor(
+    aa: Annotated[bool, typer.Option("--aa/--no-aa", help="Also run a short A/A compare (about 30 s).")] = True,
+    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="GGUF model for the A/A run "
+                                                  "(default: a tiny synthetic one).")] = None,
+) -> None:
+    """What will make measurements noisy here, each with its fix; then this machine's noise."""
+    import tempfile
+    import time as _time
+
+    from tokensleuth import doctor as doc
+    from tokensleuth.report.markdown import table
+
+    t0 = _time.monotonic()
+    found = doc.checks()
+    out.print(table(["check", "", "seen", "fix"],
+                    [[f.name, "ok" if f.ok else "FIX", f.seen, "" if f.ok else f.fix] for f in found],
+                    [False, False, False, False]), markup=False)
+    if not aa:
+        return
+    from tokensleuth import noise
+    from tokensleuth.compare import run_compare
+    from tokensleuth.models.synth import synth
+    from tokensleuth.paths import cache_dir
+    from tokensleuth.sources import DEFAULT_ENGINE
+    from tokensleuth.sources.build import BuildCache
+    from tokensleuth.spec import build_compare_spec, model_paths
+
+    b = get_build(DEFAULT_ENGINE, [])
+    if model is None:
+        model = cache_dir() / "doctor" / f"{b.key}-llama-tiny-Q8_0.gguf"
+        if not model.exists():
+            model.parent.mkdir(parents=True, exist_ok=True)
+            synth("llama", "tiny", model, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
+                  Path(b.bin_dir) / "llama-quantize")
+    spec = build_compare_spec({"arms": [{"name": "a", "source": DEFAULT_ENGINE}, {"name": "b", "source": DEFAULT_ENGINE}],
+                               "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": 8,
+                               "max_pairs": 8, "band": 0.001, "common_flags": ["-r", "3"]}, "doctor")
+    with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
+        err.print("A/A: the default engine against itself, 8 pairs of tg32 …", markup=False)
+        sid, comps = run_compare(store, spec, {"a": b, "b": b})
+        n = noise.estimate(store, sid)
+        c = comps[0]
+    import math as _math
+
+    import numpy as _np
+
+    logs = [_math.log(y / x) for x, y in zip(c.base_ts, c.cand_ts, strict=True)]
+    sd = float(_np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
+    need = doc.pairs_needed(sd)
+    if n is not None:
+        out.print(n.sentence(), markup=False)
+    out.print(f"A/A: {len(logs)} pairs, a pair's log ratio varies by {sd:.2%} (SD); pairs a verdict needs here: "
+              + ", ".join(f"±{band:.0%} {v if v is not None else '> 10000'}" for band, v in need.items())
+              + f" · doctor took {_time.monotonic() - t0:.0f} s", markup=False)
 
 
 @app.command()

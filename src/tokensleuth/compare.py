@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
 from tokensleuth.engines import llamabench_params as params
+from tokensleuth import noise
 from tokensleuth.plan import pair_round
 from tokensleuth.results import load_cells
 from tokensleuth.runner import TrialCallback, arm_runtime, execute
@@ -279,15 +280,38 @@ def _run_rounds(
         if not open_cells:
             break
         plan = []
+        reps = adaptive_reps(store, study_id, spec)
+        extra = ("-r", str(reps)) if reps is not None else ()
         for (model, w), target in open_cells.items():
             start = have.get((model, w), 0)
-            plan += pair_round(names, model, w, tuple(planned_argv(w)), start, target)
+            plan += pair_round(names, model, w, (*planned_argv(w), *extra), start, target)
         plan = _interleave_cells(plan)
         store.add_trials(study_id, plan)
         if on_round:
             on_round(len(open_cells), max(open_cells.values()))
+    n = noise.estimate(store, study_id)
+    if n is not None:
+        store.put_state(study_id, NOISE_STATE, n.to_json())
     store.finish_study(study_id)
     return analyze(store, study_id, spec)
+
+
+NOISE_STATE = "noise"  # noise.Noise.to_json() of the finished study
+FIRST_REPS = 3  # the first round's repetitions per process when the design is chosen for the user
+
+
+def user_reps(spec: CompareSpec) -> bool:
+    return any(f in ("-r", "--repetitions") for f in [*spec.common_flags, *(f for a in spec.arms for f in a.flags)])
+
+
+def adaptive_reps(store: Store, study_id: str, spec: CompareSpec) -> int | None:
+    """Repetitions per process for the next round: the user's -r wins (None: keep it), as does
+    a server arm (its -r is requests per trial); else FIRST_REPS until the study's own noise
+    can be estimated, then the cheapest allocation for it (noise.Noise.best_reps)."""
+    if user_reps(spec) or any(a.kind != "llama-bench" for a in spec.arms):
+        return None
+    n = noise.estimate(store, study_id)
+    return n.best_reps() if n is not None else FIRST_REPS
 
 
 def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
@@ -476,5 +500,10 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     checks = store.get_state(study_id, OUTPUTS_STATE)  # None: outputs were never checked
     if checks:
         md += "\n\n" + render_output_checks(checks)
-    return md, compare_json(study_id, spec, comps, engines, checks)
+    obj = compare_json(study_id, spec, comps, engines, checks)
+    n = store.get_state(study_id, NOISE_STATE)
+    if n:  # studies made before noise was measured have none
+        md += "\n\n" + noise.Noise.from_json(n).sentence()
+        obj["noise"] = n
+    return md, obj
 

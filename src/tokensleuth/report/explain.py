@@ -251,8 +251,16 @@ def roofline_section(store: Store, study_id: str, cpu_peak_gbs: float | None = N
             continue
         tps = float(np.mean(c.kept_tokens_per_s))
         achieved = b * tps / 1e9
-        on_gpu = any(x in GPU_BACKENDS for x in backends.get(c.arm, [])) and c.arm in gpu_peak
-        if on_gpu:
+        gpu_build = any(x in GPU_BACKENDS for x in backends.get(c.arm, []))
+        if gpu_build and c.arm not in gpu_peak:
+            # a GPU build with no peak to compare against (NVML gives it; amdgpu's sysfs has no
+            # memory bus width): the CPU's peak would be the wrong roof
+            rows.append((c.arm, Path(c.model).stem, c.test, f"{b / 1e6:.1f}", f"{tps:.1f}", f"{achieved:.1f}",
+                         "—", "no GPU peak known", "—"))
+            lines.append(f"{c.arm} {Path(c.model).stem} {c.test}: {achieved:.1f} GB/s achieved; no peak known for "
+                         "this GPU (NVML reports it; amdgpu's sysfs has no memory bus width).")
+            continue
+        if gpu_build:
             peak, source = gpu_peak[c.arm], "GPU (NVML)"
         else:
             if cpu_peak_gbs is None:

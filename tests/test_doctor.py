@@ -1,0 +1,80 @@
+"""doctor: each check on a fixture /sys and /proc tree (noisy and quiet), the one line compare
+prints, the pairs a verdict needs, and the real command with its A/A run."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth import doctor
+from tokensleuth.sources.build import EngineBuild
+
+
+def tree(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text + "\n")
+    return root
+
+
+def noisy(tmp_path: Path) -> tuple[Path, Path]:
+    sys_root = tree(tmp_path / "sys", {
+        "devices/system/cpu/cpu0/cpufreq/scaling_governor": "powersave",
+        "devices/system/cpu/cpu1/cpufreq/scaling_governor": "performance",
+        "devices/system/cpu/cpufreq/boost": "1",
+        "devices/system/cpu/smt/active": "1",
+        "kernel/mm/transparent_hugepage/enabled": "[always] madvise never",
+        "class/thermal/thermal_zone0/temp": "91000",
+    })
+    proc_root = tree(tmp_path / "proc", {"sys/kernel/randomize_va_space": "2"})
+    return sys_root, proc_root
+
+
+def test_a_noisy_machine_is_named_check_by_check(tmp_path: Path) -> None:
+    found = {f.name: f for f in doctor.cpu_checks(*noisy(tmp_path))}
+    assert not found["governor"].ok and found["governor"].seen == "performance, powersave"
+    assert "cpupower frequency-set -g performance" in found["governor"].fix
+    assert not found["boost"].ok and found["boost"].seen == "on"
+    assert not found["THP"].ok and found["THP"].seen == "always"
+    assert not found["temperature"].ok and found["temperature"].seen.startswith("91")
+    assert found["SMT"].ok and found["ASLR"].ok and found["ASLR"].seen == "on"  # notes, not faults
+    line = doctor.summary_line(list(found.values()))
+    assert line is not None and line.startswith("doctor: governor performance, powersave; boost on; THP always")
+
+
+def test_a_quiet_machine_says_nothing(tmp_path: Path) -> None:
+    sys_root = tree(tmp_path / "sys", {
+        "devices/system/cpu/cpu0/cpufreq/scaling_governor": "performance",
+        "devices/system/cpu/intel_pstate/no_turbo": "1",
+        "kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
+        "class/thermal/thermal_zone0/temp": "45000",
+    })
+    found = doctor.cpu_checks(sys_root, tmp_path / "proc")
+    assert all(f.ok for f in found), found
+    assert doctor.summary_line(found) is None
+
+
+def test_gpu_checks_on_the_fake_nvml() -> None:
+    from tests.monitor.fakes import FakeNVML
+
+    found = {f.name: f for f in doctor.gpu_checks(FakeNVML(gpu_pids=(4242,)))}
+    assert found["GPU0 clock"].seen == "SM 1980 of 1980 MHz now"
+    assert not found["GPU0 other processes"].ok and "4242" in found["GPU0 other processes"].seen
+
+
+def test_pairs_needed_follow_the_noise() -> None:
+    need = doctor.pairs_needed(0.02)
+    assert need[0.05] is not None and need[0.02] is not None and need[0.01] is not None
+    assert need[0.05] < need[0.02] < need[0.01]
+    # 99% t interval: t(0.995, n-1) * 0.02 / sqrt(n) < 0.05 first holds at n = 5 (4.60 * 0.02 / 2.24)
+    assert need[0.05] == 5
+    assert doctor.pairs_needed(0.5, limit=50)[0.01] is None
+
+
+def test_doctor_command_runs_its_checks_and_an_aa(engine: EngineBuild, cli_env: dict[str, str]) -> None:
+    p = subprocess.run([tokensleuth_bin(), "doctor"], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for name in ("ASLR", "THP", "other processes", "swap", "memory"):
+        assert name in p.stdout
+    assert "noise here:" in p.stdout and "pairs a verdict needs here: ±1%" in p.stdout

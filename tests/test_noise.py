@@ -1,0 +1,66 @@
+"""Variance components and the cheapest repetitions per process (noise.py), and a real
+compare that chooses its own -r."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.noise import Noise, Process, components
+from tokensleuth.sources.build import EngineBuild
+
+
+def test_best_reps_is_cochrans_allocation_bounded() -> None:
+    # sqrt(c_p s_w^2 / (c_r s_b^2)) = sqrt(1.0 * 0.01^2 / (0.05 * 0.02^2)) = sqrt(5) -> 2
+    assert Noise(0.02, 0.01, 1.0, 0.05, 10, 50).best_reps() == 2
+    # a costly process and quiet processes: many repetitions, bounded at 20
+    assert Noise(0.005, 0.02, 2.0, 0.01, 10, 50).best_reps() == 20
+    assert Noise(0.0, 0.02, 2.0, 0.01, 10, 50).best_reps() == 20
+    # sqrt(0.2 * 0.02^2 / (0.01 * 0.01^2)) = sqrt(80) -> 9
+    assert Noise(0.01, 0.02, 0.2, 0.01, 10, 50).best_reps() == 9
+    assert "noise here: 2.0% between processes, 1.0% within" in Noise(0.02, 0.01, 1.0, 0.05, 10, 50).sentence()
+
+
+def test_components_recover_simulated_levels() -> None:
+    rng = np.random.default_rng(7)
+    sb, sw = 0.03, 0.01
+    procs = []
+    for g in range(3):
+        for _ in range(60):
+            level = math.log(100.0) + rng.normal(0, sb)
+            logs = tuple(level + rng.normal(0, sw, 5))
+            procs.append(Process(("a", "m", g), logs, 1.5, 0.25))
+    n = components(procs)
+    assert n is not None
+    assert abs(n.between_cv - sb) / sb < 0.2 and abs(n.within_cv - sw) / sw < 0.1
+    assert n.process_s == 1.25 and n.rep_s == 0.05 and n.processes == 180 and n.repetitions == 900
+    assert components(procs[:1]) is None  # one process: no between estimate
+
+
+def test_compare_without_r_chooses_its_repetitions(engine: EngineBuild, dense_model: Path, tmp_path: Path,
+                                                   cli_env: dict[str, str]) -> None:
+    out = tmp_path / "c.json"
+    p = subprocess.run([tokensleuth_bin(), "compare", "--arm", f"a={engine.source}", "--arm", f"b={engine.source}",
+                        "-m", str(dense_model), "-w", "tg8", "--min-pairs", "3", "--max-pairs", "6", "--json",
+                        str(out), "--", "-t", "1"], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    n = json.loads(out.read_text())["noise"]
+    assert 2 <= n["best_reps"] <= 20 and n["processes"] >= 6 and n["rep_s"] > 0
+    assert "noise here:" in p.stdout and "cheapest -r here:" in p.stdout
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    argvs = [json.loads(a) for (a,) in con.execute("SELECT argv_json FROM trials ORDER BY seq")]
+    assert argvs[0][-2:] == ["-r", "3"]  # the first round, before the study's own noise is known
+    # with -r given, the user's choice stands: no -r is added to the trials
+    p = subprocess.run([tokensleuth_bin(), "compare", "--arm", f"a={engine.source}", "--arm", f"b={engine.source}",
+                        "-m", str(dense_model), "-w", "tg8", "--min-pairs", "2", "--max-pairs", "2", "--", "-t", "1",
+                        "-r", "2"], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert p.returncode in (0, 1), p.stderr[-2000:]
+    last = con.execute("SELECT id FROM studies ORDER BY created_at DESC LIMIT 1").fetchone()[0]
+    assert all("-r" not in json.loads(a) for (a,) in
+               con.execute("SELECT argv_json FROM trials WHERE study_id=?", (last,)))
