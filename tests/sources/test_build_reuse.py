@@ -1,0 +1,56 @@
+"""Builds reuse one build directory per family: the next revision recompiles what changed."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tokensleuth.paths import cache_dir
+from tokensleuth.sources.build import BuildCache, sync_tree
+
+
+def test_sync_tree_touches_only_what_changed(tmp_path: Path) -> None:
+    src, dst = tmp_path / "v2", tmp_path / "mirror"
+    (src / "a").mkdir(parents=True)
+    (src / "a" / "same.c").write_text("int same;\n")
+    (src / "a" / "changed.c").write_text("int v = 2;\n")
+    (src / "new.h").write_text("#pragma once\n")
+    (dst / "a").mkdir(parents=True)
+    (dst / "a" / "same.c").write_text("int same;\n")
+    (dst / "a" / "changed.c").write_text("int v = 1;\n")
+    (dst / "gone.c").write_text("int gone;\n")
+    old = 1_000_000_000
+    for f in ("a/same.c", "a/changed.c"):
+        os.utime(dst / f, (old, old))
+    assert sync_tree(src, dst) == 3  # changed.c rewritten, new.h added, gone.c removed
+    assert (dst / "a" / "changed.c").read_text() == "int v = 2;\n" and (dst / "new.h").exists()
+    assert not (dst / "gone.c").exists()
+    assert (dst / "a" / "same.c").stat().st_mtime == old  # untouched: ninja keeps its object
+    assert (dst / "a" / "changed.c").stat().st_mtime > old  # newer than any object built from the old one
+    assert sync_tree(src, dst) == 0
+
+
+def ninja_steps(lines: list[str]) -> int:
+    """The most steps a ninja run announced ([k/N] lines): what it had to do."""
+    return max((int(m.group(1)) for ln in lines if (m := re.match(r"\[\d+/(\d+)\]", ln))), default=0)
+
+
+@pytest.mark.slow
+def test_the_next_commit_recompiles_only_what_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history()
+    # a cache of its own (no finished build to hit), with the machine's warm compiler cache
+    monkeypatch.setenv("CCACHE_DIR", str(cache_dir() / "ccache"))
+    cache = BuildCache(tmp_path / "cache")
+    first: list[str] = []
+    cache.get(f"git:{repo}@{shas['n1']}", log=first.append)
+    second: list[str] = []
+    b = cache.get(f"git:{repo}@{shas['n2']}", log=second.append)  # n2 changes one small source file
+    assert (Path(b.bin_dir) / "llama-bench").exists()
+    assert ninja_steps(first) > 100  # the first build in the family: everything
+    assert 0 < ninja_steps(second) < 30, second[-20:]  # then: the changed file, its library, the links
+    assert len(list((tmp_path / "cache" / "work").glob("build-*"))) == 1  # one directory, reused
