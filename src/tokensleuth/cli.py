@@ -801,12 +801,11 @@ def report(
 
 @app.command()
 def doctor(
-    aa: Annotated[bool, typer.Option("--aa/--no-aa", help="Also run a short A/A compare (about 30 s).")] = True,
+    aa: Annotated[bool, typer.Option("--aa/--no-aa", help="Also run a short A/A compare (seconds on a tiny model).")] = True,
     model: Annotated[Optional[Path], typer.Option("--model", "-m", help="GGUF model for the A/A run "
                                                   "(default: a tiny synthetic one).")] = None,
 ) -> None:
     """What will make measurements noisy here, each with its fix; then this machine's noise."""
-    import tempfile
     import time as _time
 
     from tokensleuth import doctor as doc
@@ -819,13 +818,10 @@ def doctor(
                     [False, False, False, False]), markup=False)
     if not aa:
         return
-    from tokensleuth import noise
-    from tokensleuth.compare import run_compare
     from tokensleuth.models.synth import synth
     from tokensleuth.paths import cache_dir
     from tokensleuth.sources import DEFAULT_ENGINE
     from tokensleuth.sources.build import BuildCache
-    from tokensleuth.spec import build_compare_spec, model_paths
 
     b = get_build(DEFAULT_ENGINE, [])
     if model is None:
@@ -834,25 +830,13 @@ def doctor(
             model.parent.mkdir(parents=True, exist_ok=True)
             synth("llama", "tiny", model, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
                   Path(b.bin_dir) / "llama-quantize")
-    spec = build_compare_spec({"arms": [{"name": "a", "source": DEFAULT_ENGINE}, {"name": "b", "source": DEFAULT_ENGINE}],
-                               "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": 8,
-                               "max_pairs": 8, "band": 0.001, "common_flags": ["-r", "3"]}, "doctor")
-    with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
-        err.print("A/A: the default engine against itself, 8 pairs of tg32 …", markup=False)
-        sid, comps = run_compare(store, spec, {"a": b, "b": b})
-        n = noise.estimate(store, sid)
-        c = comps[0]
-    import math as _math
-
-    import numpy as _np
-
-    logs = [_math.log(y / x) for x, y in zip(c.base_ts, c.cand_ts, strict=True)]
-    sd = float(_np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
-    need = doc.pairs_needed(sd)
-    if n is not None:
-        out.print(n.sentence(), markup=False)
-    out.print(f"A/A: {len(logs)} pairs, a pair's log ratio varies by {sd:.2%} (SD); pairs a verdict needs here: "
-              + ", ".join(f"±{band:.0%} {v if v is not None else '> 10000'}" for band, v in need.items())
+    err.print(f"A/A: the default engine against itself, {doc.AA_PAIRS} pairs of tg32 …", markup=False)
+    got = doc.run_aa(b, model)
+    if got.noise is not None:
+        out.print(got.noise.sentence(), markup=False)
+    out.print(f"A/A: {got.pairs} pairs, a pair's log ratio varies by {got.log_ratio_sd:.2%} (SD); pairs a verdict "
+              "needs here: " + ", ".join(f"±{band:.0%} {v if v is not None else '> 10000'}"
+                                         for band, v in got.pairs_needed.items())
               + f" · doctor took {_time.monotonic() - t0:.0f} s", markup=False)
 
 

@@ -167,6 +167,43 @@ def summary_line(found: Sequence[Finding]) -> str | None:
             + " — these add noise; `tokensleuth doctor` says how to fix each")
 
 
+AA_PAIRS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class AA:
+    """The short A/A run: this machine's noise and what a verdict would cost here."""
+
+    pairs: int
+    log_ratio_sd: float
+    noise: Any  # noise.Noise | None
+    pairs_needed: dict[float, int | None]
+
+
+def run_aa(build: Any, model: Path) -> AA:
+    """The default engine against itself, AA_PAIRS pairs of tg32 at -r 3, in a throw-away store."""
+    import math
+    import tempfile
+
+    import numpy as np
+
+    from tokensleuth import noise
+    from tokensleuth.compare import run_compare
+    from tokensleuth.spec import build_compare_spec, model_paths
+    from tokensleuth.store import Store
+
+    spec = build_compare_spec({"arms": [{"name": "a", "source": build.source}, {"name": "b", "source": build.source}],
+                               "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": AA_PAIRS,
+                               "max_pairs": AA_PAIRS, "band": 0.001, "common_flags": ["-r", "3"]}, "doctor")
+    with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
+        sid, comps = run_compare(store, spec, {"a": build, "b": build})
+        n = noise.estimate(store, sid)
+    c = comps[0]
+    logs = [math.log(y / x) for x, y in zip(c.base_ts, c.cand_ts, strict=True)]
+    sd = float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
+    return AA(len(logs), sd, n, pairs_needed(sd))
+
+
 def pairs_needed(log_ratio_sd: float, bands: Sequence[float] = (0.01, 0.02, 0.05), limit: int = 10_000) -> dict[float, int | None]:
     """Pairs for a 99% interval of an A/A ratio to fit inside ±band, at this SD of a pair's log ratio."""
     from scipy import stats as sps
