@@ -37,10 +37,13 @@ CONTROLS: dict[str, tuple[list[str], list[str]]] = {
 }
 
 
+BASE = ["-p", "0", "-n", "32", "-r", "3", "-t", "1"]
+
+
 def run(bench: Path, model: Path, flags: list[str], wrapper: list[str], env_pad: int = 0) -> float:
     env = dict(os.environ, TOKENSLEUTH_PAD="x" * env_pad)
-    out = subprocess.run([*wrapper, str(bench), "-m", str(model), "-p", "0", "-n", "32", "-r", "3", "-t", "1",
-                          *flags, "-o", "jsonl"], capture_output=True, text=True, check=True, env=env)
+    out = subprocess.run([*wrapper, str(bench), "-m", str(model), *BASE, *flags, "-o", "jsonl"],
+                         capture_output=True, text=True, check=True, env=env)
     return float(json.loads(out.stdout.splitlines()[0])["avg_ts"])
 
 
@@ -57,14 +60,17 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=30)
     ap.add_argument("--bench", type=Path)
     ap.add_argument("--model", type=Path)
+    ap.add_argument("--base", default=" ".join(BASE), help="llama-bench flags of every process (e.g. add -ngl 99)")
     a = ap.parse_args()
+    BASE[:] = a.base.split()
     if a.bench and a.model:
         bench, model = a.bench, a.model
     else:
         engine = default_engine()
         bench, model = Path(engine.bin_dir) / "llama-bench", tiny_model(engine, "llama")
     n = a.processes
-    print(f"machine: {os.cpu_count()} CPUs; {n} processes per side, interleaved; tg32 -r 3 -t 1; {model.name}")
+    print(f"machine: {os.cpu_count()} CPUs; {n} processes per side, interleaved; llama-bench {' '.join(BASE)}; "
+          f"{model.name}")
     for name, (flags, wrapper) in CONTROLS.items():
         on, off = [], []
         for _ in range(n):
