@@ -311,7 +311,25 @@ def adaptive_reps(store: Store, study_id: str, spec: CompareSpec) -> int | None:
     if user_reps(spec) or any(a.kind != "llama-bench" for a in spec.arms):
         return None
     n = noise.estimate(store, study_id)
-    return n.best_reps() if n is not None else FIRST_REPS
+    if n is None:
+        return FIRST_REPS
+    # damped: at most double or halve per round. An early between-process estimate is noisy
+    # (from 5 pairs it is often clipped at 0, which alone would send r to its bound)
+    prev = last_reps(store, study_id) or FIRST_REPS
+    return max(noise.R_MIN, max(prev // 2, min(2 * prev, n.best_reps())))
+
+
+def last_reps(store: Store, study_id: str) -> int | None:
+    """The -r of the study's most recently planned trial (None: none planned with one)."""
+    row = store.db.execute("SELECT argv_json FROM trials WHERE study_id=? ORDER BY seq DESC LIMIT 1",
+                           (study_id,)).fetchone()
+    if row is None:
+        return None
+    argv = json.loads(row["argv_json"])
+    for i, a in enumerate(argv[:-1]):
+        if a in ("-r", "--repetitions") and argv[i + 1].isdigit():
+            return int(argv[i + 1])
+    return None
 
 
 def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
