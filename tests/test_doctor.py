@@ -60,7 +60,7 @@ def test_gpu_checks_on_the_fake_nvml() -> None:
 
     found = {f.name: f for f in doctor.gpu_checks(FakeNVML(gpu_pids=(4242,)))}
     assert found["GPU0 clock"].seen == "SM 1980 of 1980 MHz now"
-    assert not found["GPU0 other processes"].ok and "4242" in found["GPU0 other processes"].seen
+    assert not found["GPU other processes"].ok and "4242" in found["GPU other processes"].seen
 
 
 def test_pairs_needed_follow_the_noise() -> None:

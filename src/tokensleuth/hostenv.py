@@ -11,7 +11,8 @@ from typing import Any
 import psutil
 
 
-def _read(p: Path) -> str | None:
+def read_value(p: Path) -> str | None:
+    """A /sys or /proc file's stripped text, or None when it cannot be read."""
     try:
         return p.read_text().strip()
     except OSError:
@@ -21,12 +22,12 @@ def _read(p: Path) -> str | None:
 def host_environment(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> dict[str, Any]:
     """Host facts that can confound a measurement: CPU, governor, load, kernel."""
     cpu_model = None
-    info = _read(proc_root / "cpuinfo") or ""
+    info = read_value(proc_root / "cpuinfo") or ""
     for line in info.splitlines():
         if line.startswith("model name"):
             cpu_model = line.split(":", 1)[1].strip()
             break
-    governor = _read(sys_root / "devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    governor = read_value(sys_root / "devices/system/cpu/cpu0/cpufreq/scaling_governor")
     vm = psutil.virtual_memory()
     return {
         "host": socket.gethostname(),

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from tokensleuth.paths import write_atomic
 from tokensleuth.engines import perplexity as ppl
 from tokensleuth.engines.proc import ProcResult, run_process
 from tokensleuth.errors import EngineError, UserError
@@ -67,7 +68,7 @@ def corpus_text(n_words: int = 4000, seed: int = 0) -> str:
 def write_corpus(workdir: Path) -> Path:
     p = workdir / f"corpus-v{CORPUS_VERSION}.txt"
     if not p.exists():
-        _atomic_write(p, corpus_text())
+        write_atomic(p, corpus_text())
     return p
 
 
@@ -120,12 +121,6 @@ class OutputCheck:
                           "same_top_p": self.floor.same_top_p},
                 "tolerance": self.tolerance.to_json(), "settings": self.settings.to_json(),
                 "seconds": round(self.seconds, 3)}
-
-
-def _atomic_write(p: Path, text: str) -> None:
-    tmp = p.with_name(p.name + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    tmp.replace(p)
 
 
 def _model_id(model: str) -> str:
@@ -210,7 +205,7 @@ class OutputChecker:
             # The base cannot read its own file: the file is suspect, never reuse it.
             self._base_path(base, model, flags).unlink(missing_ok=True)
             raise
-        _atomic_write(p, json.dumps(stats.to_json()))
+        write_atomic(p, json.dumps(stats.to_json()))
         return stats
 
     def check(self, base: EngineBuild, cand: EngineBuild, model: str, flags: Sequence[str] = (),

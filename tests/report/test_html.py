@@ -72,6 +72,14 @@ def test_compare_page_shows_every_figure_and_its_numbers(studies: dict[str, str]
     assert page.stat().st_size < 600_000
 
 
+def test_a_bad_html_path_is_one_line(studies: dict[str, str]) -> None:
+    p = subprocess.run([tokensleuth_bin(), "report", studies["bench"], "--html", studies["dir"]], env=env_of(studies),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip().splitlines() == [f"error: --html {studies['dir']} is a directory — give a file path, "
+                                             f"e.g. {Path(studies['dir']) / 'report.html'}"]
+
+
 def test_bench_page_and_issue_markdown(studies: dict[str, str]) -> None:
     env = env_of(studies)
     page = Path(studies["dir"]) / "bench.html"

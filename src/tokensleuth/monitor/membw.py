@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tokensleuth.paths import write_atomic
+
 BUFFER_BYTES = 512 << 20  # far beyond any L3 cache
 
 
@@ -54,8 +56,5 @@ def cpu_peak_gbs(cache: Path) -> float:
         known = {}
     if key not in known:
         known[key] = round(probe_gbs(), 1)
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(cache.name + ".tmp")
-        tmp.write_text(json.dumps(known))
-        tmp.replace(cache)
+        write_atomic(cache, json.dumps(known))
     return float(known[key])

@@ -7,10 +7,10 @@ Markdown line for the text report) when the study has what it needs, nothing oth
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
-import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,7 +71,7 @@ def _diff(b: Line, c: Line, which: str, confidence: float = 0.99) -> tuple[float
     return d, float(sps.t.ppf(0.5 + confidence / 2, dof)) * math.sqrt(se2)
 
 
-def depth_section(store: Store, study_id: str) -> tuple[Section, str] | None:
+def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
     """For a compare with the same test at several depths: each arm's line and where the
     change is (the per-token constant, the depth-dependent slope, or both)."""
     from tokensleuth.compare import analyze
@@ -130,7 +130,7 @@ def depth_section(store: Store, study_id: str) -> tuple[Section, str] | None:
 # -- placement: where each arm's weights and buffers live ------------------------------------
 
 
-def placement_section(store: Store, study_id: str) -> tuple[Section, str] | None:
+def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
     """Per arm and model: buffers per device, offloaded layers, named tensors; and for each
     candidate one sentence on how its placement differs from the baseline's, beside the
     measured ratios of that model."""
@@ -148,9 +148,7 @@ def placement_section(store: Store, study_id: str) -> tuple[Section, str] | None
     lines: list[str] = []
     ratios: dict[tuple[str, str], list[str]] = defaultdict(list)
     if row["kind"] == "compare":
-        from tokensleuth.studies import kind_of
-
-        for c in kind_of("compare").render_stored(store, study_id)[1].get("comparisons", []):
+        for c in obj.get("comparisons", []):
             if c["ratio"] is not None:
                 ratios[(c["candidate"], c["model"])].append(
                     f"{c['workload']} {c['ratio']:.3f} [{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]")
@@ -193,7 +191,7 @@ def bytes_per_token(model: Path) -> int | None:
     user cache by (path, size, mtime): reading a GGUF's header takes seconds for a 150k vocab.
     None when the file is gone (a study copied from another machine)."""
     from tokensleuth.models.info import model_info
-    from tokensleuth.paths import cache_dir
+    from tokensleuth.paths import cache_dir, write_atomic
 
     try:
         st = model.stat()
@@ -210,17 +208,13 @@ def bytes_per_token(model: Path) -> int | None:
             known[key] = model_info(model).bytes_per_token
         except Exception:  # noqa: BLE001 - not a readable GGUF any more: no roofline for it
             return None
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(cache.name + f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(known))
-            tmp.replace(cache)
-        except OSError:
-            pass
+        with contextlib.suppress(OSError):  # a read-only cache only costs the next report the read
+            write_atomic(cache, json.dumps(known))
     return int(known[key])
 
 
-def roofline_section(store: Store, study_id: str, cpu_peak_gbs: float | None = None) -> tuple[Section, str] | None:
+def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
+                     cpu_peak_gbs: float | None = None) -> tuple[Section, str] | None:
     """Decode (tgN) reads the model's active weights once per token: achieved bandwidth =
     bytes per token x tokens/s. Against the GPU's peak (NVML: bus width x memory clock x 2)
     when the arm ran on a GPU build on a host with one, else against this machine's CPU read
@@ -285,15 +279,14 @@ def roofline_section(store: Store, study_id: str, cpu_peak_gbs: float | None = N
 # -- what changed in the source at a bisect's culprit ------------------------------------------
 
 
-def changes_section(store: Store, study_id: str) -> tuple[Section, str] | None:
+def changes_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
     """The culprit's changed files, grouped by whether the measured build compiles them,
     with the diff of those it does (the bisect stored it when it ended)."""
     from tokensleuth.sources.changes import render_changes
 
     if store.study(study_id)["kind"] != "bisect":
         return None
-    r = store.get_state(study_id, "result") or {}
-    ch = r.get("changes") or {}
+    ch = obj.get("changes") or {}  # the bisect's result
     if not ch.get("files"):
         return None
     text = render_changes(ch)
@@ -309,21 +302,12 @@ def changes_section(store: Store, study_id: str) -> tuple[Section, str] | None:
 MAKERS = (placement_section, depth_section, roofline_section, changes_section)
 
 
-def sections(store: Store, study_id: str) -> list[Section]:
-    """Every explanation this study can give, for its HTML page."""
-    out = []
-    for make in MAKERS:
-        got = make(store, study_id)
-        if got is not None:
-            out.append(got[0])
-    return out
+def explain(store: Store, study_id: str, obj: dict[str, Any]) -> list[tuple[Section, str]]:
+    """Every explanation this study can give, once: its page section and its Markdown
+    (empty when the study's own report already says it). ``obj``: the kind's JSON object."""
+    return [got for make in MAKERS if (got := make(store, study_id, obj)) is not None]
 
 
-def markdown(store: Store, study_id: str) -> str:
-    """The same explanations as Markdown lines (for the text and issue reports)."""
-    out = []
-    for make in MAKERS:
-        got = make(store, study_id)
-        if got is not None and got[1]:
-            out.append(got[1])
-    return "\n\n".join(out)
+def markdown(explained: Sequence[tuple[Section, str]]) -> str:
+    """The explanations' Markdown, for the text and issue reports."""
+    return "\n\n".join(md for _, md in explained if md)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import jinja2
 
 from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
 
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.report", "templates"),
+TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.report", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 
@@ -50,23 +51,27 @@ def arms_table(store: Store, study_id: str) -> list[dict[str, str]]:
     return out
 
 
-def host_rows(store: Store, study_id: str) -> list[tuple[str, str]]:
-    """The machine the first finished trial ran on (what its environment recorded)."""
+def first_env(store: Store, study_id: str) -> dict[str, Any]:
+    """The environment the study's first finished trial recorded (host, CPU, GPUs, argv)."""
     for t in store.trials(study_id):
         if t["status"] == "done" and t["env_json"]:
-            env = json.loads(t["env_json"])
-            rows = [(k, str(env[k])) for k in ("host", "cpu_model", "cpu_count", "kernel", "governor",
-                                                  "mem_available_mb") if env.get(k) is not None]
-            gpus = ((env.get("monitor") or {}).get("nvidia") or {})
-            if gpus.get("devices"):
-                rows.append(("GPU", ", ".join(str(d.get("name")) for d in gpus["devices"])
-                             + f" (driver {gpus.get('driver')})"))
-            return rows
-    return []
+            return dict(json.loads(t["env_json"]))
+    return {}
 
 
-def render_html(store: Store, study_id: str, nav: str | None = None,
-                sections: list[Section] | None = None) -> str:
+def host_rows(env: dict[str, Any]) -> list[tuple[str, str]]:
+    """The machine, as rows of the page's table."""
+    rows = [(k, str(env[k])) for k in ("host", "cpu_model", "cpu_count", "kernel", "governor",
+                                          "mem_available_mb") if env.get(k) is not None]
+    gpus = ((env.get("monitor") or {}).get("nvidia") or {})
+    if gpus.get("devices"):
+        rows.append(("GPU", ", ".join(str(d.get("name")) for d in gpus["devices"]) + f" (driver {gpus.get('driver')})"))
+    return rows
+
+
+def render_html(store: Store, study_id: str, nav: str | None = None, sections: list[Section] | None = None,
+                rendered: tuple[str, dict[str, Any]] | None = None) -> str:
+    """The study's page. ``rendered``: the kind's (Markdown, JSON) when the caller has them."""
     from tokensleuth import __version__
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
@@ -74,14 +79,14 @@ def render_html(store: Store, study_id: str, nav: str | None = None,
     row = store.study(study_id)
     sid = str(row["id"])
     kind = kind_of(str(row["kind"]))
-    md, obj = kind.render_stored(store, sid)
+    md, obj = rendered or kind.render_stored(store, sid)
     warn_md = render_warnings(store.warnings(sid))
     figures: list[Figure] = kind.figures(store, sid, obj)
     summary = obj.get("summary") or (md.strip().splitlines() or [""])[0]
     warnings = [ln[2:] for ln in warn_md.splitlines() if ln.startswith("- ")]
-    return _ENV.get_template("study.html.j2").render(
+    return TEMPLATES.get_template("study.html.j2").render(
         title=f"tokensleuth {row['kind']} · {kind.describe(json.loads(row['spec_json']))}"[:200],
         kind=str(row["kind"]), study_id=sid, status=str(row["status"]), created=_when(row["created_at"]),
         engine_s=f"{store.engine_seconds(sid):.1f}", summary=summary, arms=arms_table(store, sid),
-        host=host_rows(store, sid), figures=figures, extra_sections=sections or [], warnings=warnings,
+        host=host_rows(first_env(store, sid)), figures=figures, extra_sections=sections or [], warnings=warnings,
         markdown=md + warn_md, version=__version__, nav=nav)

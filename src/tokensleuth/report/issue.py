@@ -41,13 +41,6 @@ def compare_study_toml(spec: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _env_of(store: Store, study_id: str) -> dict[str, Any]:
-    for t in store.trials(study_id):
-        if t["status"] == "done" and t["env_json"]:
-            return dict(json.loads(t["env_json"]))
-    return {}
-
-
 def _engine_commands(store: Store, study_id: str) -> list[str]:
     """One engine command line per arm (the first finished trial's argv), as a user types it."""
     seen: dict[str, str] = {}
@@ -71,17 +64,17 @@ def _log_tail(store: Store, study_id: str) -> str:
                      f"{t['stderr_tail']}" for t in pick).strip()
 
 
-def render_issue(store: Store, study_id: str) -> str:
-    from tokensleuth.report.explain import markdown as explain_markdown
+def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any]], why: str = "") -> str:
+    """``rendered``: the kind's (Markdown, JSON); ``why``: the explanations' Markdown."""
+    from tokensleuth.report.html import first_env
     from tokensleuth.report.markdown import render_warnings
-    from tokensleuth.studies import kind_of
 
     row = store.study(study_id)
     sid = str(row["id"])
     kind = str(row["kind"])
-    md, obj = kind_of(kind).render_stored(store, sid)
+    md, obj = rendered
     spec = json.loads(row["spec_json"])
-    env = _env_of(store, sid)
+    env = first_env(store, sid)
     arms = store.arms(sid)
     engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in arms}
 
@@ -106,7 +99,6 @@ def render_issue(store: Store, study_id: str) -> str:
     if obj.get("summary"):
         out += [str(obj["summary"]), ""]
     out += [md.strip(), ""]
-    why = explain_markdown(store, sid)
     if why:
         out += [why, ""]
     warn = render_warnings(store.warnings(sid)).strip()

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import secrets
-import stat
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from tokensleuth.errors import UserError
+from tokensleuth.paths import write_atomic
 from tokensleuth.results import Cell
 from tokensleuth.stats import summarize
 
@@ -52,7 +50,7 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
     }
 
 
-def check_json_target(path: Path) -> None:
+def check_json_target(path: Path, option: str = "--json") -> None:
     """Refuse a ``--json`` path that cannot be written, before any engine time is spent.
 
     A path that exists must be writable and not a directory; a new file needs its
@@ -63,49 +61,23 @@ def check_json_target(path: Path) -> None:
     except FileNotFoundError:
         st = None
     except OSError as exc:
-        raise UserError(f"cannot use --json {path}: {exc.strerror or exc} — give another path") from None
+        raise UserError(f"cannot use {option} {path}: {exc.strerror or exc} — give another path") from None
     if st is not None:
         if path.is_dir():
-            raise UserError(f"--json {path} is a directory — give a file path, e.g. {path / 'result.json'}")
+            raise UserError(f"{option} {path} is a directory — give a file path, e.g. {path / ('report.html' if option == '--html' else 'result.json')}")
         if path.exists() and not os.access(path, os.W_OK):
-            raise UserError(f"--json {path} is not writable — give another path or change its permissions")
+            raise UserError(f"{option} {path} is not writable — give another path or change its permissions")
         return
     folder = path.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
-        raise UserError(f"--json {path}: {folder} is not a directory — give a path inside a folder")
+        raise UserError(f"{option} {path}: {folder} is not a directory — give a path inside a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise UserError(f"--json {path}: cannot create files in {folder} — give a writable path")
+        raise UserError(f"{option} {path}: cannot create files in {folder} — give a writable path")
 
 
 def write_json(path: Path, obj: dict[str, Any]) -> None:
-    """Write ``obj`` to ``path``: a regular file atomically, anything else directly.
-
-    A regular file (or a new one) is written to a temporary file beside it and renamed
-    over it, so a reader never sees half a file. A character device (/dev/null,
-    /dev/full), a FIFO, a socket or a symbolic link (/dev/stdout) is written through
-    as it is: renaming over it would replace the device or the link with a plain file.
-    Write errors are OSError, for the caller to report.
-    """
-    text = json.dumps(obj, indent=2, default=str) + "\n"
-    try:
-        st: os.stat_result | None = path.lstat()
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tokensleuth-{os.getpid()}-{secrets.token_hex(4)}.json.tmp")  # short: any name fits
-    # os.open with 0o666 lets the umask decide the mode, as a plain open() would
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, st.st_mode & 0o7777 if st else 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``obj`` to ``path`` (paths.write_atomic: a regular file whole or not at all).
+    Write errors are OSError, for the caller to report."""
+    write_atomic(path, json.dumps(obj, indent=2, default=str) + "\n")

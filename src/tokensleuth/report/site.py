@@ -16,13 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jinja2
-
+from tokensleuth.paths import write_atomic
 from tokensleuth.report import plots
+from tokensleuth.report.html import TEMPLATES
 from tokensleuth.store import Store
 
-_ENV = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.report", "templates"),
-                          autoescape=True, undefined=jinja2.StrictUndefined)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +103,7 @@ def _changed_versions(store: Store) -> set[tuple[str, str, str]]:
 
 
 def build_site(store: Store, dest: Path) -> SiteStats:
-    from tokensleuth.report.explain import sections
+    from tokensleuth.report.explain import explain
     from tokensleuth.report.html import render_html
     from tokensleuth.studies import kind_of
 
@@ -131,7 +129,8 @@ def build_site(store: Store, dest: Path) -> SiteStats:
             try:
                 md, obj = kind.render_stored(store, sid)
                 headline = _headline(str(s["kind"]), obj, md)
-                html = render_html(store, sid, nav="../index.html", sections=sections(store, sid))
+                html = render_html(store, sid, nav="../index.html", rendered=(md, obj),
+                                   sections=[sec for sec, _ in explain(store, sid, obj)])
             except Exception as exc:  # noqa: BLE001 - one unreadable study must not take the site down
                 from tokensleuth.errors import UserError
 
@@ -139,7 +138,7 @@ def build_site(store: Store, dest: Path) -> SiteStats:
                     raise
                 headline, html = f"not rendered: {exc}", None
             if html is not None:
-                _write(page, html)
+                write_atomic(page, html)
                 written += 1
             old = {"fp": fp, "headline": headline, "rendered": html is not None}
             pages[sid] = old
@@ -155,15 +154,15 @@ def build_site(store: Store, dest: Path) -> SiteStats:
         fp = hashlib.sha256(json.dumps(pts).encode()).hexdigest()[:16]
         if hist_fp.get(name) != fp or not (dest / "history" / name).exists():
             svg = plots.history([(v, t, ch) for v, t, ch, _ in pts], f"{model} · {workload}")
-            _write(dest / "history" / name, _ENV.get_template("history.html.j2").render(
+            write_atomic(dest / "history" / name, TEMPLATES.get_template("history.html.j2").render(
                 model=model, workload=workload, svg=svg, points=pts))
             hist_fp[name] = fp
             written += 1
         hist_rows.append({"model": model, "workload": workload, "href": f"history/{name}", "n": len(pts),
                           "last": f"{pts[-1][1]:.2f}"})
-    _write(dest / "index.html", _ENV.get_template("index.html.j2").render(
+    write_atomic(dest / "index.html", TEMPLATES.get_template("index.html.j2").render(
         studies=sorted(index_rows, key=lambda r: r["created"], reverse=True), histories=hist_rows))
-    _write(manifest_path, json.dumps({"pages": pages, "history": hist_fp}, indent=1))
+    write_atomic(manifest_path, json.dumps({"pages": pages, "history": hist_fp}, indent=1))
     return SiteStats(len(index_rows), written, len(hist_rows))
 
 
@@ -173,7 +172,3 @@ def _day(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)

