@@ -28,6 +28,6 @@ if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v chromium >/dev/null
 fi
 if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; then
     python3 -m venv .venv
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fleet]'
     touch .venv/.installed
 fi

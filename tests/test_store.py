@@ -102,10 +102,10 @@ def test_schema_1_store_opens_and_migrates(tmp_path: Path) -> None:
     con.commit()
     con.close()
     with Store(p) as s:
-        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         assert s.study("abc")["status"] == "running"
         assert s.holder("abc") is None  # the lease table exists
-        assert "boot_id" in {r[1] for r in s.db.execute("PRAGMA table_info(trials)")}
+        assert {"boot_id", "node"} <= {r[1] for r in s.db.execute("PRAGMA table_info(trials)")}
 
 
 # -- study ids ---------------------------------------------------------------------------
@@ -321,7 +321,7 @@ def test_a_store_made_by_the_landed_version_is_upgraded_in_place(tmp_path: Path,
         want = json.loads((FIXTURES / f"store-v2-report-{sid}.json").read_text())
         assert json.loads(out.read_text()) == want
     with Store(db) as s:
-        assert s.db.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert s.db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
         rows = s.db.execute("SELECT s.n_prompt, s.n_gen, r.n_prompt AS rp, r.n_gen AS rg, a.kind FROM samples s"
                             " JOIN results r ON r.id=s.result_id JOIN trials t ON t.id=r.trial_id"
                             " JOIN arms a ON a.id=t.arm_id").fetchall()

@@ -7,7 +7,7 @@ from typing import Any
 
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.monitor.sources import Source
-from tokensleuth.runner import TrialCallback, arm_runtime, execute
+from tokensleuth.runner import Executor, TrialCallback, arm_runtime, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import PlannedTrial, Store, StudyHandle
@@ -45,6 +45,8 @@ def run_bench(
     kind: str = DEFAULT_KIND,
     workloads: Sequence[str] = (),
     api_key_env: str | None = None,
+    executor: Executor | None = None,
+    identity: dict[str, Any] | None = None,
 ) -> str:
     """Run (or resume) a bench study and return its id (``sources``: the monitor's, default probed).
 
@@ -54,7 +56,7 @@ def run_bench(
     anything runs.
     """
     env = env or {}
-    spec = bench_spec(build, models, flags, trials, env, kind, workloads)
+    spec = dict(bench_spec(build, models, flags, trials, env, kind, workloads), **(identity or {}))
     # Trial-major order: each model (and workload) once per round, so drift hits all alike.
     # Without workloads, llama-bench runs the tests its own flags name, in one process.
     plan = [PlannedTrial(ARM, m, w, tuple(planned_argv(w)) if w else ())
@@ -69,7 +71,7 @@ def run_bench(
     arm = arm_runtime(ARM, build, flags, env, kind, api_key_env)
     with store.lease(handle.id):
         execute(store, handle.id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
-                interval_s=interval_s)
+                interval_s=interval_s, executor=executor)
         statuses = [t["status"] for t in store.trials(handle.id)]
         store.finish_study(handle.id, "done" if "done" in statuses else "failed")
     return handle.id

@@ -12,10 +12,11 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
 from tokensleuth.errors import EngineError, UserError
@@ -24,6 +25,9 @@ from tokensleuth.outputs import CHECK_TARGETS
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import Store
+
+if TYPE_CHECKING:
+    from tokensleuth.fleet import Fleet
 
 OUTCOMES = ("good", "bad", "skip", "crash", "unresolved")
 
@@ -70,6 +74,59 @@ def search(n: int, judge: Callable[[int], str]) -> SearchResult:
     res.culprit_range = list(range(lo + 1, hi + 1))
     res.first_bad = hi if hi - lo == 1 else None
     return res
+
+
+def probe_points(lo: int, hi: int, tried: Collection[int], k: int) -> list[int]:
+    """Up to ``k`` untried candidates that split (lo, hi) into k+1 near-equal parts: each the
+    untried one nearest its split point (k=1: the middle, as :func:`search` picks it)."""
+    untried = [i for i in range(lo + 1, hi) if i not in tried]
+    picks: list[int] = []
+    for j in range(1, k + 1):
+        left = [i for i in untried if i not in picks]
+        if not left:
+            break
+        target = lo + ((hi - lo) * j) // (k + 1)
+        picks.append(min(left, key=lambda i: (abs(i - target), i)))
+    return sorted(picks)
+
+
+def search_parallel(n: int, judge_many: Callable[[list[int]], dict[int, str]], k: int,
+                    width: Callable[[], int] | None = None) -> tuple[SearchResult, int]:
+    """:func:`search` with ``k`` candidates judged at once per round (a k-ary split of the
+    remaining range); returns (result, rounds). ``width``: how many can be judged now (the
+    machines still alive), asked each round. With k=1 it probes exactly what search does.
+
+    After each round the range is cut to (the last good below the first bad, the first bad):
+    outcomes merge as in :func:`search` (skip, crash and unresolved are stepped around).
+    """
+    lo, hi = 0, n - 1
+    res = SearchResult(None, [])
+    out: dict[int, str] = {}
+    rounds = 0
+    while hi - lo > 1:
+        probes = probe_points(lo, hi, out, max(1, width() if width else k))
+        if not probes:
+            break
+        got = judge_many(probes)
+        rounds += 1
+        for i in probes:
+            o = got[i]
+            if o not in OUTCOMES:
+                raise ValueError(f"unknown outcome {o!r}")
+            out[i] = o
+            res.order.append(i)
+        bads = [i for i, o in out.items() if o == "bad" and lo < i < hi]
+        if bads:
+            hi = min(bads)
+        goods = [i for i, o in out.items() if o == "good" and lo < i < hi]
+        if goods:
+            lo = max(goods)
+    res.skipped = sorted(i for i, o in out.items() if o == "skip")
+    res.crashed = sorted(i for i, o in out.items() if o == "crash")
+    res.unresolved = sorted(i for i, o in out.items() if o == "unresolved")
+    res.culprit_range = list(range(lo + 1, hi + 1))
+    res.first_bad = hi if hi - lo == 1 else None
+    return res, rounds
 
 
 # -- candidates ------------------------------------------------------------------------
@@ -171,17 +228,66 @@ class Bisector:
     """Judges candidates against good; every outcome is persisted under the bisect study."""
 
     def __init__(self, store: Store, study_id: str, cands: Sequence[Candidate], spec: dict[str, Any],
-                 log: Log | None = None, judge: Judge | None = None) -> None:
+                 log: Log | None = None, judge: Judge | None = None, fleet: Fleet | None = None) -> None:
         self.store = store
         self.study = study_id
         self.cands = list(cands)
         self.spec = spec
         self.log = log or (lambda s: None)
-        self.judge_ = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"],
-                                     cmake=spec["cmake"], timeout_s=spec["timeout_s"], log=self.log,
-                                     pin_to=cands[0].source if spec.get("pin_params") else None,
-                                     targets=CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS,
-                                     kind=spec.get("kind", "llama-bench"))
+        self.fleet = fleet
+        self._lock = threading.Lock()  # the steps state, when several candidates are judged at once
+        # endpoints, verification, controls: pairs spread over every machine of the fleet
+        self.judge_ = judge or self.new_judge(
+            store, fleet.cache(fleet.nodes[0]) if fleet else None, fleet.executor() if fleet else None)
+
+    def new_judge(self, store: Store, cache: Any = None, executor: Any = None) -> Judge:
+        spec = self.spec
+        return Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
+                     timeout_s=spec["timeout_s"], log=self.log,
+                     pin_to=self.cands[0].source if spec.get("pin_params") else None,
+                     targets=CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS,
+                     kind=spec.get("kind", "llama-bench"), cache=cache, executor=executor)
+
+    def width(self) -> int:
+        """How many candidates can be judged at once: the fleet's machines still alive."""
+        return len(self.fleet.usable(self.fleet.nodes)) if self.fleet else 1
+
+    def judge_many(self, idx: Sequence[int]) -> dict[int, str]:
+        """Judge candidates at once, each on a machine of its own (good beside it, on that
+        machine); a candidate whose machine is lost is judged again on another."""
+        if self.fleet is None:
+            return {i: self.judge(i) for i in idx}
+        from tokensleuth.fleet.executor import NodesLost
+
+        got: dict[int, str] = {}
+        pending = list(idx)
+        while pending:
+            nodes = self.fleet.usable(self.fleet.nodes)
+            if not nodes:
+                raise EngineError("every machine of the fleet was lost — rerun with --resume once one is back")
+            now, pending = pending[:len(nodes)], pending[len(nodes):]
+            errors: dict[int, BaseException] = {}
+
+            def one(i: int, node: Any) -> None:
+                try:
+                    with Store(self.store.path) as st:  # a connection per thread; this process writes
+                        j = self.new_judge(st, self.fleet.cache(node), self.fleet.executor([node]))  # type: ignore[union-attr]
+                        got[i] = self.judge(i, j, st)
+                except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                    errors[i] = exc
+
+            threads = [threading.Thread(target=one, args=(i, n), name=f"judge-{i}") for i, n in zip(now, nodes)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            for i, exc in sorted(errors.items()):
+                if isinstance(exc, NodesLost):
+                    self.log(f"  {self.cands[i].label}: its machine was lost — judged again on another")
+                    pending.append(i)
+                else:
+                    raise exc
+        return got
 
     def build(self, i: int) -> EngineBuild | None:
         b = self.judge_.build(self.cands[i].source)
@@ -197,31 +303,38 @@ class Bisector:
     def compare(self, a: int, b: int, models: Sequence[str], band: float, max_pairs: int) -> Judgement:
         return self.judge_.compare(self.cands[a].source, self.cands[b].source, models, band, max_pairs)
 
-    def judge(self, i: int) -> str:
-        steps = self.store.get_state(self.study, "steps", {})
+    def judge(self, i: int, judge: Judge | None = None, store: Store | None = None) -> str:
+        """Judge candidate ``i`` (with ``judge``/``store`` of a thread of :meth:`judge_many`)."""
+        judge, store = judge or self.judge_, store or self.store
+        steps = store.get_state(self.study, "steps", {})
         # Measured before a kill: never measured twice. An unresolved step is judged
         # again: its comparison continues with more pairs instead of being handed back.
         if str(i) in steps and steps[str(i)]["outcome"] != "unresolved":
             return str(steps[str(i)]["outcome"])
         c = self.cands[i]
-        b = self.build(i)
+        b = judge.build(c.source)
         if b is None:
+            self.log(f"  {c.label}: build failed ({judge.build_errors.get(c.source, '')[:100]})")
             step = Step(c.label, "skip", None, None, 0, None, "does not build")
         else:
-            step = self.classify(i, b)
-        steps[str(i)] = step.to_json()
-        self.store.put_state(self.study, "steps", steps)
+            step = self.classify(i, b, judge, store)
+        with self._lock:  # read again: another thread may have stored its step meanwhile
+            steps = store.get_state(self.study, "steps", {})
+            steps[str(i)] = step.to_json()
+            store.put_state(self.study, "steps", steps)
         self.log(f"  {c.label}: {step.outcome}" + (f" (ratio {step.ratio:.4f})" if step.ratio else "")
                  + (f" — {step.note}" if step.note else ""))
         return step.outcome
 
-    def classify(self, i: int, b: EngineBuild) -> Step:
+    def classify(self, i: int, b: EngineBuild, judge: Judge | None = None, store: Store | None = None) -> Step:
         """bad when clearly slower than good, in line with the endpoint regression; good when the same."""
-        endpoint = float(self.store.get_state(self.study, "endpoint_ratio"))
+        judge, store = judge or self.judge_, store or self.store
+        endpoint = float(store.get_state(self.study, "endpoint_ratio"))
         band = half_regression_band(endpoint, self.spec["band"])
         outcome, comps, note = "unresolved", [], ""
         for max_pairs in (self.spec["max_pairs"], self.spec["max_pairs"] * 2):  # unresolved: measure again
-            j = self.compare(0, i, self.spec["models"], band, max_pairs)
+            j = (self.compare(0, i, self.spec["models"], band, max_pairs) if judge is self.judge_ else
+                 judge.compare(self.cands[0].source, self.cands[i].source, self.spec["models"], band, max_pairs))
             if (f := j.failed("B")) is not None:
                 return Step(self.cands[i].label, "crash", None, None, 0, b.build_s,
                             f"engine {f.status}: {f.message}"[:200])
@@ -231,7 +344,7 @@ class Bisector:
                 break
             # Judge on the cells that regressed between the endpoints (a pp-only regression
             # leaves tg the same at every commit, which says nothing about the culprit).
-            cells = {tuple(x) for x in self.store.get_state(self.study, "endpoint_cells", [])}
+            cells = {tuple(x) for x in store.get_state(self.study, "endpoint_cells", [])}
             comps = [c for c in j.comparisons if (c.model, c.workload) in cells] or j.comparisons
             verdicts = {c.verdict for c in comps}
             slower = endpoint < 1
@@ -301,7 +414,7 @@ def endpoint_answer(ends: Judgement, band: float, good: str, bad: str) -> tuple[
 
 
 def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
-               log: Log | None = None) -> dict[str, Any]:
+               log: Log | None = None, fleet: Fleet | None = None) -> dict[str, Any]:
     """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object.
 
     ``result["status"]`` says how it ended (see ANSWERED); an unresolved bisect stays
@@ -317,7 +430,7 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
         return dict(stored)
     with store.lease(handle.id):
         store.put_state(handle.id, "result", None)  # running again: the stored answer is no longer current
-        bis = Bisector(store, handle.id, cands, spec, log)
+        bis = Bisector(store, handle.id, cands, spec, log, fleet=fleet)
         result = _run(bis, store, handle.id, cands, spec, log)
         if spec.get("check_outputs") and result["status"] != "crash":
             result["outputs"] = bisect_outputs(bis, log)
@@ -347,7 +460,15 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
     store.put_state(sid, "endpoint_ratio", worst.estimate.ratio)
     store.put_state(sid, "endpoint_cells", [[c.model, c.workload] for c in regress
                                             if c.verdict == worst.verdict])
-    found = search(len(cands), bis.judge)
+    if bis.width() > 1:  # k machines: k candidates a round
+        found, rounds = search_parallel(len(cands), bis.judge_many, bis.width(), bis.width)
+        result["rounds"], result["machines"] = rounds, bis.width()
+    else:
+        found = search(len(cands), bis.judge)
+        result["rounds"], result["machines"] = len(found.order), 1
+    if bis.fleet is not None and bis.fleet.lost:
+        result["lost_machines"] = [{"node": n.label, "at": bis.fleet.lost[n.id]}
+                                   for n in bis.fleet.nodes if n.id in bis.fleet.lost]
     steps = store.get_state(sid, "steps", {})
     result["steps"] = [steps[str(i)] for i in found.order]
     result["skipped"] = [cands[i].label for i in found.skipped]

@@ -63,6 +63,29 @@ def _seconds_option(most: float) -> Any:
 SampleIntervalOpt = Annotated[float, typer.Option(min=0.02, max=60, callback=_seconds_option(60),
                                                   help="Seconds between power/clock/busy samples (timelines).")]
 PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+ClusterOpt = Annotated[Optional[str], typer.Option("--cluster", help="Run on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (pip install 'tokensleuth[fleet]').")]
+OnOpt = Annotated[list[str], typer.Option("--on", help="With --cluster: the machines, by label, e.g. host=strix1 or gpu=H200,backend=rocm (repeatable: any of them).")]
+
+
+def open_fleet(cluster: str | None, on: list[str], needs: str = "") -> Any:
+    """The fleet --cluster names (None without it); --on or ``needs`` without --cluster is refused."""
+    if cluster is None:
+        if on or needs:
+            raise UserError(f"{'--on' if on else needs} needs --cluster — add --cluster auto (a cluster started "
+                            "here) or --cluster HOST:PORT")
+        return None
+    from tokensleuth.fleet import Fleet
+
+    fleet = Fleet(cluster, on)
+    err.print(f"fleet: {len(fleet.nodes)} machine(s): " + ", ".join(n.label for n in fleet.nodes), markup=False)
+    return fleet
+
+
+def refuse_on_fleet(fleet: Any, **flags: bool) -> None:
+    """Options that run on this machine only: refused with --cluster (one line)."""
+    for name, given in flags.items():
+        if fleet is not None and given:
+            raise UserError(f"--{name.replace('_', '-')} runs on this machine only — drop it or --cluster")
 
 
 def _version(value: bool) -> None:
@@ -238,6 +261,8 @@ def bench(
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="url: engine: the environment variable that holds its API key (never stored).")] = None,
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, pp512+tg128, tg128@d4096, tg128xc4 … (repeatable; a server's default: pp512 and tg128).")] = [],  # noqa: B006
     sample_interval: SampleIntervalOpt = 0.2,
+    cluster: ClusterOpt = None,
+    on: OnOpt = [],  # noqa: B006
     db: DbOpt = None,
 ) -> None:
     """Run llama-bench (or llama-server) under tokensleuth: store every sample, print a llama-bench table.
@@ -275,12 +300,21 @@ def bench(
             if f.split("=", 1)[0] in WORKLOAD_FLAGS:
                 raise UserError(f"flag {f} conflicts with --workload — give the tests with --workload only")
     check_arm(None, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
-    b = get_build(engine, cmake, targets_for([kind]))
-    check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
+    fleet = open_fleet(cluster, on)
+    executor, identity = None, None
+    if fleet is not None:
+        if len(fleet.nodes) != 1:
+            raise UserError("bench measures one machine: narrow --on to one of "
+                            + ", ".join(n.label for n in fleet.nodes) + " (compare --per-host measures several)")
+        b = fleet.build(fleet.nodes[0], engine, cmake, targets_for([kind]))
+        executor, identity = fleet.executor(), {"host": fleet.nodes[0].label}
+    else:
+        b = get_build(engine, cmake, targets_for([kind]))
+        check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
     with open_store(db) as store:
         study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
                           resume=resume, on_trial=trial_printer(), interval_s=sample_interval, kind=kind,
-                          workloads=workloads, api_key_env=api_key_env)
+                          workloads=workloads, api_key_env=api_key_env, executor=executor, identity=identity)
         cells = load_cells(store, study)
         engine_json = json.loads(store.arms(study)[0]["engine_json"])
         warn = render_warnings(store.warnings(study))
@@ -328,6 +362,9 @@ def compare(
     kind: Annotated[list[str], typer.Option("--kind", help="NAME=KIND: the engine kind of one arm — llama-bench (default) or llama-server (repeatable); a url: arm is openai.")] = [],  # noqa: B006
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="The environment variable holding the API key of the url: arms (never stored).")] = None,
     sample_interval: SampleIntervalOpt = 0.2,
+    cluster: ClusterOpt = None,
+    on: OnOpt = [],  # noqa: B006
+    per_host: Annotated[bool, typer.Option("--per-host", help="With --cluster: run the arms on every selected machine; one table, a row per machine.")] = False,
     db: DbOpt = None,
 ) -> None:
     """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
@@ -362,6 +399,12 @@ def compare(
     for a in spec.arms:
         check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
                   api_key_env=a.api_key_env, source=a.source)
+    if spec.hosts and cluster is None:
+        raise UserError("the study file names [[hosts]] — run it with --cluster auto or --cluster HOST:PORT")
+    fleet = open_fleet(cluster, [*on, *(h.on for h in spec.hosts)], "--per-host" if per_host else "")
+    if fleet is not None:
+        refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
+        return compare_on_fleet(fleet, spec, per_host, resume, json_out, db)
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
         if key not in by_source:
@@ -398,6 +441,54 @@ def compare(
         save_json(json_out, obj, sid)
     if all(c.estimate is None for c in comps):
         raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
+
+
+def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_out: Path | None,
+                     db: Path | None) -> None:
+    """compare --cluster: pairs spread over the machines, or (--per-host) a study on each."""
+    from tokensleuth.compare import compare_json, noise_of, run_compare, summary_sentence
+    from tokensleuth.crosshost import render_crosshost, run_per_host
+    from tokensleuth.report.markdown import render_compare, render_warnings
+
+    def targets(a: Any) -> tuple[str, ...]:
+        return targets_for([a.kind], DEFAULT_TARGETS)
+
+    def say(line: str) -> None:
+        err.print(line, markup=False)
+
+    if per_host:
+        sid = run_per_host(db or default_db(), fleet, spec, targets, resume=resume, log=say,
+                           on_trial=lambda label: host_trial_printer(label))
+        with open_store(db) as store:
+            md, obj = render_crosshost(store, sid)
+        out.print(md)
+        if json_out:
+            save_json(json_out, obj, sid)
+        if not any("study" in h for h in obj["hosts"]):
+            raise EngineError(f"no machine finished its study in {sid} (see the messages above)")
+        return
+    builds: dict[str, EngineBuild] = {}
+    for a in spec.arms:  # the first machine's builds name the study; every machine makes its own
+        builds[a.name] = fleet.build(fleet.nodes[0], a.source, list(a.cmake), targets(a))
+    with open_store(db) as store:
+        sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
+                                 executor=fleet.executor())
+        warn = render_warnings(store.warnings(sid))
+        found_noise = noise_of(store, sid)
+    out.print(render_compare(comps, sid, spec.band, summary_sentence(comps, spec.band))
+              + (f"\n\n{found_noise[0]}" if found_noise else "") + warn)
+    if json_out:
+        save_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}), sid)
+    if all(c.estimate is None for c in comps):
+        raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
+
+
+def host_trial_printer(label: str) -> Any:
+    inner = trial_printer()
+
+    def on_trial(i: int, n: int, arm: str, o: TrialOutcome) -> None:
+        inner(i, n, f"{label} {arm}", o)
+    return on_trial
 
 
 def run_output_checks(plan: list[PlannedCheck], builds: dict[str, EngineBuild],
@@ -492,9 +583,13 @@ def bisect(
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every candidate the good side's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs differ from good's (llama-perplexity KL divergence).")] = False,
     kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each commit: llama-bench or llama-server.")] = "llama-bench",
+    cluster: ClusterOpt = None,
+    on: OnOpt = [],  # noqa: B006
     db: DbOpt = None,
 ) -> None:
-    """Find the first commit (or release) that made it slower, and verify it against its parent."""
+    """Find the first commit (or release) that made it slower, and verify it against its parent.
+
+    With --cluster and k machines (--on a label they share), k candidates are judged a round."""
     from tokensleuth import bisect as bis
     from tokensleuth.studies import driver_kind
     from tokensleuth.spec import model_paths, parse_percent
@@ -531,10 +626,12 @@ def bisect(
         spec["check_outputs"] = True
     set_kind(spec, kind)
     build_compare_spec_check(spec)
+    fleet = open_fleet(cluster, on)
+    refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
     doctor_line()
     with open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume,
-                                log=lambda line: err.print(line, markup=False))
+                                log=lambda line: err.print(line, markup=False), fleet=fleet)
     kind_ = driver_kind("bisect")
     out.print(kind_.render(result))
     if json_out:
@@ -590,6 +687,8 @@ def decompose(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the decompose result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same decompose.")] = False,
     kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each state: llama-bench or llama-server.")] = "llama-bench",
+    cluster: ClusterOpt = None,
+    on: OnOpt = [],  # noqa: B006
     db: DbOpt = None,
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
@@ -610,14 +709,25 @@ def decompose(
             "allow_output_change": allow_output_change}
     set_kind(spec, kind)
     build_compare_spec_check(spec)
+    fleet = open_fleet(cluster, on)
+    if fleet is not None and check_outputs:
+        raise UserError("the output check runs on this machine only — with --cluster add --no-output-check")
     checker = None
     if check_outputs:
         from tokensleuth.paths import cache_dir
 
         checker = dec.perplexity_check(spec["models"], spec["flags"], cache_dir() / "outputs", timeout)
     with open_store(db) as store:
+        judge = None
+        if fleet is not None:  # pairs spread over the machines; each builds the states itself
+            from tokensleuth.judge import Judge
+
+            judge = Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
+                          timeout_s=timeout, log=lambda line: err.print(line, markup=False), kind=kind,
+                          cache=fleet.cache(fleet.nodes[0]), executor=fleet.executor())
         result = dec.run_decompose(store, private, base_sha, plist, spec, resume=resume,
-                                   log=lambda line: err.print(line, markup=False), check_outputs=checker)
+                                   log=lambda line: err.print(line, markup=False), check_outputs=checker,
+                                   judge=judge)
     if out_branch is not None and repo is not None:
         dec.write_branch(repo.expanduser().resolve(), private, result["final"], out_branch)
         result["out_branch"] = out_branch

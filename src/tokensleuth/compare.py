@@ -18,7 +18,7 @@ from tokensleuth.engines import llamabench_params as params
 from tokensleuth import noise
 from tokensleuth.plan import pair_round
 from tokensleuth.results import load_cells
-from tokensleuth.runner import TrialCallback, arm_runtime, execute
+from tokensleuth.runner import Executor, TrialCallback, arm_runtime, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.store import Store, StudyHandle
@@ -180,6 +180,8 @@ def run_compare(
     add_pairs_to: int | None = None,
     on_study: Callable[[StudyHandle], None] | None = None,
     placement: bool = False,
+    executor: Executor | None = None,
+    identity: Mapping[str, Any] | None = None,
 ) -> tuple[str, list[Comparison]]:
     """Run (or resume) a compare study to its verdicts; return (study id, comparisons).
 
@@ -195,8 +197,10 @@ def run_compare(
     lease is held while it runs (a second process resuming it gets a one-line error).
     ``placement``: first capture each llama-bench arm's load log once per model (where the
     weights and buffers live; state PLACEMENT_STATE), for the report's explanation.
+    ``executor``: where the trials run (default: here, one at a time; a fleet's runs pairs on
+    its machines). ``identity``: more of what the study measures (a per-host study's machine).
     """
-    spec_json = spec_dump(spec)
+    spec_json = dict(spec_dump(spec), **(identity or {}))
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
     h = spec_hash(measurement_identity(spec_json))
     if not measure:
@@ -211,7 +215,7 @@ def run_compare(
     with store.lease(handle.id):
         if placement:
             record_placements(store, handle.id, spec, builds)
-        return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to)
+        return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor)
 
 
 PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": …}}}
@@ -246,6 +250,7 @@ def _run_rounds(
     on_trial: TrialCallback | None,
     on_round: Callable[[int, int], None] | None,
     add_pairs_to: int | None,
+    executor: Executor | None = None,
 ) -> list[Comparison]:
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = {
@@ -255,7 +260,7 @@ def _run_rounds(
     names = [a.name for a in spec.arms]
     while True:
         execute(store, study_id, runtimes, timeout_s=spec.timeout_s, on_trial=on_trial,
-                interval_s=spec.sample_interval_s)
+                interval_s=spec.sample_interval_s, executor=executor)
         comps = analyze(store, study_id, spec)
         if spec.budget_s is not None and store.engine_seconds(study_id) >= spec.budget_s:
             break
@@ -393,6 +398,8 @@ def spec_dump(spec: CompareSpec) -> dict[str, Any]:
     """The spec as stored: an arm's default engine kind is left out, so a llama-bench study
     keeps the identity it had before arms named their kind (its --resume still finds it)."""
     out = spec.model_dump()
+    if not out.get("hosts"):
+        out.pop("hosts", None)  # a study without a fleet keeps the identity it always had
     for arm in out["arms"]:
         if arm.get("kind") == "llama-bench":
             del arm["kind"]
@@ -511,6 +518,7 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     row = store.study(study_id)
     spec_json = json.loads(row["spec_json"])
     spec_json.pop("build_keys", None)
+    spec_json.pop("host", None)  # a per-host study's machine (run_compare's identity)
     spec = CompareSpec.model_validate(spec_json)
     comps = analyze(store, study_id, spec)
     engines = {a["name"]: json.loads(a["engine_json"]) for a in store.arms(study_id)}

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokensleuth.compare import Comparison, run_compare
 from tokensleuth.engines import llamabench_params as params
@@ -22,6 +22,10 @@ from tokensleuth.errors import EngineError
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import build_compare_spec
 from tokensleuth.store import Store
+
+if TYPE_CHECKING:
+    from tokensleuth.fleet import RemoteCache
+    from tokensleuth.runner import Executor
 
 Log = Callable[[str], None]
 FAILED_STATUSES = ("failed", "crashed", "timeout", "garbage")
@@ -57,7 +61,8 @@ class Judge:
     def __init__(self, store: Store, *, workloads: Sequence[str], flags: Sequence[str],
                  cmake: Sequence[str], timeout_s: float, arm_flags: dict[str, list[str]] | None = None,
                  pin_to: str | None = None, log: Log | None = None, cache: BuildCache | None = None,
-                 targets: Sequence[str] = DEFAULT_TARGETS, kind: str = "llama-bench") -> None:
+                 targets: Sequence[str] = DEFAULT_TARGETS, kind: str = "llama-bench",
+                 executor: Executor | None = None) -> None:
         self.store = store
         self.workloads = list(workloads)
         self.flags = list(flags)
@@ -67,7 +72,8 @@ class Judge:
         self.pin_to = pin_to  # give every other source this source's llama-bench settings
         self._pin_base: dict[str, Any] | None = None
         self.log = log or (lambda s: None)
-        self.cache = cache or BuildCache()
+        self.cache: BuildCache | RemoteCache = cache or BuildCache()
+        self.executor = executor  # where the pairs run (None: here)
         from tokensleuth.engines import engine_for
 
         self.kind = kind  # the engine kind both arms run (llama-bench, llama-server)
@@ -126,7 +132,7 @@ class Judge:
                 spec_data["max_pairs"] = max(max_pairs, add_to)
         spec = build_compare_spec(spec_data, "judge")
         sid, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True,
-                                 add_pairs_to=add_to)
+                                 add_pairs_to=add_to, executor=self.executor)
         unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
         return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
 

@@ -140,6 +140,13 @@ class ArmSpec(BaseModel):
         return v
 
 
+class HostSpec(BaseModel):
+    """A ``[[hosts]]`` entry: the fleet's machines a study runs on, by label (``on = "gpu=H200"``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    on: str = Field(min_length=1)
+
+
 class CompareSpec(BaseModel):
     """A compare study: arms x models x workloads, with its statistics settings."""
 
@@ -155,6 +162,7 @@ class CompareSpec(BaseModel):
     common_flags: list[str] = []
     timeout_s: float = 1800
     sample_interval_s: float = Field(0.2, ge=0.02, le=60)
+    hosts: list[HostSpec] = []  # with --cluster: the machines (by label) it runs on
 
     @field_validator("band", mode="before")
     @classmethod

@@ -33,7 +33,7 @@ from typing import Any
 
 from tokensleuth.errors import EngineError, Interrupted, UserError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # PRAGMA application_id of a tokensleuth store ("tksl"); set from schema 2 on.
 APPLICATION_ID = 1953198956
 # The tables a store of any schema version has: a database without them is another program's.
@@ -162,6 +162,11 @@ MIGRATIONS: list[str] = [
     UPDATE samples SET n_prompt = (SELECT r.n_prompt FROM results r WHERE r.id = samples.result_id),
                        n_gen = (SELECT r.n_gen FROM results r WHERE r.id = samples.result_id)
     """,
+    # 4: the fleet. A trial handed to a worker machine names it (NULL: run by the driver
+    # itself); one that never came back is known by it on --resume.
+    """
+    ALTER TABLE trials ADD COLUMN node TEXT
+    """,
 ]
 
 TRIAL_STATUSES = ("planned", "running", "done", "failed", "crashed", "timeout", "garbage")
@@ -169,6 +174,8 @@ TRIAL_STATUSES = ("planned", "running", "done", "failed", "crashed", "timeout", 
 STUDY_STATUSES = ("running", "interrupted", "done", "failed")
 UNFINISHED = ("running", "interrupted")
 MACHINE_LOST = "machine-lost"
+NODE_LOST = "node-lost"  # a worker machine died during the trial; the trial runs again
+HANDED_OUT = "handed-out"  # a trial handed to a worker never came back before the driver stopped
 
 # SQLite primary result codes (sqlite3.h) that say something about the file or the disk,
 # not about tokensleuth's SQL; anything else (a constraint, a misuse) is a bug and keeps
@@ -835,9 +842,15 @@ class Store:
                 db.execute("INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)",
                            (t.trial_id, MACHINE_LOST, t.detail()))
                 lost.append(t)
+            elif r["node"]:
+                # handed to a worker by a driver that then stopped: it never came back
+                when = dt.datetime.fromtimestamp(r["started_at"]).strftime("%H:%M:%S") if r["started_at"] else "?"
+                db.execute("INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)",
+                           (r["id"], HANDED_OUT, f"trial {r['seq']} was handed to {r['node']} at {when} and "
+                            "never came back (the driver stopped); it runs again"))
             # the rerun records its own timeline (a lost run's readings live on in its warning)
             db.execute("DELETE FROM timeline WHERE trial_id=?", (r["id"],))
-        db.execute("UPDATE trials SET status='planned', started_at=NULL, boot_id=NULL"
+        db.execute("UPDATE trials SET status='planned', started_at=NULL, boot_id=NULL, node=NULL"
                    " WHERE study_id=? AND status='running'", (study_id,))
         return lost
 
@@ -899,13 +912,30 @@ class Store:
             (study_id,),
         ).fetchall()
 
-    def mark_running(self, trial_id: int) -> None:
+    def mark_running(self, trial_id: int, node: str | None = None) -> None:
         """Mark a planned trial running under this boot (a later boot then knows it was lost)."""
+        self.mark_running_many([trial_id], node)
+
+    def mark_running_many(self, trial_ids: Sequence[int], node: str | None = None) -> None:
+        """Mark planned trials running, in one transaction; ``node``: the worker they are handed to."""
         with self.tx() as db:
-            db.execute(
-                "UPDATE trials SET status='running', started_at=?, boot_id=? WHERE id=? AND status='planned'",
-                (time.time(), self.me.boot_id, trial_id),
+            db.executemany(
+                "UPDATE trials SET status='running', started_at=?, boot_id=?, node=? WHERE id=? AND status='planned'",
+                [(time.time(), self.me.boot_id, node, t) for t in trial_ids],
             )
+
+    def hand_back(self, trial_ids: Sequence[int], code: str, detail: str) -> None:
+        """Trials whose worker was lost: back to planned, with the loss recorded (one transaction).
+
+        Nothing they measured was stored (a worker's samples reach the store only with its
+        finished outcome), so running them again counts nothing twice.
+        """
+        with self.tx() as db:
+            for t in trial_ids:
+                db.execute("INSERT INTO warnings(trial_id, code, detail) VALUES (?,?,?)", (t, code, detail))
+                db.execute("DELETE FROM timeline WHERE trial_id=?", (t,))
+                db.execute("UPDATE trials SET status='planned', started_at=NULL, boot_id=NULL, node=NULL"
+                           " WHERE id=? AND status='running'", (t,))
 
     def live_timeline(self, trial_id: int, every_s: float = 2.0) -> LiveTimeline:
         """A writer that commits a running trial's readings as the sampler takes them."""
@@ -913,18 +943,23 @@ class Store:
 
     def finish_trial(self, trial_id: int, out: TrialOutcome) -> None:
         """Store a finished trial and all its samples in one transaction."""
+        self.finish_trials([(trial_id, out)])
+
+    def finish_trials(self, done: Sequence[tuple[int, TrialOutcome]]) -> None:
+        """Store finished trials (a pair from one worker) and their samples in one transaction."""
         with self.tx() as db:
-            cur = db.execute(
-                "UPDATE trials SET status=?, exit_code=?, message=?, stderr_tail=?, started_at=?,"
-                " ended_at=?, t0_ns=?, t1_ns=?, env_json=? WHERE id=? AND status='running'",
-                (out.status, out.exit_code, out.message, out.stderr_tail, out.started_at,
-                 out.ended_at, out.t0_ns, out.t1_ns, json.dumps(out.env), trial_id),
-            )
-            if cur.rowcount != 1:
-                # Someone else finished it (or it was never started): storing again would
-                # count its samples twice.
-                raise RuntimeError(f"trial {trial_id} is not running; refusing to store it twice")
-            self._insert_outcome_rows(db, trial_id, out)
+            for trial_id, out in done:
+                cur = db.execute(
+                    "UPDATE trials SET status=?, exit_code=?, message=?, stderr_tail=?, started_at=?,"
+                    " ended_at=?, t0_ns=?, t1_ns=?, env_json=? WHERE id=? AND status='running'",
+                    (out.status, out.exit_code, out.message, out.stderr_tail, out.started_at,
+                     out.ended_at, out.t0_ns, out.t1_ns, json.dumps(out.env), trial_id),
+                )
+                if cur.rowcount != 1:
+                    # Someone else finished it (or it was never started): storing again would
+                    # count its samples twice.
+                    raise RuntimeError(f"trial {trial_id} is not running; refusing to store it twice")
+                self._insert_outcome_rows(db, trial_id, out)
 
     def import_trial(
         self, study_id: str, arm: str, model: str, out: TrialOutcome

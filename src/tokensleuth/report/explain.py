@@ -82,6 +82,7 @@ def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Sec
         return None
     spec_json = json.loads(row["spec_json"])
     spec_json.pop("build_keys", None)
+    spec_json.pop("host", None)
     spec = CompareSpec.model_validate(spec_json)
     groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
     for c in analyze(store, study_id, spec):

@@ -55,6 +55,7 @@ def compare_figures(store: Store, study_id: str) -> list[Figure]:
 
     spec_json = json.loads(store.study(study_id)["spec_json"])
     spec_json.pop("build_keys", None)
+    spec_json.pop("host", None)
     spec = CompareSpec.model_validate(spec_json)
     comps = analyze(store, study_id, spec)
     many = len({c.candidate for c in comps}) > 1

@@ -15,7 +15,7 @@ from typing import Any
 
 from tokensleuth.store import Store
 
-DROP_KEYS = {"build_keys"}
+DROP_KEYS = {"build_keys", "host"}
 
 
 def toml_value(v: Any) -> str:

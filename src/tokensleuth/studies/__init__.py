@@ -14,7 +14,8 @@ from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
 
 # kind name -> module of this package that defines it (imported on first use)
-_MODULES = {"bench": "bench", "import": "bench", "compare": "compare", "bisect": "bisect", "decompose": "decompose"}
+_MODULES = {"bench": "bench", "import": "bench", "compare": "compare", "bisect": "bisect", "decompose": "decompose",
+            "crosshost": "crosshost"}
 
 
 class StudyKind(Protocol):

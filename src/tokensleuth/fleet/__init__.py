@@ -1,0 +1,186 @@
+"""One study across many machines, on Ray (the optional ``fleet`` extra).
+
+A machine joins with ``ray start --address HEAD:6379 --labels host=strix1,backend=rocm``
+(tokensleuth installed in its Python, nothing else). The driver connects
+(:class:`Fleet`), picks machines by their labels or resources (``--on``), and hands
+them units of work through :class:`~tokensleuth.fleet.executor.RayExecutor`. Each
+machine builds its own engines in its own cache (:meth:`Fleet.build`); samples come
+back to the driver, the store's only writer. Nothing here imports Ray until a fleet is
+asked for, so the single-machine path pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
+
+INSTALL = "pip install 'tokensleuth[fleet]'"
+Recipe = tuple[str, tuple[str, ...], tuple[str, ...]]  # (source, the user's cmake flags, targets)
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A machine of the cluster, as the driver selects it."""
+
+    id: str
+    labels: dict[str, str] = field(default_factory=dict)
+    resources: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The name people know the machine by: its ``host`` label, else its Ray node id."""
+        return self.labels.get("host") or self.labels.get("name") or self.id[:8]
+
+    def matches(self, selector: str) -> bool:
+        """``key=value[,key=value…]``: every part a label of that value (or a resource of
+        that name, for ``key`` alone or ``key=1``)."""
+        for part in selector.split(","):
+            key, _, value = part.strip().partition("=")
+            if key in self.labels:
+                if value and self.labels[key] != value:
+                    return False
+            elif key in self.resources:
+                if value and value not in ("1", str(self.resources[key])):
+                    return False
+            else:
+                return False
+        return True
+
+
+def parse_selectors(on: Sequence[str]) -> list[str]:
+    """--on values, checked: each ``key=value`` (comma-joined parts all hold)."""
+    out = []
+    for s in on:
+        parts = [p.strip() for p in s.split(",")]
+        if not s.strip() or any(not p or p.startswith("=") or p.endswith("=") for p in parts):
+            raise UserError(f"cannot read --on {s!r} — write LABEL=VALUE (e.g. host=strix1 or gpu=H200), "
+                            "several joined by commas")
+        out.append(s.strip())
+    return out
+
+
+def select(nodes: Sequence[Node], selectors: Sequence[str]) -> list[Node]:
+    """The nodes any selector matches (all nodes when there is none)."""
+    return [n for n in nodes if not selectors or any(n.matches(s) for s in selectors)]
+
+
+def check_address(address: str) -> str:
+    """``auto`` (a cluster running here), ``HOST:PORT`` or ``ray://HOST:PORT``."""
+    a = address.strip()
+    if a == "auto" or a.startswith("ray://") or (":" in a and a.rsplit(":", 1)[1].isdigit()):
+        return a
+    raise UserError(f"cannot read --cluster {address!r} — write auto (a cluster started here with "
+                    "`ray start --head`), HOST:PORT or ray://HOST:PORT")
+
+
+class Fleet:
+    """A connection to a Ray cluster and the machines a study may use."""
+
+    def __init__(self, address: str, on: Sequence[str] = (), *, connect_timeout_s: float = 60) -> None:
+        address = check_address(address)
+        self.selectors = parse_selectors(on)
+        try:
+            import ray
+        except ImportError:
+            raise UserError(f"--cluster needs Ray, which is not installed — {INSTALL}") from None
+        self.ray: Any = ray
+        import logging
+
+        if not ray.is_initialized():
+            try:
+                ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING,
+                         configure_logging=False, include_dashboard=False)
+            except ConnectionError as exc:
+                raise UserError(f"no Ray cluster at {address} ({str(exc).splitlines()[0][:160]}) — start one with "
+                                "`ray start --head`, or pass the head's HOST:PORT") from None
+        self.address = address
+        self.actors: dict[str, Any] = {}
+        self.recipes: dict[str, Recipe] = {}  # a build's bin_dir -> how any worker makes its own
+        self.lost: dict[str, float] = {}  # node id -> when it was lost
+        self.nodes = select(self.alive(), self.selectors)
+        if not self.nodes:
+            have = ", ".join(f"{n.label} {n.labels}" for n in self.alive()) or "none alive"
+            raise UserError(f"no machine of the cluster matches --on {' / '.join(self.selectors)} (machines: "
+                            f"{have}) — label one with `ray start --address … --labels KEY=VALUE`")
+
+    def alive(self) -> list[Node]:
+        out = []
+        for n in self.ray.nodes():
+            if not n.get("Alive"):
+                continue
+            labels = {k: str(v) for k, v in (n.get("Labels") or {}).items() if not k.startswith("ray.io/")}
+            out.append(Node(str(n["NodeID"]), labels, {k: float(v) for k, v in (n.get("Resources") or {}).items()}))
+        return sorted(out, key=lambda x: x.label)
+
+    def worker(self, node: Node) -> Any:
+        """The node's worker actor (one per machine, made on first use, never restarted: a lost
+        machine's units go elsewhere)."""
+        if node.id not in self.actors:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            from tokensleuth.fleet.worker import TrialWorker
+
+            cls = self.ray.remote(num_cpus=0, max_restarts=0, max_concurrency=2)(TrialWorker)
+            self.actors[node.id] = cls.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.id, soft=False),
+                name=f"tokensleuth-{node.id[:12]}-{time.time_ns()}").remote(node.label)
+        return self.actors[node.id]
+
+    def forget(self, node: Node) -> None:
+        """A node that was lost: no more work goes to it in this run."""
+        self.lost[node.id] = time.time()
+        actor = self.actors.pop(node.id, None)
+        if actor is not None:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - the actor is gone with its machine
+                pass
+
+    def usable(self, nodes: Sequence[Node]) -> list[Node]:
+        return [n for n in nodes if n.id not in self.lost]
+
+    def build(self, node: Node, source: str, cmake: Sequence[str] = (),
+              targets: Sequence[str] = DEFAULT_TARGETS) -> EngineBuild:
+        """``source`` built on ``node``, in that machine's own cache (EngineError/UserError as locally)."""
+        d = self._get(self.worker(node).build.remote(source, tuple(cmake), tuple(targets)))
+        b = EngineBuild.from_json(d)
+        self.recipes[b.bin_dir] = (source, tuple(cmake), tuple(targets))
+        return b
+
+    def host(self, node: Node) -> dict[str, Any]:
+        """The machine's hardware as a trial would record it (CPU, GPUs, driver)."""
+        return dict(self._get(self.worker(node).host.remote()))
+
+    def cache(self, node: Node) -> RemoteCache:
+        return RemoteCache(self, node)
+
+    def executor(self, nodes: Sequence[Node] | None = None) -> Any:
+        from tokensleuth.fleet.executor import RayExecutor
+
+        return RayExecutor(self, list(nodes) if nodes is not None else self.nodes)
+
+    def _get(self, ref: Any) -> Any:
+        """A remote call's value; the worker's UserError/EngineError come through as themselves."""
+        try:
+            return self.ray.get(ref)
+        except self.ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, (UserError, EngineError)):
+                raise type(cause)(str(cause)) from None
+            raise
+
+
+class RemoteCache:
+    """The build cache of one machine of the fleet, with :class:`BuildCache`'s ``get``."""
+
+    def __init__(self, fleet: Fleet, node: Node) -> None:
+        self.fleet, self.node = fleet, node
+
+    def get(self, source: str, cmake_flags: Sequence[str] = (), targets: Sequence[str] = DEFAULT_TARGETS,
+            log: Any = None) -> EngineBuild:
+        return self.fleet.build(self.node, source, cmake_flags, targets)

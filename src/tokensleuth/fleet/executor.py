@@ -1,0 +1,77 @@
+"""The Ray executor: units of trials to the fleet's machines, one unit per machine at a time.
+
+Behind :class:`tokensleuth.runner.Executor`, like the local one. A unit (a pair) runs
+on one machine; a machine takes the next unit as soon as it hands one back. A machine
+that dies, or whose worker stops answering, loses only the unit it held: that unit is
+delivered :class:`~tokensleuth.runner.Lost` (the driver puts its trials back and
+records the node and time) and goes to the front of the queue for another machine.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tokensleuth.engines.base import ArmRuntime
+from tokensleuth.errors import EngineError
+from tokensleuth.runner import Delivery, Done, Handout, Lost, Unit
+
+if TYPE_CHECKING:
+    from tokensleuth.fleet import Fleet, Node
+
+
+def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    ex = ray.exceptions
+    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError", "WorkerCrashedError",
+             "OwnerDiedError", "ObjectLostError", "LocalRayletDiedError")
+    return tuple(getattr(ex, n) for n in names if hasattr(ex, n))
+
+
+class NodesLost(EngineError):
+    """Every machine this executor may use was lost; what they measured before is stored."""
+
+
+class RayExecutor:
+    """Runs units on ``nodes`` of ``fleet``; see the module docstring."""
+
+    def __init__(self, fleet: Fleet, nodes: Sequence[Node]) -> None:
+        self.fleet = fleet
+        self.nodes = list(nodes)
+
+    def run(self, units: Sequence[Unit], arms: Mapping[str, ArmRuntime], *, timeout_s: float | None,
+            interval_s: float, handout: Handout, live: Callable[[int], Any] | None) -> Iterator[Delivery]:
+        ray = self.fleet.ray
+        lost_errors = _lost_errors(ray)
+        # each arm with how a machine makes its own build of it (None: run as given, e.g. bin:)
+        payload = {name: (arm, self.fleet.recipes.get(str(arm.bin_dir)) if arm.bin_dir else None)
+                   for name, arm in arms.items()}
+        payload_ref = ray.put(payload)
+        queue: deque[Unit] = deque(units)
+        free = self.fleet.usable(self.nodes)
+        inflight: dict[Any, tuple[Unit, Node]] = {}
+        while queue or inflight:
+            while queue and free:
+                node = free.pop(0)
+                unit = queue.popleft()
+                handout(unit, node.label)
+                ref = self.fleet.worker(node).run_unit.remote(unit, payload_ref, timeout_s, interval_s)
+                inflight[ref] = (unit, node)
+            if not inflight:
+                raise NodesLost("every machine of the fleet was lost ("
+                                  + ", ".join(n.label for n in self.nodes) + ") — rerun with --resume once "
+                                  "one is back; nothing measured so far is lost")
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            for ref in ready:
+                unit, node = inflight.pop(ref)
+                try:
+                    outs = ray.get(ref)
+                except lost_errors as exc:
+                    self.fleet.forget(node)
+                    why = f"{type(exc).__name__}: " + (str(exc).splitlines() or [""])[0][:120]
+                    yield Lost(unit, node.label, time.time(), why)
+                    queue.appendleft(unit)
+                    continue
+                free.append(node)
+                yield Done(unit, tuple(outs))

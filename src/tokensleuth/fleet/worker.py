@@ -1,0 +1,74 @@
+"""What runs on each machine of the fleet: one actor per machine, no store.
+
+It builds the engines it is asked to run in its own build cache (its own compiler and
+backend flags; a build-cache key it has seen is reused), runs units of trials with the
+same :func:`~tokensleuth.runner.run_trial` the driver uses alone, and returns the
+outcomes. The driver writes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.engines.base import ArmRuntime
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.hostenv import host_environment
+from tokensleuth.runner import TrialJob, run_trial
+from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.store import TrialOutcome
+
+
+class TrialWorker:
+    """A machine's worker (made a Ray actor by :class:`~tokensleuth.fleet.Fleet`)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.cache = BuildCache()
+        self.builds: dict[tuple[str, tuple[str, ...], tuple[str, ...]], EngineBuild] = {}
+        self.sources: list[Any] | None = None
+
+    def build(self, source: str, cmake: tuple[str, ...], targets: tuple[str, ...]) -> dict[str, Any]:
+        key = (source, tuple(cmake), tuple(targets))
+        if key not in self.builds:
+            self.builds[key] = self.cache.get(source, list(cmake), targets=targets)
+        return self.builds[key].to_json()
+
+    def host(self) -> dict[str, Any]:
+        from tokensleuth.monitor.sources import probe_sources
+
+        env = host_environment()
+        env["node"] = self.label
+        env["monitor"] = {s.name: s.info() for s in probe_sources()}
+        return env
+
+    def run_unit(self, jobs: tuple[TrialJob, ...], arms: dict[str, tuple[ArmRuntime, Any]],
+                 timeout_s: float | None, interval_s: float) -> list[TrialOutcome]:
+        """Run a unit's trials back to back on this machine (a pair: both arms, one machine)."""
+        from tokensleuth.monitor.sources import probe_sources
+
+        if self.sources is None:
+            self.sources = list(probe_sources())
+        outs = []
+        for job in jobs:
+            arm, recipe = arms[job.arm]
+            extra: dict[str, Any] = {"node": self.label}
+            if recipe is not None:
+                try:
+                    b = EngineBuild.from_json(self.build(*recipe))
+                except (EngineError, UserError) as exc:
+                    outs.append(_failed(f"build failed on {self.label}: {str(exc).splitlines()[0][:200]}", extra))
+                    continue
+                arm = replace(arm, bin_dir=Path(b.bin_dir))
+                extra["build_key"] = b.key
+            out = run_trial(arm, job, timeout_s=timeout_s, sources=self.sources, interval_s=interval_s)
+            outs.append(replace(out, env=dict(out.env, **extra)))
+        return outs
+
+
+def _failed(message: str, env: dict[str, Any]) -> TrialOutcome:
+    import time
+
+    now, ns = time.time(), time.monotonic_ns()
+    return TrialOutcome("failed", None, message, "", now, now, ns, ns, env)
