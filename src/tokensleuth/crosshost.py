@@ -59,7 +59,8 @@ def run_per_host(db: Path, fleet: Fleet, spec: CompareSpec, targets: Callable[[A
             lock = threading.Lock()
 
             def one(node: Node) -> None:
-                entry = _run_host(db, fleet, node, spec, targets, log, on_trial(node.label) if on_trial else None)
+                entry = _run_host(db, fleet, node, spec, targets, log, on_trial(node.label) if on_trial else None,
+                                  resume)
                 with lock:
                     rows[node.label] = entry
 
@@ -74,7 +75,7 @@ def run_per_host(db: Path, fleet: Fleet, spec: CompareSpec, targets: Callable[[A
 
 
 def _run_host(db: Path, fleet: Fleet, node: Node, spec: CompareSpec, targets: Callable[[ArmSpec], Sequence[str]],
-              log: Log, on_trial: TrialCallback | None) -> dict[str, Any]:
+              log: Log, on_trial: TrialCallback | None, resume: bool) -> dict[str, Any]:
     # each machine's study through a connection of its own; this process is the only writer
     with Store(db) as st:
         try:
@@ -87,7 +88,7 @@ def _run_host(db: Path, fleet: Fleet, node: Node, spec: CompareSpec, targets: Ca
                     log(f"{node.label}: building {a.source}")
                     by_source[key] = fleet.build(node, a.source, a.cmake, tuple(targets(a)))
                 builds[a.name] = by_source[key]
-            child, comps = run_compare(st, spec, builds, resume=True, executor=fleet.executor([node]),
+            child, comps = run_compare(st, spec, builds, resume=resume, executor=fleet.executor([node]),
                                        identity={"host": node.label}, on_trial=on_trial)
             backends = sorted({x for b in builds.values() for x in b.backends})
             log(f"{node.label}: done ({child})")

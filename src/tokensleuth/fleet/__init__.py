@@ -11,9 +11,11 @@ asked for, so the single-machine path pays nothing for it.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tokensleuth.errors import EngineError, UserError
@@ -78,11 +80,34 @@ def check_address(address: str) -> str:
                     "`ray start --head`), HOST:PORT or ray://HOST:PORT")
 
 
+def reachable(address: str, timeout_s: float = 3.0) -> str:
+    """The cluster's HOST:PORT if its head answers, else a UserError (Ray itself waits minutes).
+
+    ``auto`` is the cluster this machine's ``ray start --head`` recorded (Ray's own file)."""
+    target = address
+    if address == "auto":
+        import tempfile
+
+        current = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+        try:
+            target = current.read_text().strip()
+        except OSError:
+            raise UserError("--cluster auto: no Ray cluster was started on this machine — start one with "
+                            "`ray start --head`, or pass the head's HOST:PORT") from None
+    host, _, port = target.removeprefix("ray://").rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        raise UserError(f"no Ray cluster answers at {target} — start one with `ray start --head` (or check "
+                        "the head's HOST:PORT and that its port is open)") from None
+    return address
+
+
 class Fleet:
     """A connection to a Ray cluster and the machines a study may use."""
 
     def __init__(self, address: str, on: Sequence[str] = (), *, connect_timeout_s: float = 60) -> None:
-        address = check_address(address)
+        address = reachable(check_address(address))
         self.selectors = parse_selectors(on)
         try:
             import ray

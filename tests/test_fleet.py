@@ -1,0 +1,251 @@
+"""The fleet: one study over several machines of a real Ray cluster (a head and two worker
+nodes on this machine, each its own `ray start` process group with its own label and
+cache), the real engine, and a machine killed mid-study."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.bisect import probe_points, search, search_parallel
+from tokensleuth.errors import UserError
+from tokensleuth.fleet import Node, check_address, parse_selectors, select
+from tokensleuth.paths import cache_dir
+from tokensleuth.runner import TrialJob, units_of
+from tokensleuth.sources.build import EngineBuild
+
+# -- pure parts ---------------------------------------------------------------------------
+
+
+def test_nodes_are_selected_by_label_or_resource() -> None:
+    a = Node("a" * 40, {"host": "strix1", "backend": "rocm"}, {"CPU": 16.0})
+    b = Node("b" * 40, {"host": "h200", "gpu": "H200", "backend": "cuda"}, {"CPU": 16.0, "GPU": 1.0})
+    assert [n.label for n in select([a, b], ["backend=rocm"])] == ["strix1"]
+    assert [n.label for n in select([a, b], ["gpu=H200,backend=cuda"])] == ["h200"]
+    assert select([a, b], ["gpu=H200,backend=rocm"]) == []  # every part must hold
+    assert [n.label for n in select([a, b], ["host=strix1", "host=h200"])] == ["strix1", "h200"]  # any selector
+    assert [n.label for n in select([a, b], ["GPU"])] == ["h200"]  # a resource by name
+    assert select([a, b], []) == [a, b]
+    for bad in ("", "=x", "host=", "a=1,,b=2"):
+        with pytest.raises(UserError, match="--on"):
+            parse_selectors([bad])
+    for bad in ("nonsense", "host:", "host:port"):
+        with pytest.raises(UserError, match="--cluster"):
+            check_address(bad)
+    assert check_address("ray://h:10001") == "ray://h:10001"
+
+
+def test_a_pair_is_one_unit_and_other_trials_go_alone() -> None:
+    j = [TrialJob(1, 0, "a", "m", "tg32", (), 0), TrialJob(2, 1, "b", "m", "tg32", (), 0),
+         TrialJob(3, 2, "b", "m", "tg32", (), 1), TrialJob(4, 3, "a", "m", "tg32", (), 1),
+         TrialJob(5, 4, "x", "m", "", (), -1), TrialJob(6, 5, "x", "m", "", (), -1)]
+    assert [[x.trial_id for x in u] for u in units_of(j)] == [[1, 2], [3, 4], [5], [6]]
+
+
+def _judge_for(n: int, first_bad: int, odd: dict[int, str] | None = None) -> dict[int, str]:
+    return {i: (odd or {}).get(i, "good" if i < first_bad else "bad") for i in range(n)}
+
+
+@pytest.mark.parametrize("n", [3, 5, 24, 300])
+def test_k_ary_search_finds_what_binary_search_finds_in_fewer_rounds(n: int) -> None:
+    for first_bad in range(1, n, max(1, n // 23)):
+        truth = _judge_for(n, first_bad)
+        seq = search(n, truth.__getitem__)
+        one, rounds1 = search_parallel(n, lambda idx: {i: truth[i] for i in idx}, 1)
+        assert one.order == seq.order and one.first_bad == seq.first_bad == first_bad  # k=1 is search
+        assert rounds1 == len(seq.order)
+        for k in (2, 4, 8):
+            got, rounds = search_parallel(n, lambda idx: {i: truth[i] for i in idx}, k)
+            assert got.first_bad == first_bad
+            assert rounds <= rounds1
+            if n >= 24:
+                assert rounds < rounds1 or rounds1 <= 2
+
+
+def test_k_ary_search_steps_around_skips_and_unresolved() -> None:
+    truth = _judge_for(24, 13, {12: "skip", 6: "unresolved", 18: "crash"})
+    got, _ = search_parallel(24, lambda idx: {i: truth[i] for i in idx}, 3)
+    assert got.first_bad is None and got.culprit_range == [12, 13]  # only a skip separates them
+    assert 12 in got.skipped
+    assert probe_points(0, 23, set(), 3) == [5, 11, 17]
+    assert probe_points(0, 3, set(), 8) == [1, 2]  # fewer untried than machines: all of them
+
+
+# -- the real cluster -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from tests.fleet import local_cluster
+
+    root = tmp_path_factory.mktemp("fleet")
+    with local_cluster(root, ccache=cache_dir() / "ccache") as c:
+        yield c
+
+
+def _trials(db: Path) -> list[sqlite3.Row]:
+    if not db.exists():
+        return []
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)  # never creates the store
+    con.row_factory = sqlite3.Row
+    try:
+        return con.execute("SELECT t.*, a.name AS arm, (SELECT COUNT(*) FROM results r WHERE r.trial_id=t.id) AS n_res,"
+                           " (SELECT COUNT(*) FROM samples s JOIN results r ON r.id=s.result_id"
+                           " WHERE r.trial_id=t.id) AS n_samples FROM trials t JOIN arms a ON a.id=t.arm_id"
+                           " ORDER BY t.study_id, t.seq").fetchall()
+    except sqlite3.OperationalError:
+        return []
+    finally:
+        con.close()
+
+
+def _warnings(db: Path, code: str) -> list[str]:
+    con = sqlite3.connect(db)
+    try:
+        return [r[0] for r in con.execute("SELECT detail FROM warnings WHERE code=?", (code,))]
+    finally:
+        con.close()
+
+
+def test_the_local_path_imports_no_ray(engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    code = ("import sys\nfrom tokensleuth.cli import main\n"
+            f"sys.argv = ['tokensleuth', 'compare', '--db', {str(tmp_path / 's.db')!r}, '--arm', 'a=bin:{engine.bin_dir}',"
+            f" '--arm', 'b=bin:{engine.bin_dir}', '--model', {str(dense_model)!r}, '-w', 'tg16', '--max-pairs', '2',"
+            " '--min-pairs', '2', '--', '-t', '1', '-r', '2']\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('RAY' if any(m == 'ray' or m.startswith('ray.') for m in sys.modules) else 'NO-RAY')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "study:" in p.stdout, p.stderr[-2000:]  # it really compared
+    assert p.stdout.strip().splitlines()[-1] == "NO-RAY"
+
+
+@pytest.mark.slow
+def test_cross_host_table_and_a_killed_driver_resumes(cluster: object, engine: EngineBuild, dense_model: Path,
+                                                       tmp_path: Path) -> None:
+    from tests.fleet import LocalCluster
+
+    assert isinstance(cluster, LocalCluster)
+    db, out = tmp_path / "s.db", tmp_path / "x.json"
+    study = tmp_path / "study.toml"
+    study.write_text(f'''models = ["{dense_model}"]
+workloads = ["tg128"]
+min_pairs = 6
+max_pairs = 6
+common_flags = ["-t", "1", "-r", "3"]
+[[arms]]
+name = "base"
+source = "bin:{engine.bin_dir}"
+[[arms]]
+name = "cand"
+source = "bin:{engine.bin_dir}"
+[[hosts]]
+on = "role=bench"
+''')
+    args = [tokensleuth_bin(), "compare", "--db", str(db), "--study", str(study), "--cluster", cluster.address,
+            "--per-host", "--json", str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 300
+    # kill the driver while a trial is out on a machine and some are already stored
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = _trials(db)
+        if sum(r["status"] == "done" for r in rows) >= 4:  # 24 trials: mid-study, trials out on both machines
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1][-3000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    handed = [r for r in _trials(db) if r["status"] == "running"]
+    assert handed and all(r["node"] in ("w1", "w2") for r in handed)
+    p = subprocess.run([*args, "--resume"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    # the trials that were out came back as warnings, and ran again
+    notes = _warnings(db, "handed-out")
+    assert len(notes) >= 1 and all("never came back" in n for n in notes)
+    rows = _trials(db)
+    assert rows and all(r["status"] == "done" for r in rows)
+    assert all(r["n_res"] == 1 and r["n_samples"] == 3 for r in rows)  # nothing counted twice
+    by_study: dict[str, set[str]] = {}
+    for r in rows:
+        by_study.setdefault(r["study_id"], set()).add(json.loads(r["env_json"])["node"])
+    assert sorted(tuple(v) for v in by_study.values()) == [("w1",), ("w2",)]  # each study on one machine
+    keys = [(r["study_id"], r["arm"], r["pair"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 2 * 2 * 6
+    obj = json.loads(out.read_text())
+    assert [h["node"] for h in obj["hosts"]] == ["w1", "w2"]
+    for h in obj["hosts"]:
+        assert h["hardware"]["cpu"] and h["backends"] == ["CPU"]
+        assert [c["pairs"] for c in h["comparisons"]] == [6]
+    assert "| w1 " in p.stdout and "| w2 " in p.stdout and "cand/base" in p.stdout
+
+
+@pytest.mark.slow
+def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engine: EngineBuild, moe_model: Path,
+                                                           tmp_path: Path) -> None:
+    from tests.fleet import LocalCluster
+    from tests.planted import bisect_history
+
+    assert isinstance(cluster, LocalCluster)
+    repo, shas = bisect_history(("n1", "n2", "n3", "culprit", "n4", "n5"), branch="bisect-fleet")
+    out = tmp_path / "b.json"
+    p = subprocess.run([tokensleuth_bin(), "bisect", "--db", str(tmp_path / "s.db"), "--repo", str(repo),
+                        "--good", shas["base"], "--bad", shas["n5"], "--model", str(moe_model), "-w", "tg32",
+                        "--cluster", cluster.address, "--on", "role=bench", "--json", str(out),
+                        "--", "-t", "1", "-r", "5"], capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert r["first_bad"] == shas["culprit"][:10] and r["verified"] is True, (r, p.stderr[-2000:])
+    assert r["machines"] == 2
+    assert r["rounds"] < len(r["steps"])  # two candidates judged in at least one round
+    rows = _trials(tmp_path / "s.db")
+    nodes = {json.loads(x["env_json"])["node"] for x in rows if x["status"] == "done"}
+    assert nodes == {"w1", "w2"}
+    # a candidate and good are measured on the same machine, pair by pair
+    pairs: dict[tuple[str, str, int], set[str]] = {}
+    for x in rows:
+        pairs.setdefault((x["study_id"], x["workload"], x["pair"]), set()).add(json.loads(x["env_json"])["node"])
+    assert all(len(v) == 1 for v in pairs.values())
+
+
+@pytest.mark.slow
+def test_a_machine_lost_mid_pair_loses_only_that_pair(cluster: object, engine: EngineBuild, dense_model: Path,
+                                                      tmp_path: Path) -> None:
+    """Runs last: it kills w2 for good."""
+    from tests.fleet import LocalCluster
+
+    assert isinstance(cluster, LocalCluster)
+    db, out = tmp_path / "s.db", tmp_path / "c.json"
+    args = [tokensleuth_bin(), "compare", "--db", str(db), "--cluster", cluster.address, "--on", "role=bench",
+            "--arm", f"a=bin:{engine.bin_dir}", "--arm", f"b=bin:{engine.bin_dir}", "--model", str(dense_model),
+            "-w", "tg64", "--min-pairs", "10", "--max-pairs", "10", "--json", str(out), "--", "-t", "1", "-r", "4"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        rows = _trials(db)
+        if any(r["status"] == "done" for r in rows) and any(r["status"] == "running" and r["node"] == "w2"
+                                                            for r in rows):
+            break
+        time.sleep(0.02)
+    killed_at = time.time()
+    cluster.kill("w2")
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    lost = _warnings(db, "node-lost")
+    assert lost and all("worker w2 lost at" in w for w in lost)
+    rows = _trials(db)
+    assert all(r["status"] == "done" for r in rows) and len(rows) == 20
+    assert all(r["n_res"] == 1 and r["n_samples"] == 4 for r in rows)  # re-run, not duplicated
+    assert len({(r["arm"], r["pair"]) for r in rows}) == 20
+    after = [r for r in rows if r["ended_at"] > killed_at + 5]
+    assert after and all(json.loads(r["env_json"])["node"] == "w1" for r in after)
+    c = json.loads(out.read_text())["comparisons"][0]
+    assert c["pairs"] == 10
+    assert "worker w2 lost" in stdout  # the report lists the lost machine and the time
