@@ -194,7 +194,7 @@ def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engi
     from tests.planted import bisect_history
 
     assert isinstance(cluster, LocalCluster)
-    repo, shas = bisect_history(("n1", "n2", "n3", "culprit", "n4", "n5"), branch="bisect-fleet")
+    repo, shas = bisect_history(("n1", "n2", "n3", "spin", "n4", "n5"), branch="bisect-fleet-spin")
     out = tmp_path / "b.json"
     p = subprocess.run([tokensleuth_bin(), "bisect", "--db", str(tmp_path / "s.db"), "--repo", str(repo),
                         "--good", shas["base"], "--bad", shas["n5"], "--model", str(moe_model), "-w", "tg32",
@@ -202,7 +202,7 @@ def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engi
                         "--", "-t", "1", "-r", "5"], capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["first_bad"] == shas["culprit"][:10] and r["verified"] is True, (r, p.stderr[-2000:])
+    assert r["first_bad"] == shas["spin"][:10] and r["verified"] is True, (r, p.stderr[-2000:])
     assert r["machines"] == 2
     assert r["rounds"] < len(r["steps"])  # two candidates judged in at least one round
     rows = _trials(tmp_path / "s.db")
