@@ -52,7 +52,10 @@ def simulate(step_s: float) -> None:
                 if k == 1:
                     r = len(search(n, truth.__getitem__).order)
                 else:
-                    r = search_parallel(n, lambda idx, t=truth: {i: t[i] for i in idx}, k)[1]
+                    def judge_many(idx: list[int], t: dict[int, str] = truth) -> dict[int, str]:
+                        return {i: t[i] for i in idx}
+
+                    r = search_parallel(n, judge_many, k)[1]
                 rounds.append(r)
             mean = statistics.mean(rounds)
             base = base or mean
@@ -96,7 +99,7 @@ def bisect(runs: int) -> float:
                       f"{r['verified']} |", flush=True)
                 if len(workers) == 1:
                     per_round.append(wall / (r["rounds"] + 3))  # + endpoints, verification, builds of the ends
-    return statistics.mean(per_round)
+    return float(statistics.mean(per_round))
 
 
 def _compare(args: list[str], db: Path) -> tuple[float, float, int, str]:
