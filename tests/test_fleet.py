@@ -20,7 +20,8 @@ from tokensleuth.bisect import probe_points, search, search_parallel
 from tokensleuth.errors import UserError
 from tokensleuth.fleet import Node, check_address, parse_selectors, select
 from tokensleuth.paths import cache_dir
-from tokensleuth.runner import TrialJob, units_of
+from tokensleuth.executors import units_of
+from tokensleuth.runner import TrialJob
 from tokensleuth.sources.build import EngineBuild
 
 # -- pure parts ---------------------------------------------------------------------------
@@ -78,6 +79,56 @@ def test_k_ary_search_steps_around_skips_and_unresolved() -> None:
     assert 12 in got.skipped
     assert probe_points(0, 23, set(), 3) == [5, 11, 17]
     assert probe_points(0, 3, set(), 8) == [1, 2]  # fewer untried than machines: all of them
+
+
+def test_a_git_revision_is_shipped_as_a_bundle_and_the_users_repo_gains_no_ref(tmp_path: Path) -> None:
+    from tokensleuth.fleet import ship
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t.invalid", *a],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    for i in range(3):
+        (repo / "f.c").write_text(f"int x = {i};\n")
+        git("add", "f.c")
+        git("commit", "-qm", f"c{i}")
+    sha = git("rev-parse", "HEAD~1")
+    refs_before = git("for-each-ref")
+    data = ship.bundle(repo, sha, tmp_path / "driver")
+    assert git("for-each-ref") == refs_before  # nothing added to the user's repository
+    worker_src = tmp_path / "worker" / "src"
+    rid = ship.repo_id(repo)
+    assert not ship.has(worker_src, rid, sha)
+    m = ship.receive(worker_src, rid, sha, data)
+    assert ship.has(worker_src, rid, sha) and not ship.has(worker_src, rid, git("rev-parse", "HEAD"))
+    show = subprocess.run(["git", "-C", str(m), "show", f"{sha}:f.c"], capture_output=True, text=True, check=True)
+    assert show.stdout == "int x = 1;\n"
+    with pytest.raises(UserError, match="not on this machine"):
+        ship.receive(worker_src, rid, git("rev-parse", "HEAD"), None)
+
+
+def test_fleet_options_without_a_cluster_are_one_line_errors(engine: EngineBuild, dense_model: Path,
+                                                             tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for extra, want in ((["--cluster", f"127.0.0.1:{port}"], "no Ray cluster answers"),
+                        (["--on", "host=x"], "--on needs --cluster"),
+                        (["--per-host"], "--per-host needs --cluster"),
+                        (["--cluster", "nowhere"], "cannot read --cluster")):
+        t0 = time.monotonic()
+        p = subprocess.run([tokensleuth_bin(), "compare", "--db", str(tmp_path / "s.db"), "--arm",
+                            f"a=bin:{engine.bin_dir}", "--arm", f"b=bin:{engine.bin_dir}", "--model", str(dense_model),
+                            *extra], capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and want in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+        assert time.monotonic() - t0 < 30  # never Ray's minutes of waiting
 
 
 # -- the real cluster -------------------------------------------------------------------------
@@ -213,6 +264,29 @@ def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engi
     for x in rows:
         pairs.setdefault((x["study_id"], x["workload"], x["pair"]), set()).add(json.loads(x["env_json"])["node"])
     assert all(len(v) == 1 for v in pairs.values())
+
+
+@pytest.mark.slow
+def test_a_flag_the_workers_engine_refuses_and_a_missing_model_are_one_line(
+        cluster: object, engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    from tests.fleet import LocalCluster
+
+    assert isinstance(cluster, LocalCluster)
+    base = [tokensleuth_bin(), "compare", "--db", str(tmp_path / "s.db"), "--cluster", cluster.address,
+            "--on", "role=bench", "--arm", f"a=bin:{engine.bin_dir}", "--arm", f"b=bin:{engine.bin_dir}"]
+    p = subprocess.run([*base, "--model", str(dense_model), "--", "--no-such-flag"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 2 and "--no-such-flag" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert not _trials(tmp_path / "s.db")  # refused before any trial
+    gone = tmp_path / "copy.gguf"
+    gone.write_bytes(dense_model.read_bytes())
+    code = ("import sys, json; sys.path.insert(0, %r)\n" % str(Path(__file__).parent.parent)) + (
+        "from tokensleuth.fleet import Fleet\n"
+        f"f = Fleet({cluster.address!r}, ['host=w1'])\n"
+        f"print(json.dumps(f._get(f.worker(f.nodes[0]).files.remote([{str(gone)!r}, '/no/such/model.gguf']))))\n")
+    q = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert json.loads(q.stdout.strip().splitlines()[-1]) == {str(gone): gone.stat().st_size,
+                                                             "/no/such/model.gguf": None}, q.stderr[-2000:]
 
 
 @pytest.mark.slow

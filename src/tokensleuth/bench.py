@@ -7,7 +7,8 @@ from typing import Any
 
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.monitor.sources import Source
-from tokensleuth.runner import Executor, TrialCallback, arm_runtime, execute
+from tokensleuth.executors import Executor, execute
+from tokensleuth.runner import TrialCallback, arm_runtime
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import PlannedTrial, Store, StudyHandle

@@ -257,7 +257,7 @@ class Bisector:
         machine); a candidate whose machine is lost is judged again on another."""
         if self.fleet is None:
             return {i: self.judge(i) for i in idx}
-        from tokensleuth.fleet.executor import NodesLost
+        from tokensleuth.executors.ray import NodesLost
 
         got: dict[int, str] = {}
         pending = list(idx)
@@ -276,7 +276,9 @@ class Bisector:
                 except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                     errors[i] = exc
 
-            threads = [threading.Thread(target=one, args=(i, n), name=f"judge-{i}") for i, n in zip(now, nodes)]
+            # daemon: an interrupted driver exits; what was out comes back on --resume (handed-out)
+            threads = [threading.Thread(target=one, args=(i, n), name=f"judge-{i}", daemon=True)
+                       for i, n in zip(now, nodes)]
             for t in threads:
                 t.start()
             for t in threads:

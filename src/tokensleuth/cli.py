@@ -81,6 +81,11 @@ def open_fleet(cluster: str | None, on: list[str], needs: str = "") -> Any:
     return fleet
 
 
+def fleet_paths(models: list[str], sources: list[str]) -> list[str]:
+    """What every machine must have at the same path: the models and any bin: folder."""
+    return [*models, *(s.split(":", 1)[1] for s in sources if s.startswith("bin:"))]
+
+
 def refuse_on_fleet(fleet: Any, **flags: bool) -> None:
     """Options that run on this machine only: refused with --cluster (one line)."""
     for name, given in flags.items():
@@ -306,7 +311,9 @@ def bench(
         if len(fleet.nodes) != 1:
             raise UserError("bench measures one machine: narrow --on to one of "
                             + ", ".join(n.label for n in fleet.nodes) + " (compare --per-host measures several)")
+        fleet.check_files(fleet_paths(models, [engine]))
         b = fleet.build(fleet.nodes[0], engine, cmake, targets_for([kind]))
+        fleet.check_arm(fleet.nodes[0], b, "engine", kind, flags, env_map, workloads, engine)
         executor, identity = fleet.executor(), {"host": fleet.nodes[0].label}
     else:
         b = get_build(engine, cmake, targets_for([kind]))
@@ -456,6 +463,7 @@ def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_o
     def say(line: str) -> None:
         err.print(line, markup=False)
 
+    fleet.check_files(fleet_paths(spec.models, [a.source for a in spec.arms]))
     if per_host:
         sid = run_per_host(db or default_db(), fleet, spec, targets, resume=resume, log=say,
                            on_trial=lambda label: host_trial_printer(label))
@@ -470,6 +478,8 @@ def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_o
     builds: dict[str, EngineBuild] = {}
     for a in spec.arms:  # the first machine's builds name the study; every machine makes its own
         builds[a.name] = fleet.build(fleet.nodes[0], a.source, list(a.cmake), targets(a))
+        fleet.check_arm(fleet.nodes[0], builds[a.name], a.name, a.kind, [*spec.common_flags, *a.flags], a.env,
+                        spec.workloads, a.source)
     with open_store(db) as store:
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  executor=fleet.executor())
@@ -628,6 +638,9 @@ def bisect(
     build_compare_spec_check(spec)
     fleet = open_fleet(cluster, on)
     refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
+    if fleet is not None:
+        fleet.check_files(fleet_paths(model_paths(model) + (model_paths(control_model) if control_model else []),
+                                      [c.source for c in cands]))
     doctor_line()
     with open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume,
@@ -712,6 +725,8 @@ def decompose(
     fleet = open_fleet(cluster, on)
     if fleet is not None and check_outputs:
         raise UserError("the output check runs on this machine only — with --cluster add --no-output-check")
+    if fleet is not None:
+        fleet.check_files(fleet_paths([*spec["models"], *spec["control_models"]], []))
     checker = None
     if check_outputs:
         from tokensleuth.paths import cache_dir

@@ -18,7 +18,8 @@ from tokensleuth.engines import llamabench_params as params
 from tokensleuth import noise
 from tokensleuth.plan import pair_round
 from tokensleuth.results import load_cells
-from tokensleuth.runner import Executor, TrialCallback, arm_runtime, execute
+from tokensleuth.executors import Executor, execute
+from tokensleuth.runner import TrialCallback, arm_runtime
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.store import Store, StudyHandle

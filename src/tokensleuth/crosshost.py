@@ -58,17 +58,25 @@ def run_per_host(db: Path, fleet: Fleet, spec: CompareSpec, targets: Callable[[A
             rows: dict[str, dict[str, Any]] = {}
             lock = threading.Lock()
 
+            bugs: list[BaseException] = []
+
             def one(node: Node) -> None:
-                entry = _run_host(db, fleet, node, spec, targets, log, on_trial(node.label) if on_trial else None,
-                                  resume)
+                try:
+                    entry = _run_host(db, fleet, node, spec, targets, log,
+                                      on_trial(node.label) if on_trial else None, resume)
+                except BaseException as exc:  # noqa: BLE001 - not a machine's failure: raised below
+                    bugs.append(exc)
+                    return
                 with lock:
                     rows[node.label] = entry
 
-            threads = [threading.Thread(target=one, args=(n,), name=f"host-{n.label}") for n in nodes]
+            threads = [threading.Thread(target=one, args=(n,), name=f"host-{n.label}", daemon=True) for n in nodes]
             for t in threads:
                 t.start()
             for t in threads:
                 t.join()
+            if bugs:
+                raise bugs[0]
             store.put_state(sid, HOSTS_STATE, [rows[n.label] for n in nodes])
             store.finish_study(sid, "done" if all("study" in r for r in rows.values()) else "failed")
     return sid
@@ -88,6 +96,8 @@ def _run_host(db: Path, fleet: Fleet, node: Node, spec: CompareSpec, targets: Ca
                     log(f"{node.label}: building {a.source}")
                     by_source[key] = fleet.build(node, a.source, a.cmake, tuple(targets(a)))
                 builds[a.name] = by_source[key]
+                fleet.check_arm(node, builds[a.name], a.name, a.kind, [*spec.common_flags, *a.flags], a.env,
+                                spec.workloads, a.source)
             child, comps = run_compare(st, spec, builds, resume=resume, executor=fleet.executor([node]),
                                        identity={"host": node.label}, on_trial=on_trial)
             backends = sorted({x for b in builds.values() for x in b.backends})

@@ -25,7 +25,7 @@ from tokensleuth.store import Store
 
 if TYPE_CHECKING:
     from tokensleuth.fleet import RemoteCache
-    from tokensleuth.runner import Executor
+    from tokensleuth.executors import Executor
 
 Log = Callable[[str], None]
 FAILED_STATUSES = ("failed", "crashed", "timeout", "garbage")

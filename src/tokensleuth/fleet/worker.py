@@ -15,7 +15,7 @@ from typing import Any
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.hostenv import host_environment
-from tokensleuth.runner import TrialJob, run_trial
+from tokensleuth.runner import TrialJob, failed_outcome, run_trial
 from tokensleuth.sources.build import BuildCache, EngineBuild
 from tokensleuth.store import TrialOutcome
 
@@ -29,11 +29,39 @@ class TrialWorker:
         self.builds: dict[tuple[str, tuple[str, ...], tuple[str, ...]], EngineBuild] = {}
         self.sources: list[Any] | None = None
 
-    def build(self, source: str, cmake: tuple[str, ...], targets: tuple[str, ...]) -> dict[str, Any]:
+    def build(self, source: str, cmake: tuple[str, ...], targets: tuple[str, ...], rid: str | None = None,
+              sha: str | None = None, bundle: bytes | None = None) -> dict[str, Any]:
+        """``source`` built here. A git source comes as (``rid``, ``sha``) and, when this
+        machine lacks the commit, a ``bundle`` of its history (fleet.ship)."""
         key = (source, tuple(cmake), tuple(targets))
         if key not in self.builds:
-            self.builds[key] = self.cache.get(source, list(cmake), targets=targets)
+            here = source
+            if rid is not None and sha is not None:
+                from tokensleuth.fleet.ship import receive
+
+                here = f"git:{receive(self.cache.src, rid, sha, bundle)}@{sha}"
+            self.builds[key] = self.cache.get(here, list(cmake), targets=targets)
         return self.builds[key].to_json()
+
+    def has_commit(self, rid: str, sha: str) -> bool:
+        from tokensleuth.fleet.ship import has
+
+        return has(self.cache.src, rid, sha)
+
+    def files(self, paths: list[str]) -> dict[str, int | None]:
+        """Size of each path on this machine (None: missing); a folder counts as 0."""
+        out: dict[str, int | None] = {}
+        for p in paths:
+            q = Path(p)
+            out[p] = (0 if q.is_dir() else q.stat().st_size) if q.exists() else None
+        return out
+
+    def check_arm(self, build: dict[str, Any], name: str, kind: str, flags: list[str], env: dict[str, str],
+                  workloads: list[str], source: str) -> None:
+        """The arm's flags and devices, checked against this machine's build (UserError, one line)."""
+        from tokensleuth.cli import check_arm
+
+        check_arm(EngineBuild.from_json(build), name, kind, flags, env, workloads, source=source)
 
     def host(self) -> dict[str, Any]:
         from tokensleuth.monitor.sources import probe_sources
@@ -55,10 +83,11 @@ class TrialWorker:
             arm, recipe = arms[job.arm]
             extra: dict[str, Any] = {"node": self.label}
             if recipe is not None:
-                try:
-                    b = EngineBuild.from_json(self.build(*recipe))
+                try:  # built by the driver's Fleet.build before the unit came (git: shipped)
+                    b = self.builds.get(tuple(recipe)) or EngineBuild.from_json(self.build(*recipe))
                 except (EngineError, UserError) as exc:
-                    outs.append(_failed(f"build failed on {self.label}: {str(exc).splitlines()[0][:200]}", extra))
+                    outs.append(failed_outcome(f"build failed on {self.label}: {str(exc).splitlines()[0][:200]}",
+                                               extra))
                     continue
                 arm = replace(arm, bin_dir=Path(b.bin_dir))
                 extra["build_key"] = b.key
@@ -66,9 +95,3 @@ class TrialWorker:
             outs.append(replace(out, env=dict(out.env, **extra)))
         return outs
 
-
-def _failed(message: str, env: dict[str, Any]) -> TrialOutcome:
-    import time
-
-    now, ns = time.time(), time.monotonic_ns()
-    return TrialOutcome("failed", None, message, "", now, now, ns, ns, env)

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -302,16 +302,19 @@ class BuildCache:
         if hit:
             return hit
         repo_id = hashlib.sha256(str(src.path).encode()).hexdigest()[:12]
-        wt = self.work / f"wt-{repo_id}"
         self.work.mkdir(parents=True, exist_ok=True)
-        if not (wt / ".git").exists():
-            shutil.rmtree(wt, ignore_errors=True)
-            subprocess.run(["git", "-C", str(src.path), "worktree", "prune"], capture_output=True)
-            _run(["git", "-C", str(src.path), "worktree", "add", "--detach", "--force", str(wt), sha], None)
-        else:
-            _run(["git", "-C", str(wt), "checkout", "--detach", "--force", sha], None)
-            _run(["git", "-C", str(wt), "clean", "-fdxq"], None)
-        return self._build(src, wt, f"git-tree:{tree_id}", sha, number, flags, targets, log, key=key)
+        # The worktree is checked out and built under its slot's lock: a second build of the
+        # same repository at once takes the next slot (its own worktree and build directory).
+        with _slot(self.work, f"wt-{repo_id}") as slot:
+            wt = self.work / f"wt-{repo_id}{slot}"
+            if not (wt / ".git").exists():
+                shutil.rmtree(wt, ignore_errors=True)
+                subprocess.run(["git", "-C", str(src.path), "worktree", "prune"], capture_output=True)
+                _run(["git", "-C", str(src.path), "worktree", "add", "--detach", "--force", str(wt), sha], None)
+            else:
+                _run(["git", "-C", str(wt), "checkout", "--detach", "--force", sha], None)
+                _run(["git", "-C", str(wt), "clean", "-fdxq"], None)
+            return self._build(src, wt, f"git-tree:{tree_id}", sha, number, flags, targets, log, key=key)
 
     # -- build -------------------------------------------------------------------
 
@@ -344,12 +347,17 @@ class BuildCache:
         # One build directory per family (the same source path and flags: a git repository's
         # worktree, or an sdist package's mirror), kept between builds: CMake and ninja then
         # rebuild only what changed from the last revision built there. A lock keeps two
-        # builds out of one directory; families build side by side.
-        src_dir = tree if src.kind == "git" or not reuse_build_dirs() else self.work / f"tree-{src.package}"
-        family = hashlib.sha256(json.dumps([str(src_dir), list(BASE_FLAGS), list(flags), compiler_id()]).encode()
-                                ).hexdigest()[:16]
-        bdir = self.work / (f"build-{family}" if reuse_build_dirs() else f"build-{key}")
-        with _dir_lock(self.work / f"{bdir.name}.lock"):
+        # builds out of one directory; a build that finds it busy takes the family's next
+        # slot (a directory of its own) instead of waiting, and families build side by side.
+        mirror = src.kind != "git" and reuse_build_dirs()
+        name = f"tree-{src.package}" if mirror else ""
+        family = hashlib.sha256(json.dumps([str(tree) if not mirror else name, list(BASE_FLAGS), list(flags),
+                                            compiler_id()]).encode()).hexdigest()[:16]
+        base = f"build-{family}" if reuse_build_dirs() else f"build-{key}"
+        # one build of a key at a time (the second finds the first's result); other keys take slots
+        with _dir_lock(self.work / f"key-{key}.lock"), _slot(self.work, base) as slot:
+            bdir = self.work / f"{base}{slot}"
+            src_dir = self.work / f"{name}{slot}" if mirror else tree
             hit = self._hit(key, str(src), commit, number)  # built by another process while we waited
             if hit:
                 return hit
@@ -478,6 +486,33 @@ def sync_tree(src: Path, dst: Path) -> int:
             if rel / d not in seen and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
     return changed
+
+
+BUILD_SLOTS = 2  # directories per build family: a third build at once waits for one
+
+
+@contextlib.contextmanager
+def _slot(work: Path, name: str, slots: int = BUILD_SLOTS) -> Iterator[str]:
+    """Hold the first free slot of ``name`` ('' then '-1', …) under ``work``; when every slot
+    is busy, wait for the first. Yields the slot's suffix."""
+    import fcntl
+
+    for i in range(slots):
+        suffix = "" if i == 0 else f"-{i}"
+        fh = open(work / f"{name}{suffix}.lock", "a+")  # noqa: SIM115 - closed below
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            continue
+        try:
+            yield suffix
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+            fh.close()
+        return
+    with _dir_lock(work / f"{name}.lock"):
+        yield ""
 
 
 @contextlib.contextmanager

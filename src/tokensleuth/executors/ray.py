@@ -1,9 +1,9 @@
 """The Ray executor: units of trials to the fleet's machines, one unit per machine at a time.
 
-Behind :class:`tokensleuth.runner.Executor`, like the local one. A unit (a pair) runs
+Behind :class:`tokensleuth.executors.Executor`, like the local one. A unit (a pair) runs
 on one machine; a machine takes the next unit as soon as it hands one back. A machine
 that dies, or whose worker stops answering, loses only the unit it held: that unit is
-delivered :class:`~tokensleuth.runner.Lost` (the driver puts its trials back and
+delivered :class:`~tokensleuth.executors.Lost` (the driver puts its trials back and
 records the node and time) and goes to the front of the queue for another machine.
 """
 
@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.errors import EngineError
-from tokensleuth.runner import Delivery, Done, Handout, Lost, Unit
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.executors import Delivery, Done, Handout, Lost, Unit
+from tokensleuth.runner import failed_outcome
 
 if TYPE_CHECKING:
     from tokensleuth.fleet import Fleet, Node
@@ -55,6 +56,19 @@ class RayExecutor:
             while queue and free:
                 node = free.pop(0)
                 unit = queue.popleft()
+                # its builds first (a machine's first unit: it builds, git sources shipped to it)
+                try:
+                    self.fleet.ensure(node, [r for j in unit if (r := payload[j.arm][1]) is not None])
+                except lost_errors:
+                    self.fleet.forget(node)  # lost while building: nothing was handed out
+                    queue.appendleft(unit)
+                    continue
+                except (EngineError, UserError) as exc:  # does not build there: the unit's trials fail
+                    handout(unit, node.label)
+                    msg = f"build failed on {node.label}: " + (str(exc).splitlines() or [""])[0][:200]
+                    yield Done(unit, tuple(failed_outcome(msg, {"node": node.label}) for _ in unit))
+                    free.append(node)
+                    continue
                 handout(unit, node.label)
                 ref = self.fleet.worker(node).run_unit.remote(unit, payload_ref, timeout_s, interval_s)
                 inflight[ref] = (unit, node)
