@@ -71,24 +71,30 @@ def _store_rows(db: Path, sql: str) -> list[tuple[Any, ...]]:
         con.close()
 
 
-def bisect(runs: int) -> float:
+def bisect(runs: int, sizes: tuple[int, ...] = (1, 2)) -> float:
     engine = default_engine()
     moe = tiny_model(engine, "qwen3moe")
     repo, shas = bisect_history(NAMES, branch="bisect-24-spin")
     ccache = cache_dir() / "ccache"
     per_round = []
     print("24-commit bisect on the real engine (-t 1 per worker; each worker builds in its own empty cache)")
-    print("| workers | run | wall (s) | rounds | steps | culprit right | verified |")
-    print("| ---: | ---: | ---: | ---: | ---: | --- | --- |")
-    for workers in (("w1",), ("w1", "w2")):
+    print("| workers | run | wall (s) | rounds | steps | culprit right | verified | --resume needed |")
+    print("| ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |")
+    for workers in [("w1", "w2")[:k] for k in sizes]:
         for run in range(runs):
             with tempfile.TemporaryDirectory() as td, local_cluster(Path(td), workers, ccache=ccache) as c:
                 out, db = Path(td) / "b.json", Path(td) / "s.db"
+                argv = [*tokensleuth_cmd(), "bisect", "--db", str(db), "--repo", str(repo),
+                        "--good", shas["base"], "--bad", shas["n21"], "--model", str(moe), "-w", "tg32",
+                        "--cluster", c.address, "--on", "role=bench", "--json", str(out),
+                        "--", "-t", "1", "-r", "5"]
                 t0 = time.monotonic()
-                p = subprocess.run([*tokensleuth_cmd(), "bisect", "--db", str(db), "--repo", str(repo),
-                                    "--good", shas["base"], "--bad", shas["n21"], "--model", str(moe), "-w", "tg32",
-                                    "--cluster", c.address, "--on", "role=bench", "--json", str(out),
-                                    "--", "-t", "1", "-r", "5"], capture_output=True, text=True)
+                # an unresolved answer is resumed, as a user would (it adds pairs where they were missing)
+                for resumes in range(3):
+                    p = subprocess.run(argv if resumes == 0 else [*argv[:2], "--resume", *argv[2:]],
+                                       capture_output=True, text=True)
+                    if p.returncode != 1:
+                        break
                 wall = time.monotonic() - t0
                 if p.returncode != 0:
                     print(p.stderr[-3000:])
@@ -96,10 +102,10 @@ def bisect(runs: int) -> float:
                 r = json.loads(out.read_text())
                 right = r["first_bad"] == shas["spin"][:10]
                 print(f"| {len(workers)} | {run + 1} | {wall:.0f} | {r['rounds']} | {len(r['steps'])} | {right} | "
-                      f"{r['verified']} |", flush=True)
+                      f"{r['verified']} | {resumes} |", flush=True)
                 if len(workers) == 1:
                     per_round.append(wall / (r["rounds"] + 3))  # + endpoints, verification, builds of the ends
-    return float(statistics.mean(per_round))
+    return float(statistics.mean(per_round)) if per_round else 0.0
 
 
 def _compare(args: list[str], db: Path) -> tuple[float, float, int, str]:
@@ -174,15 +180,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("part", choices=["simulate", "bisect", "overhead", "drill"])
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--workers", default="1,2", help="bisect: worker counts to run, e.g. 2")
     ap.add_argument("--step-s", type=float, default=None, help="one bisect round's seconds (default: measured)")
     a = ap.parse_args()
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if a.part == "simulate":
         simulate(a.step_s or 60.0)
     elif a.part == "bisect":
-        step = bisect(a.runs)
-        print(f"measured seconds per sequential round (1 worker): {step:.0f}")
-        simulate(step)
+        sizes = tuple(int(x) for x in a.workers.split(","))
+        step = bisect(a.runs, sizes)
+        if step:
+            print(f"measured seconds per sequential round (1 worker): {step:.0f}")
+            simulate(step)
     elif a.part == "overhead":
         overhead(max(2, a.runs))
     else:
