@@ -7,6 +7,7 @@ import sqlite3
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -327,3 +328,31 @@ def test_a_store_made_by_the_landed_version_is_upgraded_in_place(tmp_path: Path,
                             " JOIN arms a ON a.id=t.arm_id").fetchall()
         assert len(rows) == before > 0
         assert all((r["n_prompt"], r["n_gen"]) == (r["rp"], r["rg"]) and r["kind"] == "llama-bench" for r in rows)
+
+
+
+def test_a_store_open_in_this_process_is_not_read_outside_sqlite_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads of one process each open the store (a parallel bisect, a per-host compare).
+    Closing any descriptor of the file drops every POSIX lock the process holds on it,
+    SQLite's included: once it is open here, only SQLite may open it."""
+    import builtins
+
+    p = tmp_path / "s.db"
+    with Store(p) as first:
+        first.create_study("bench", {}, "h", [], [])
+    real_open = builtins.open
+    opened: list[str] = []
+
+    def spy(file: Any, *a: Any, **k: Any) -> Any:
+        opened.append(str(file))
+        return real_open(file, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    with Store(p) as first:
+        assert opened.count(str(p)) == 1  # not open here yet: its header is checked
+        with Store(p) as second:  # another thread's connection beside it
+            second.put_state(first.studies()[0]["id"], "k", 1)
+        assert opened.count(str(p)) == 1
+    with Store(p):
+        assert opened.count(str(p)) == 2  # closed everywhere: checked again

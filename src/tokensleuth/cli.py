@@ -1024,6 +1024,14 @@ def signals_raise_interrupted() -> Iterator[None]:
             signal.signal(s, h)
 
 
+def debug_trace(exc: BaseException) -> None:
+    """TOKENSLEUTH_DEBUG=1: the traceback behind a one-line error (for reporting a bug)."""
+    if __import__("os").environ.get("TOKENSLEUTH_DEBUG") == "1":
+        import traceback
+
+        traceback.print_exception(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; errors become one line on stderr and their exit code (2 input, 1 engine)."""
     args = list(argv if argv is not None else sys.argv[1:])
@@ -1038,6 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(interrupted_line(signal.SIGINT, args), markup=False)
         return Interrupted(signal.SIGINT).exit_code
     except UserError as exc:
+        debug_trace(exc)
         err.print(f"error: {one_line(str(exc))}", markup=False)
         return exc.exit_code
     except click_exc.NoArgsIsHelpError as exc:
@@ -1048,6 +1057,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"error: {one_line(exc.format_message())}{hint}", markup=False)
         return 2
     except EngineError as exc:
+        debug_trace(exc)
         err.print(f"error: {exc}", markup=False)
         return exc.exit_code
     except typer.Exit as exc:

@@ -22,6 +22,7 @@ import shutil
 import socket
 import sqlite3
 import stat
+import threading
 import time
 import urllib.parse
 import uuid
@@ -253,6 +254,13 @@ def _unwritable(path: Path) -> bool:
     return path.is_file() and no_wal and not writable
 
 
+# Store files this process has open (device, inode) -> connections. Closing any descriptor
+# of a file drops every POSIX lock the process holds on it, SQLite's included: once a store
+# is open here (another thread's Store), nothing but SQLite may open and close the file.
+_OPEN_HERE: dict[tuple[int, int], int] = {}
+_OPEN_LOCK = threading.Lock()
+
+
 def _check_path(path: Path) -> None:
     """Refuse, before SQLite touches it, a --db that is not a store file nor a place for one."""
     fix = "pass another --db path"
@@ -270,6 +278,9 @@ def _check_path(path: Path) -> None:
         raise UserError(f"{path} is not a regular file — {fix}")
     if st.st_size == 0:
         return  # an empty file becomes a new store, as SQLite does
+    with _OPEN_LOCK:
+        if _OPEN_HERE.get((st.st_dev, st.st_ino)):
+            return  # checked when it was first opened; reading it now would unlock it (above)
     with open(path, "rb") as fh:
         if fh.read(16) != b"SQLite format 3\x00":
             raise UserError(f"{path} is not a tokensleuth database — {fix}")
@@ -522,12 +533,24 @@ class Store:
             if _unwritable(path):
                 self._open_read_only()
             else:
-                try:
-                    self.db = self._open(sqlite3.connect(path, timeout=30, isolation_level=None))
-                except sqlite3.OperationalError:
-                    if not _unwritable(path):  # e.g. the folder turned out read-only
-                        raise
-                    self._open_read_only()
+                for attempt in range(4):
+                    try:
+                        self.db = self._open(sqlite3.connect(path, timeout=30, isolation_level=None))
+                        break
+                    except sqlite3.OperationalError as exc:
+                        if _unwritable(path):  # e.g. the folder turned out read-only
+                            self._open_read_only()
+                            break
+                        # A connection opened beside others of this process (a thread's) has
+                        # met a transient disk I/O error while the log was being reset; try again.
+                        code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
+                        if code != _SQLITE_IOERR or attempt == 3 or _disk_full(path):
+                            raise
+                        time.sleep(0.2 * (attempt + 1))
+            st = path.stat()
+            self._inode: tuple[int, int] | None = (st.st_dev, st.st_ino)
+            with _OPEN_LOCK:
+                _OPEN_HERE[self._inode] = _OPEN_HERE.get(self._inode, 0) + 1
 
     def _open_read_only(self) -> None:
         """Open a store that may not be written (read-only disk or folder, immutable file).
@@ -574,6 +597,12 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+        inode, self._inode = getattr(self, "_inode", None), None
+        if inode is not None:
+            with _OPEN_LOCK:
+                _OPEN_HERE[inode] -= 1
+                if not _OPEN_HERE[inode]:
+                    del _OPEN_HERE[inode]
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
