@@ -77,11 +77,11 @@ HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
 
 
 def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
-                   subjects: dict[str, str] | None = None) -> tuple[Path, dict[str, str]]:
+                   subjects: dict[str, str] | None = None, spin_us: int = 300) -> tuple[Path, dict[str, str]]:
     """Branch ``bisect`` of the test repo: base, then the commits of HISTORY.
 
     neutral commits change a small source file (forcing a recompile), ``spin`` busy-waits
-    300 µs per decode call (slower at any thread count), ``broken``
+    ``spin_us`` per decode call (slower at any thread count), ``broken``
     does not compile and ``fix`` repairs it, ``culprit`` adds a MoE-only slowdown
     (extra passes in the MoE feed-forward graph that leave outputs unchanged), ``eps``
     multiplies the rms_norm epsilon by 10^4 (outputs change, speed does not).
@@ -110,10 +110,10 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
                 text = graph.read_text()
                 assert text.count(EPS[0]) == 1
                 graph.write_text(text.replace(*EPS))
-            elif name == "spin":  # a slowdown at any thread count: 300 µs busy-waited per decode call
+            elif name == "spin":  # a slowdown at any thread count: spin_us busy-waited per decode call
                 ctx = wt / "src" / "llama-context.cpp"
                 text = ctx.read_text()
-                text = text.replace("int32_t llama_process(", SPIN.lstrip("\n").replace(": 0L;", ": 300L;"), 1)
+                text = text.replace("int32_t llama_process(", SPIN.lstrip("\n").replace(": 0L;", f": {spin_us}L;"), 1)
                 text = text.replace("case LLAMA_PROCESS_TYPE_DECODE: return ctx->decode(*batch);",
                                     "case LLAMA_PROCESS_TYPE_DECODE: tokensleuth_spin(); return ctx->decode(*batch);", 1)
                 assert "tokensleuth_spin(); return" in text

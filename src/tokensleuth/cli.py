@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tokensleuth import __version__
 from tokensleuth.errors import EngineError, Interrupted, UserError
 from tokensleuth.limits import MAX_TIMEOUT_S, MAX_TRIALS
+from tokensleuth.engines.checks import check_arm
 from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
@@ -176,18 +177,6 @@ def doctor_line() -> None:
         err.print(line, markup=False)
 
 
-def check_bench_flags(build: EngineBuild, flags: list[str], help_cache: dict[str, str] | None = None) -> None:
-    """Refuse flags the build's llama-bench does not know. ``help_cache`` keeps each build's
-    --help text (not its verdict), so every arm's flags are checked against it."""
-    from tokensleuth.engines.llamabench import check_flags
-    from tokensleuth.sources.build import bench_help
-
-    cache = {} if help_cache is None else help_cache
-    if build.bin_dir not in cache:
-        cache[build.bin_dir] = bench_help(build.binary("llama-bench"))
-    check_flags(flags, cache[build.bin_dir])
-
-
 def targets_for(kinds: list[str], base: tuple[str, ...] = DEFAULT_TARGETS) -> tuple[str, ...]:
     """Build targets for arms of these engine kinds on one source: one build serves them all."""
     from tokensleuth.engines import engine_for
@@ -196,26 +185,6 @@ def targets_for(kinds: list[str], base: tuple[str, ...] = DEFAULT_TARGETS) -> tu
     for k in kinds:
         out += [t for t in engine_for(k).targets if t not in out]
     return tuple(out)
-
-
-def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str], env: dict[str, str],
-              workloads: list[str], help_cache: dict[str, str] | None = None, api_key_env: str | None = None,
-              source: str = "") -> None:
-    """The arm's engine can run its flags and workloads (one line if not): once before the
-    build (``build`` None: what the flags and workloads alone show) and once after it."""
-    from tokensleuth.engines import engine_for
-    from tokensleuth.engines.base import ArmRuntime
-
-    if kind == "llama-bench" and build is not None:
-        check_bench_flags(build, flags, help_cache)
-    if build is not None and build.bin_dir and (Path(build.bin_dir) / "llama-bench").exists():
-        from tokensleuth.engines.placement import check_devices
-
-        check_devices(name, Path(build.bin_dir) / "llama-bench", build.backends, flags)
-    served = source.startswith(("url:", "cmd:"))
-    engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build and build.bin_dir else None, tuple(flags),
-                                      env, kind=kind, api_key_env=api_key_env, endpoint=source if served else None),
-                           workloads)
 
 
 def json_target(path: Path | None, option: str = "--json") -> None:

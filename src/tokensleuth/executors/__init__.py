@@ -55,7 +55,7 @@ class Lost:
     def detail(self) -> str:
         when = time.strftime("%H:%M:%S", time.localtime(self.at))
         seqs = ", ".join(str(j.seq) for j in self.jobs)
-        return f"worker {self.node} lost at {when} during trial(s) {seqs} ({self.why}); they run again elsewhere"
+        return f"worker {self.node} lost at {when} during trial(s) {seqs} ({self.why}); they run again"
 
 
 Delivery = Done | Lost

@@ -59,7 +59,7 @@ class TrialWorker:
     def check_arm(self, build: dict[str, Any], name: str, kind: str, flags: list[str], env: dict[str, str],
                   workloads: list[str], source: str) -> None:
         """The arm's flags and devices, checked against this machine's build (UserError, one line)."""
-        from tokensleuth.cli import check_arm
+        from tokensleuth.engines.checks import check_arm
 
         check_arm(EngineBuild.from_json(build), name, kind, flags, env, workloads, source=source)
 
