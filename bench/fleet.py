@@ -40,8 +40,9 @@ NAMES = tuple("spin" if n == "culprit" else n for n in COST_NAMES)
 
 def simulate(step_s: float) -> None:
     """The same search code as the driver, judged by a known culprit at every position."""
-    print(f"k-ary bisect rounds (every culprit position; one round = build + judge, {step_s:.0f} s measured)")
-    print("| candidates | k | ceil(log2 N) | mean rounds | max rounds | wall at mean (s) | vs k=1 |")
+    print(f"k-ary bisect rounds, simulated with the driver's search code (every culprit position; one round = "
+          f"build + judge = {step_s:.0f} s, measured with 1 worker; endpoints and verification not included)")
+    print("| candidates | k | ceil(log2 N) | mean rounds | max rounds | search s at mean (rounds x round) | vs k=1 |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in (24, 300):
         base = None
