@@ -111,10 +111,8 @@ def execute(
     for d in executor.run(units_of(jobs), arms, timeout_s=timeout_s, interval_s=interval_s, handout=handout,
                     live=store.live_timeline):
         if isinstance(d, Lost):
+            # the node-lost warnings are the record (machine, time, trials): one transaction
             store.hand_back([j.trial_id for j in d.jobs], NODE_LOST, d.detail())
-            lost = list(store.get_state(study_id, "lost_nodes", []))
-            lost.append({"node": d.node, "at": d.at, "why": d.why, "trials": [j.seq for j in d.jobs]})
-            store.put_state(study_id, "lost_nodes", lost)
             continue
         store.finish_trials([(j.trial_id, o) for j, o in zip(d.jobs, d.outcomes, strict=True)])
         for j, o in zip(d.jobs, d.outcomes, strict=True):
