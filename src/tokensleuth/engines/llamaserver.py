@@ -219,6 +219,7 @@ class LlamaServer:
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
         w = parse(workload)
         reps, _ = split_flags(arm.flags)
+        meta = model_meta(model, split_flags(arm.flags)[1])  # the model file's facts, before the clock
         t0, started = time.monotonic_ns(), time.time()
         status, message = "done", ""
         samples: list[SampleRow] = []
@@ -231,8 +232,7 @@ class LlamaServer:
         with served:
             try:
                 load_s = served.wait_ready(timeout_s or 600.0)
-                extra = {"engine": self.kind, "load_s": round(load_s, 3), "server": served.describe(),
-                         **model_meta(model, split_flags(arm.flags)[1])}
+                extra = {"engine": self.kind, "load_s": round(load_s, 3), "server": served.describe(), **meta}
                 with closing(Client(served.base, stall_s=min(STALL_S, timeout_s or STALL_S))) as client:
                     n_vocab = vocab_size(client)
                     samples, windows = run_requests(client, w, reps, n_vocab, served.measured_pid(), probe)

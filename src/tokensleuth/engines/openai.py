@@ -160,12 +160,12 @@ class OpenAICompatible:
                    argv=list(served.argv))
         if served.attached:
             env["cpu_note"] = "attached server: no local process, so no CPU figures (GPU figures only)"
+        extra: dict[str, Any] = {"engine": self.kind, "endpoint": arm.endpoint,
+                                 **model_meta(model, split_flags(arm.flags)[1])}  # before the clock
         t0, started = time.monotonic_ns(), time.time()
         status, message = "done", ""
         samples: list[SampleRow] = []
         windows: list[WindowRow] = []
-        extra: dict[str, Any] = {"engine": self.kind, "endpoint": arm.endpoint,
-                                 **model_meta(model, split_flags(arm.flags)[1])}
         with served:
             try:
                 if not served.attached:

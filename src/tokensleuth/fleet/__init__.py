@@ -258,3 +258,8 @@ class RemoteCache:
     def get(self, source: str, cmake_flags: Sequence[str] = (), targets: Sequence[str] = DEFAULT_TARGETS,
             log: Any = None) -> EngineBuild:
         return self.fleet.build(self.node, source, cmake_flags, targets)
+
+    def check_arm(self, build: EngineBuild, name: str, kind: str, flags: Sequence[str], env: dict[str, str],
+                  workloads: Sequence[str], source: str) -> None:
+        """The arm's flags and devices against this machine's build (one line if they do not fit)."""
+        self.fleet.check_arm(self.node, build, name, kind, flags, env, workloads, source)

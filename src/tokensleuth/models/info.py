@@ -43,7 +43,8 @@ class ModelInfo:
 # are read from the header alone, through a read-only mmap, so even a 100 GB model is
 # checked in a fraction of a second: only the header's pages are touched.
 _SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
-_STRING, _ARRAY, _UINT32 = 8, 9, 4
+_SCALAR_FORMAT = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_STRING, _ARRAY = 8, 9
 GGML_MAX_DIMS = 4
 
 
@@ -87,11 +88,12 @@ class _HeaderReader:
     def string(self) -> str:
         return self.take(self.u64()).decode("utf-8", "replace")
 
-    def value(self, vtype: int) -> int | None:
-        """Skip a KV value; return it when it is a u32 (the alignment is one)."""
+    def value(self, vtype: int) -> Any:
+        """A KV value: scalars and strings as Python values, an array as ``_Array`` (its
+        element type and length; its elements skipped without being read)."""
         if vtype == _STRING:
-            self.skip_string()
-        elif vtype == _ARRAY:
+            return self.string()
+        if vtype == _ARRAY:
             etype, count = self.u32(), self.u64()
             if etype == _STRING:
                 self.skip_strings(count)
@@ -99,17 +101,37 @@ class _HeaderReader:
                 self.take(count * _SCALAR_BYTES[etype], copy=False)
             else:
                 raise _Damaged(f"an array of unknown value type {etype}")
-        elif vtype in _SCALAR_BYTES:
-            raw = self.take(_SCALAR_BYTES[vtype])
-            if vtype == _UINT32:
-                return int(struct.unpack(self.e + "I", raw)[0])
-        else:
-            raise _Damaged(f"a value of unknown type {vtype}")
-        return None
+            return _Array(etype, count)
+        if vtype in _SCALAR_BYTES:
+            return struct.unpack(self.e + _SCALAR_FORMAT[vtype], self.take(_SCALAR_BYTES[vtype]))[0]
+        raise _Damaged(f"a value of unknown type {vtype}")
 
 
-def _tensor_data_end(buf: mmap.mmap | bytes) -> tuple[int, int]:
-    """(bytes the header says the file holds, tensor count), from a GGUF file's header."""
+@dataclass(frozen=True, slots=True)
+class _Array:
+    etype: int
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Tensor:
+    name: str
+    dims: tuple[int, ...]  # GGUF order: dims[0] is the row length (ne0)
+    ttype: int
+    n_elements: int
+    n_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Header:
+    kv: dict[str, Any]
+    tensors: list[_Tensor]
+    data_end: int  # the bytes the header says the file holds
+
+
+def _header(buf: mmap.mmap | bytes) -> _Header:
+    """A GGUF file's header in one pass: its KVs (arrays by length only: a tokenizer's
+    150k strings are skipped, never decoded) and its tensor infos."""
     endian = "<"
     version = struct.unpack("<I", buf[4:8])[0]
     if version & 0xFFFF == 0:  # a big-endian file reads as a huge little-endian version
@@ -123,21 +145,21 @@ def _tensor_data_end(buf: mmap.mmap | bytes) -> tuple[int, int]:
     # file cannot hold before looping over them
     if 12 * n_kv + 24 * n_tensors > len(buf) - r.pos:
         raise _Damaged(f"{n_kv} metadata entries and {n_tensors} tensors do not fit in the file")
-    alignment = 32
+    kv: dict[str, Any] = {}
     for _ in range(n_kv):
         key = r.string()
-        got = r.value(r.u32())
-        if key == "general.alignment":
-            if got is None or got <= 0 or got & (got - 1):
-                raise _Damaged("general.alignment is not a power of two")
-            alignment = got
-    extents = []
+        kv[key] = r.value(r.u32())
+    alignment = kv.get("general.alignment", 32)
+    if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise _Damaged("general.alignment is not a power of two")
+    tensors, extents = [], []
     for _ in range(n_tensors):
-        r.skip_string()
+        name = r.string()
         n_dims = r.u32()
         if not 0 < n_dims <= GGML_MAX_DIMS:
             raise _Damaged(f"a tensor with {n_dims} dimensions")
-        n_elements = math.prod(r.u64() for _ in range(n_dims))
+        dims = tuple(r.u64() for _ in range(n_dims))
+        n_elements = math.prod(dims)
         ttype, offset = r.u32(), r.u64()
         try:
             block, type_bytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(ttype)]
@@ -148,18 +170,16 @@ def _tensor_data_end(buf: mmap.mmap | bytes) -> tuple[int, int]:
             raise _Damaged(f"a tensor of {n_elements} elements in blocks of {block}")
         if offset % alignment:
             raise _Damaged(f"a tensor offset {offset} not aligned to {alignment} bytes")
-        extents.append(offset + n_elements // block * type_bytes)
+        n_bytes = n_elements // block * type_bytes
+        tensors.append(_Tensor(name, dims, ttype, n_elements, n_bytes))
+        extents.append(offset + n_bytes)
     data_start = -(-r.pos // alignment) * alignment
-    return data_start + max(extents, default=0), n_tensors
+    return _Header(kv, tensors, data_start + max(extents, default=0))
 
 
-def check_gguf(path: Path) -> None:
-    """One clear error when ``path`` is not a readable, complete GGUF file.
-
-    Besides the magic, the header's tensor extents (data start + each tensor's offset
-    and size) must fit in the file: a truncated download passes a magic check and
-    then fails inside the engine, trial after trial.
-    """
+def _read_header(path: Path) -> _Header:
+    """The header of ``path``, checked against the file's size (one UserError if it is not
+    a complete GGUF file). Only the header's pages of the file are read."""
     if not path.exists():
         raise UserError(f"model file {path} does not exist — check the path or make one with `tokensleuth model synth`")
     if not path.is_file():
@@ -173,57 +193,88 @@ def check_gguf(path: Path) -> None:
                 raise UserError(f"{path} is truncated: {size} bytes, shorter than a GGUF header — "
                                 "re-download or re-create it")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                need, n_tensors = _tensor_data_end(buf)
+                head = _header(buf)
     except OSError as exc:
         raise UserError(f"cannot read {path} ({exc.strerror or exc}) — check its permissions") from None
     except _Damaged as exc:
         raise UserError(f"{path} is truncated or not a valid GGUF model ({exc}) — re-download or re-create it") from None
-    if need > size:
-        raise UserError(f"{path} is truncated: its {n_tensors} tensors end at byte {need:,} but the file has "
-                        f"{size:,} bytes — re-download or re-create it")
+    if head.data_end > size:
+        raise UserError(f"{path} is truncated: its {len(head.tensors)} tensors end at byte {head.data_end:,} but the "
+                        f"file has {size:,} bytes — re-download or re-create it")
+    return head
 
 
-def _field(r: gguf.GGUFReader, key: str, default: Any = 0) -> Any:
-    f = r.fields.get(key)
-    return default if f is None else f.contents()
+def check_gguf(path: Path) -> None:
+    """One clear error when ``path`` is not a readable, complete GGUF file.
+
+    Besides the magic, the header's tensor extents (data start + each tensor's offset
+    and size) must fit in the file: a truncated download passes a magic check and
+    then fails inside the engine, trial after trial.
+    """
+    model_info(path)
 
 
-def _count(r: gguf.GGUFReader, key: str) -> int:
-    value = _field(r, key, 0)
+def _count(kv: dict[str, Any], key: str) -> int:
+    value = kv.get(key, 0)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _Damaged(f"{key} is {show(repr(value), 30)}, not a count")
     return value
 
 
-def _reason(exc: Exception) -> str:
-    lines = str(exc).strip().splitlines()
-    return show(lines[0], 80) if lines else type(exc).__name__
+class ModelFacts:
+    """Facts about model files, read once per file and kept while the file is the same
+    (path, size, mtime): a study asks for the same model's facts trial after trial."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, int, int], ModelInfo] = {}
+        self.reads = 0  # files actually parsed (a test counts them)
+
+    def info(self, path: Path) -> ModelInfo:
+        try:
+            st = path.stat()
+        except OSError:
+            st = None
+        key = (str(path), st.st_size, st.st_mtime_ns) if st is not None else None
+        if key is not None and key in self._known:
+            return self._known[key]
+        self.reads += 1
+        got = _model_info(path, _read_header(path))
+        if key is not None:
+            self._known[key] = got
+        return got
+
+
+FACTS = ModelFacts()  # this process's: model files do not change under a running study
 
 
 def model_info(path: Path) -> ModelInfo:
-    """What a GGUF model holds (parameters, experts, bytes per token); one UserError if damaged."""
-    check_gguf(path)
+    """What a GGUF model holds (parameters, experts, bytes per token); one UserError if damaged.
+    From the header alone, once per file (see :class:`ModelFacts`)."""
+    return FACTS.info(path)
+
+
+def _model_info(path: Path, head: _Header) -> ModelInfo:
+    kv = head.kv
     try:
-        return _model_info(path, gguf.GGUFReader(path))
+        arch = str(kv.get("general.architecture", "unknown"))
+        n_expert = _count(kv, f"{arch}.expert_count")
+        n_used = _count(kv, f"{arch}.expert_used_count")
+        n_layer = _count(kv, f"{arch}.block_count")
+        n_embd = _count(kv, f"{arch}.embedding_length")
     except _Damaged as exc:
         raise UserError(f"{path} is not a valid GGUF model ({exc}) — re-download or re-create it") from None
-    except Exception as exc:  # gguf raises bare ValueError/struct/Unicode errors on damage, some lazily
-        raise UserError(f"{path} is not a valid GGUF model ({_reason(exc)}) — re-download or re-create it") from None
-
-
-def _model_info(path: Path, r: gguf.GGUFReader) -> ModelInfo:
-    arch = str(_field(r, "general.architecture", "unknown"))
-    n_expert = _count(r, f"{arch}.expert_count")
-    n_used = _count(r, f"{arch}.expert_used_count")
-    tokens = r.fields.get("tokenizer.ggml.tokens")
-    n_vocab = len(tokens.data) if tokens is not None else 0
+    tokens = kv.get("tokenizer.ggml.tokens")
+    n_vocab = tokens.count if isinstance(tokens, _Array) else 0
     n_params = active = per_token = 0
     mix: Counter[str] = Counter()
-    for t in r.tensors:
-        n = int(t.n_elements)
-        nbytes = int(t.n_bytes)
+    for t in head.tensors:
+        n, nbytes = t.n_elements, t.n_bytes
         n_params += n
-        mix[t.tensor_type.name] += nbytes
+        try:
+            tname = gguf.GGMLQuantizationType(t.ttype).name
+        except ValueError:
+            tname = f"type{t.ttype}"
+        mix[tname] += nbytes
         if "_exps" in t.name and n_expert:
             # Only n_used of n_expert experts are read for each token.
             active += n * n_used // n_expert
@@ -231,21 +282,22 @@ def _model_info(path: Path, r: gguf.GGUFReader) -> ModelInfo:
         elif t.name == "token_embd.weight":
             # The embedding is a row lookup: one row per token, though every row is a parameter.
             active += n
-            rows = int(t.shape[-1]) if len(t.shape) > 1 else 1
+            rows = t.dims[-1] if len(t.dims) > 1 else 1
             per_token += nbytes // max(rows, 1)
         else:
             active += n
             per_token += nbytes
+    name = kv.get("general.name", path.stem)
     return ModelInfo(
         path=str(path),
         arch=arch,
-        name=str(_field(r, "general.name", path.stem)),
+        name=str(name) if not isinstance(name, _Array) else path.stem,
         n_params=n_params,
         n_active_params=active,
         n_expert=n_expert,
         n_expert_used=n_used,
-        n_layer=_count(r, f"{arch}.block_count"),
-        n_embd=_count(r, f"{arch}.embedding_length"),
+        n_layer=n_layer,
+        n_embd=n_embd,
         n_vocab=n_vocab,
         file_bytes=path.stat().st_size,
         quant_mix=dict(mix.most_common()),
