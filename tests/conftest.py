@@ -69,3 +69,65 @@ def server_engine(engine: EngineBuild) -> EngineBuild:
 
     return BuildCache().get(DEFAULT_ENGINE, targets=targets_for(["llama-server"]),
                             log=lambda line: print(line, file=sys.stderr))
+
+
+# -- real parts the suite needs: under CI=true a missing one fails and names what to install;
+# elsewhere it skips before the test starts, with the reason (`pytest -rs` lists them) --------
+
+def _can_mount_tmpfs() -> bool:
+    import subprocess
+    import tempfile
+
+    if os.geteuid() != 0:
+        return False
+    with tempfile.TemporaryDirectory() as d:
+        ok = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", d], capture_output=True).returncode == 0
+        if ok:
+            subprocess.run(["umount", d], check=False)
+    return ok
+
+
+def _can_chattr() -> bool:
+    import shutil
+    import subprocess
+    import tempfile
+
+    if shutil.which("chattr") is None:
+        return False
+    with tempfile.NamedTemporaryFile() as f:  # where the tests' tmp_path lives
+        ok = subprocess.run(["chattr", "+i", f.name], capture_output=True).returncode == 0
+        if ok:
+            subprocess.run(["chattr", "-i", f.name], check=False)
+    return ok
+
+
+def _which(*names: str) -> bool:
+    import shutil
+
+    return all(shutil.which(n) for n in names)
+
+
+NEEDS = {  # part -> (is it here?, how to get it)
+    "browser": (lambda: _which("chromium", "chromedriver"),
+                "install Debian's chromium and chromium-driver (scripts/setup.sh does, as root)"),
+    "podman": (lambda: _which("podman", "runc"), "install Debian's podman and runc (scripts/setup.sh does, as root)"),
+    "tmpfs": (_can_mount_tmpfs, "run the suite as root: a full-disk fault needs a small tmpfs mounted"),
+    "chattr": (_can_chattr, "install e2fsprogs' chattr and run as root on a file system with the immutable flag"),
+}
+_seen: dict[str, bool] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "needs(*parts): real parts the test uses: " + ", ".join(NEEDS))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for mark in item.iter_markers("needs"):
+        for part in mark.args:
+            have, how = NEEDS[part]
+            if part not in _seen:
+                _seen[part] = bool(have())
+            if not _seen[part]:
+                if os.environ.get("CI") == "true":
+                    pytest.fail(f"{part} is missing on this CI machine — {how}", pytrace=False)
+                pytest.skip(f"{part} is missing — {how}")

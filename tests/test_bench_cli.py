@@ -151,8 +151,10 @@ def test_only_faults_exit_1(engine: EngineBuild, tmp_path: Path, dense_model: Pa
     assert os.path.exists(cli_env["TOKENSLEUTH_DB"])
 
 
-# A llama-bench that times its own repetitions (sleeps) and prints them like the real one;
-# invocations listed in STALL stall one repetition 10x (a fake may inject faults).
+# A llama-bench that reports its repetitions like the real one; invocations listed in STALL
+# stall one repetition 10x (a fake may inject faults). It reports the durations it was given,
+# not the ones it slept: on a loaded machine a 50 ms sleep can take a second, a stall the
+# fake did not plant.
 STALLING_BENCH = '''
 import json, os, sys, time
 count_file = os.environ["FAKE_BENCH_COUNT"]
@@ -165,10 +167,9 @@ print("llama-bench: benchmark 1/1: starting", file=err, flush=True)
 print("llama-bench: benchmark 1/1: warmup prompt run", file=err, flush=True)
 ns = []
 for i, d in enumerate([0.05, 0.05, 0.5 if stall else 0.05], 1):
-    t = time.monotonic_ns()
     print(f"llama-bench: benchmark 1/1: prompt run {i}/3", file=err, flush=True)
     time.sleep(d)
-    ns.append(time.monotonic_ns() - t)
+    ns.append(int(d * 1e9))
 ts = [64e9 / x for x in ns]
 obj.update(n_prompt=64, n_gen=0, n_depth=0, samples_ns=ns, samples_ts=ts, avg_ts=sum(ts) / 3, stddev_ts=0.0)
 print(json.dumps(obj), flush=True)

@@ -133,18 +133,18 @@ def test_no_regression_between_endpoints(engine: EngineBuild, dense_model: Path,
     repo, shas = bisect_history()
     out = tmp_path / "b.json"
     p = subprocess.run([tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad",
-                        shas["n4"], "--model", str(dense_model), "-w", "tg32", "--json", str(out), "--", "-r", "5"],
+                        shas["n4"], "--model", str(dense_model), "-w", "tg32", "--band", "10%", "--json", str(out),
+                        "--", "-r", "5", "-t", "1"],
                        env=cli_env, capture_output=True, text=True, timeout=900)
     r = json.loads(out.read_text())
     assert r["first_bad"] is None
-    # "No regression" only from `same`; a noisy run may leave the endpoints undecided,
-    # and then the bisect must say so and fail, never claim the absence of a regression.
-    if r["endpoints"][0]["verdict"] == "same":
-        assert p.returncode == 0, p.stderr[-2000:]
-        assert r["status"] == "no-regression" and r["reason"] == "no regression between endpoints"
-        assert "No bisect: no regression between endpoints" in p.stdout
-    else:
-        assert p.returncode == 1 and r["status"] == "unresolved" and "UNRESOLVED" in p.stdout
+    # the dense model is untouched by the history (its culprit is MoE-only): at -t 1 and ±10%
+    # the endpoints are `same`, and "no regression" is concluded from that alone (an undecided
+    # pair of endpoints is tested in test_bisect_endpoints)
+    assert r["endpoints"][0]["verdict"] == "same", (r["endpoints"], p.stderr[-2000:])
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert r["status"] == "no-regression" and r["reason"] == "no regression between endpoints"
+    assert "No bisect: no regression between endpoints" in p.stdout
 
 
 def test_bad_revisions_exit_2(tmp_path: Path, dense_model: Path, cli_env: dict[str, str]) -> None:

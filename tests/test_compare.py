@@ -31,6 +31,7 @@ def test_aa_is_never_a_finding(engine: EngineBuild, dense_model: Path, cli_env: 
     p, doc = compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
                       "-w", "tg16", "-w", "pp64", "--max-pairs", "10", "--", "-r", "3"], cli_env, tmp_path)
     assert p.returncode == 0, p.stderr
+    assert sorted(c["workload"] for c in doc["comparisons"]) == ["pp64", "tg16"]
     for c in doc["comparisons"]:
         assert c["verdict"] in ("same", "unresolved"), c
         assert c["ci"][0] <= c["ratio"] <= c["ci"][1]
@@ -38,22 +39,27 @@ def test_aa_is_never_a_finding(engine: EngineBuild, dense_model: Path, cli_env: 
     assert doc["schema_version"] == 1 and doc["summary"]
 
 
-def test_one_thread_is_slower_on_tg(engine: EngineBuild, moe_model: Path, cli_env: dict[str, str],
-                                    tmp_path: Path) -> None:
-    p, doc = compare(["--arm", f"t2={E}", "--arm", f"t1={E}", "--flags", "t2=-t 2", "--flags", "t1=-t 1",
-                      "--model", str(moe_model), "-w", "tg32", "--", "-r", "3"], cli_env, tmp_path)
+def test_a_planted_wait_is_slower_on_tg(engine: EngineBuild, moe_model: Path, cli_env: dict[str, str],
+                                       tmp_path: Path) -> None:
+    """A 1.5 ms busy wait per decode call at -t 1: slower whatever else runs on the machine
+    (2 threads against 1 on 2 cores measured the machine's load, not the engine)."""
+    from tests.planted import planted_engine
+
+    src, _ = planted_engine()
+    p, doc = compare(["--arm", f"base={src}", "--arm", f"spin={src}", "--env", "spin:TOKENSLEUTH_SPIN_US=1500",
+                      "--model", str(moe_model), "-w", "tg32", "--", "-r", "3", "-t", "1"], cli_env, tmp_path)
     assert p.returncode == 0, p.stderr
     (c,) = doc["comparisons"]
-    assert (c["baseline"], c["candidate"], c["verdict"]) == ("t2", "t1", "slower")
+    assert (c["baseline"], c["candidate"], c["verdict"]) == ("base", "spin", "slower")
     assert c["ci"][1] < 0.99
-    # one thread costs about one busy core, two threads about two
-    assert c["resources"]["baseline"]["busy_cores"] == pytest.approx(2.0, abs=0.35)
-    assert c["resources"]["candidate"]["busy_cores"] == pytest.approx(1.0, abs=0.25)
-    assert "slower" in p.stdout and "t1 is" in p.stdout
+    # one compute thread: each arm's busy cores is a real figure, at most one core (and a bit)
+    for arm in ("baseline", "candidate"):
+        assert 0 < c["resources"][arm]["busy_cores"] <= 1.15, c["resources"][arm]
+    assert "slower" in p.stdout and "spin is" in p.stdout
     # the plan interleaved the arms: never all of one arm first
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     arms = [r[0] for r in con.execute("SELECT a.name FROM trials t JOIN arms a ON a.id=t.arm_id ORDER BY seq")]
-    assert arms[:4] == ["t2", "t1", "t1", "t2"]
+    assert arms[:4] == ["base", "spin", "spin", "base"]
 
 
 @pytest.mark.slow
@@ -63,7 +69,7 @@ def test_planted_slowdown_is_found_with_the_true_ratio_inside(
 
     src, build = planted_engine()
     bench = Path(build.bin_dir) / "llama-bench"
-    args = ["-m", str(dense_model), "-p", "0", "-n", "32", "-o", "jsonl"]
+    args = ["-m", str(dense_model), "-p", "0", "-n", "32", "-t", "1", "-o", "jsonl"]  # -t 1: not the load's
 
     def tps(spin: str, reps: int) -> float:
         out = subprocess.run([str(bench), *args, "-r", str(reps)], env={**cli_env, "TOKENSLEUTH_SPIN_US": spin},
@@ -83,7 +89,7 @@ def test_planted_slowdown_is_found_with_the_true_ratio_inside(
     true_ratio = float(np.exp(np.mean(np.log(np.array(truth_c) / np.array(truth_b)))))
     assert 0.9 < true_ratio < 0.99
     p, doc = compare(["--arm", f"base={src}", "--arm", f"spin={src}", "--env", f"spin:TOKENSLEUTH_SPIN_US={spin_us}",
-                      "--model", str(dense_model), "-w", "tg32", "--", "-r", "5"], cli_env, tmp_path)
+                      "--model", str(dense_model), "-w", "tg32", "--", "-r", "5", "-t", "1"], cli_env, tmp_path)
     assert p.returncode == 0, p.stderr
     (c,) = doc["comparisons"]
     assert c["verdict"] == "slower", c

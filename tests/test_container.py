@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import subprocess
 import tarfile
@@ -16,8 +15,7 @@ from tests.conftest import tokensleuth_bin
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
 
-pytestmark = pytest.mark.skipif(shutil.which("podman") is None or shutil.which("runc") is None,
-                                reason="podman and runc are not installed (scripts/setup.sh installs them as root)")
+pytestmark = pytest.mark.needs("podman")
 # runc (crun fails on this hybrid cgroup layout), ulimits within the machine's hard limits
 RUN = "podman run --rm --runtime runc --ulimit nofile=20000:20000 --ulimit nproc=4096:4096 --network host"
 

@@ -128,6 +128,7 @@ def _steps(db: str) -> int:
         return 0
 
 
+@pytest.mark.needs("browser")
 @pytest.mark.slow
 def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         engine: EngineBuild, moe_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:

@@ -135,7 +135,13 @@ def test_second_resume_is_told_who_runs_the_study(
         while not _leased(db) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.02)
         assert _leased(db), "the first run must hold the study's lease"
-        second = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=120)
+        # held still while the second asks (its engine runs on): on a loaded machine the first
+        # could otherwise finish before the second has started up
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            second = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=120)
+        finally:
+            proc.send_signal(signal.SIGCONT)
         first_out, first_err = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:

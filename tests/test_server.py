@@ -100,6 +100,7 @@ def test_bench_a_real_llama_server(server_engine: EngineBuild, dense_model: Path
     assert not [pr for pr in psutil.process_iter(["name"]) if pr.info["name"] == "llama-server"]
 
 
+@pytest.mark.needs("browser")
 @pytest.mark.slow
 def test_compare_llama_bench_with_llama_server_on_the_same_build(
         server_engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """SIGKILL at random moments across bench, compare and bisect, then --resume: every
 trial stored once, nothing lost, the same answer, no engine left behind.
 
-The moments are drawn from a seeded generator (TOKENSLEUTH_KILL_SEED, printed on
-failure); TOKENSLEUTH_KILLS sets how many kills each command takes (default 3).
+The moments are drawn from a seeded generator (TOKENSLEUTH_KILL_SEED, default fixed, printed
+on failure): each kill waits for a drawn number of stored trials, then a drawn fraction of a
+second more, so every kill lands while the command still has work (the number made is
+asserted). TOKENSLEUTH_KILLS sets how many kills each command takes (default 3).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from tests.conftest import tokensleuth_bin
 from tokensleuth.sources.build import EngineBuild
 
 KILLS = int(os.environ.get("TOKENSLEUTH_KILLS", "3"))
-SEED = int(os.environ.get("TOKENSLEUTH_KILL_SEED", str(int(time.time()))))
+SEED = int(os.environ.get("TOKENSLEUTH_KILL_SEED", "20261201"))
 
 
 @pytest.fixture()
@@ -36,28 +38,44 @@ def _engines_of(model: Path) -> str:
     return subprocess.run(["pgrep", "-f", "--", f"-m {model}"], capture_output=True, text=True).stdout.strip()
 
 
+def _done(db: Path) -> int:
+    try:
+        con = sqlite3.connect(db, timeout=30)
+        try:
+            return int(con.execute("SELECT COUNT(*) FROM trials WHERE status='done'").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.OperationalError:
+        return 0
+
+
 def kill_and_resume(cmd: list[str], env: dict[str, str], model: Path, rng: random.Random, kills: int,
-                    span_s: float) -> tuple[subprocess.CompletedProcess[str], list[float]]:
-    """Run ``cmd``, SIGKILL it at a random moment up to ``kills`` times (each rerun with
-    --resume), then --resume once more to the end. Returns that run and the kill moments."""
+                    total: int) -> tuple[subprocess.CompletedProcess[str], list[tuple[int, float]]]:
+    """Run ``cmd``, SIGKILL it ``kills`` times (each rerun with --resume), then --resume once
+    more to the end. Kill k comes once a drawn number of trials (rising, below ``total`` - 1)
+    is stored, after a drawn 0-0.3 s more. Returns that run and the kill moments."""
+    db = Path(env["TOKENSLEUTH_DB"])
     resume = [cmd[0], cmd[1], "--resume", *cmd[2:]]
+    targets = sorted(rng.sample(range(0, total - 1), kills))
     moments = []
-    for k in range(kills):
-        t = rng.uniform(0.05, span_s)
+    for k, target in enumerate(targets):
+        after = rng.uniform(0.0, 0.3)
         p = subprocess.Popen(cmd if k == 0 else resume, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
-        try:
-            p.wait(timeout=t)
-            break  # it finished before the kill: nothing left to interrupt
-        except subprocess.TimeoutExpired:
-            p.send_signal(signal.SIGKILL)
-            p.wait()
-            moments.append(round(t, 2))
+        deadline = time.monotonic() + 600
+        while _done(db) < target and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(after)
+        assert p.poll() is None, f"the command ended before kill {k} ({target} trials + {after:.2f} s, seed {SEED})"
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        moments.append((target, round(after, 2)))
         deadline = time.monotonic() + 5  # the engine dies with its parent (PR_SET_PDEATHSIG)
         while _engines_of(model) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _engines_of(model) == "", f"engine left running after the kill at {t:.2f} s (seed {SEED})"
-    # after the kills (or a run that ended first), --resume finishes the study or says it is done
+        assert _engines_of(model) == "", f"engine left running after kill {moments[-1]} (seed {SEED})"
+    assert len(moments) == kills
+    # after the kills, --resume finishes the study
     final = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=900)
     return final, moments
 
@@ -78,7 +96,7 @@ def test_bench_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env: 
     trials = 5
     cmd = [tokensleuth_bin(), "bench", "--model", str(dense_model), "--trials", str(trials),
            "--", "-p", "32", "-n", "8", "-r", "3"]
-    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 3.0)
+    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, trials)
     assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bench'").fetchone()[0] == 1
@@ -94,7 +112,7 @@ def test_compare_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env
     e = f"bin:{engine.bin_dir}"
     cmd = [tokensleuth_bin(), "compare", "--arm", f"a={e}", "--arm", f"b={e}", "-m", str(dense_model),
            "-w", "pp32", "-w", "tg8", "--min-pairs", "4", "--max-pairs", "4", "--json", str(out), "--", "-r", "2"]
-    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 5.0)
+    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 16)
     assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='compare'").fetchone()[0] == 1
@@ -108,21 +126,26 @@ def test_compare_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env
 def _bin(d: Path, real: Path, extra: str = "") -> Path:
     d.mkdir()
     (d / "llama-bench").write_text(f'#!/bin/bash\nif [ "$1" = --help ]; then exec {real} --help; fi\n'
-                                   f'exec {real} "$@" {extra}\n')
+                                   f'{extra}exec {real} "$@"\n')
     (d / "llama-bench").chmod(0o755)
     return d
 
 
 def test_bisect_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], db: Path,
                                 rng: random.Random, tmp_path: Path) -> None:
-    real = Path(engine.bin_dir) / "llama-bench"
-    # good, good, then one thread instead of two: clearly slower from "r2" on
-    dirs = [_bin(tmp_path / "r0", real), _bin(tmp_path / "r1", real), _bin(tmp_path / "r2", real, "-t 1"),
-            _bin(tmp_path / "r3", real, "-t 1")]
+    from tests.planted import planted_engine
+
+    _, planted = planted_engine()  # its llama-bench waits TOKENSLEUTH_SPIN_US per decode call
+    real = Path(planted.bin_dir) / "llama-bench"
+    # good, good, then a 1.5 ms wait per token: clearly slower from "r2" on, at any load (-t 1)
+    slow = "export TOKENSLEUTH_SPIN_US=1500\n"
+    dirs = [_bin(tmp_path / "r0", real), _bin(tmp_path / "r1", real), _bin(tmp_path / "r2", real, slow),
+            _bin(tmp_path / "r3", real, slow)]
     out = tmp_path / "b.json"
     cmd = [tokensleuth_bin(), "bisect", *[a for d in dirs for a in ("--bin", str(d))], "-m", str(dense_model),
-           "-w", "tg16", "--band", "5%", "--max-pairs", "10", "--json", str(out), "--", "-r", "2"]
-    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 8.0)
+           "-w", "tg16", "--band", "5%", "--max-pairs", "10", "--json", str(out), "--", "-r", "2", "-t", "1"]
+    # the endpoints alone take 2 x 5 pairs: the kills land within them and the steps after
+    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 12)
     assert final.returncode == 0, f"{final.stdout[-1000:]}{final.stderr[-2000:]} (kills {moments}, seed {SEED})"
     r = json.loads(out.read_text())
     assert r["status"] == "found" and r["first_bad"] == "r2" and r["verified"], (r, moments, SEED)

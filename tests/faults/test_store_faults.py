@@ -171,8 +171,7 @@ def _tmpfs(where: Path, size: str) -> Iterator[Path]:
     where.mkdir()
     p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
                        capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({p.stderr.strip() or p.returncode}): needs root")
+    assert p.returncode == 0, f"cannot mount a tmpfs here ({p.stderr.strip() or p.returncode})"
     try:
         yield where
     finally:
@@ -185,10 +184,10 @@ def _studies(run: Run, db: Path) -> int:
     return sum(1 for line in o.splitlines() if "| import " in line)
 
 
+@pytest.mark.needs("chattr")
 def test_immutable_store_reads_and_refuses_writes(good_store: Path, run: Run, bench_file: Path) -> None:
     p = subprocess.run(["chattr", "+i", str(good_store)], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip(f"chattr +i is not allowed here ({p.stderr.strip()})")
+    assert p.returncode == 0, f"chattr +i is not allowed here ({p.stderr.strip()})"
     try:
         before = _state(good_store)
         assert _studies(run, good_store) == 1  # reading an immutable store works
@@ -199,6 +198,7 @@ def test_immutable_store_reads_and_refuses_writes(good_store: Path, run: Run, be
         subprocess.run(["chattr", "-i", str(good_store)], check=True)
 
 
+@pytest.mark.needs("tmpfs")
 def test_read_only_file_system(tmp_path: Path, good_store: Path, run: Run, bench_file: Path) -> None:
     with _tmpfs(tmp_path / "ro", "2m") as mnt:
         db = mnt / "store.sqlite"
@@ -213,6 +213,7 @@ def test_read_only_file_system(tmp_path: Path, good_store: Path, run: Run, bench
         assert _state(db) == before
 
 
+@pytest.mark.needs("tmpfs")
 @pytest.mark.parametrize("free_kib", [0, 48], ids=["full", "nearly-full"])
 def test_full_disk(tmp_path: Path, good_store: Path, run: Run, bench_file: Path, free_kib: int) -> None:
     # full: SQLite cannot even make its -shm file; nearly full: the import's

@@ -19,7 +19,7 @@ from tokensleuth.sources.build import EngineBuild
 
 def run(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
     p = subprocess.run([tokensleuth_bin(), *args], env=env, capture_output=True, text=True, timeout=timeout)
-    assert p.returncode in (0, 1), p.stderr[-3000:]
+    assert p.returncode == 0, p.stderr[-3000:]
     return p
 
 
@@ -50,6 +50,7 @@ def env_of(studies: dict[str, str]) -> dict[str, str]:
     return dict(os.environ, TOKENSLEUTH_DB=studies["db"])
 
 
+@pytest.mark.needs("browser")
 def test_compare_page_shows_every_figure_and_its_numbers(studies: dict[str, str]) -> None:
     env = env_of(studies)
     page = Path(studies["dir"]) / "compare.html"
@@ -80,6 +81,7 @@ def test_a_bad_html_path_is_one_line(studies: dict[str, str]) -> None:
                                              f"e.g. {Path(studies['dir']) / 'report.html'}"]
 
 
+@pytest.mark.needs("browser")
 def test_bench_page_and_issue_markdown(studies: dict[str, str]) -> None:
     env = env_of(studies)
     page = Path(studies["dir"]) / "bench.html"
@@ -103,6 +105,7 @@ def test_bench_page_and_issue_markdown(studies: dict[str, str]) -> None:
     assert "n/a (not bisected)" in md
 
 
+@pytest.mark.needs("browser")
 def test_site_lists_every_study_and_updates_incrementally(studies: dict[str, str]) -> None:
     env = env_of(studies)
     site = Path(studies["dir"]) / "site"
@@ -121,18 +124,21 @@ def test_site_lists_every_study_and_updates_incrementally(studies: dict[str, str
     assert "0 page(s) written" in again  # nothing changed: nothing rewritten
 
 
+@pytest.mark.needs("browser")
 @pytest.mark.slow
 def test_bisect_page_escapes_a_commit_subject(engine: EngineBuild, moe_model: Path, tmp_path: Path,
                                              cli_env: dict[str, str]) -> None:
     from tests.planted import bisect_history
 
-    evil = "MoE: extra passes <script>alert('pwned')</script> & <b>co</b>"
-    repo, shas = bisect_history(("culprit",), branch="bisect-html", subjects={"culprit": evil})
+    evil = "spin: a wait per decode <script>alert('pwned')</script> & <b>co</b>"
+    # a slowdown no load can erase: a 1.5 ms busy wait per decode call, at -t 1 (the MoE-graph
+    # plant needs 2 threads to show, and 2 threads on 2 cores measure the machine's load)
+    repo, shas = bisect_history(("spin",), branch="bisect-html-spin1500", subjects={"spin": evil}, spin_us=1500)
     out = tmp_path / "b.json"
-    p = run(["bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["culprit"], "--model",
-             str(moe_model), "-w", "tg32", "--json", str(out), "--", "-r", "5"], cli_env)
+    p = run(["bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["spin"], "--model",
+             str(moe_model), "-w", "tg32", "--json", str(out), "--", "-r", "5", "-t", "1"], cli_env)
     r = json.loads(out.read_text())
-    assert r["first_bad"] == shas["culprit"][:10], p.stderr[-2000:]
+    assert r["first_bad"] == shas["spin"][:10], p.stderr[-2000:]
     sid = r["study"]
     page = tmp_path / "bisect.html"
     run(["report", sid, "--html", str(page)], cli_env)
@@ -142,7 +148,7 @@ def test_bisect_page_escapes_a_commit_subject(engine: EngineBuild, moe_model: Pa
     assert_clean(seen, page)
     assert evil in seen.text  # shown as text, never run
     # what changed at the culprit: one compiled file, its diff on the page
-    assert [(f["path"], f["group"]) for f in r["changes"]["files"]] == [("src/llama-graph.cpp", "compiled")]
-    assert "What changed in the source" in seen.text and "ggml_scale(ctx0, moe_out, 1.0f)" in html
+    assert [(f["path"], f["group"]) for f in r["changes"]["files"]] == [("src/llama-context.cpp", "compiled")]
+    assert "What changed in the source" in seen.text and "tokensleuth_spin(); return" in html
     md = run(["report", sid, "--issue"], cli_env).stdout
-    assert shas["culprit"][:10] in md.split("### First Bad Commit", 1)[1]
+    assert shas["spin"][:10] in md.split("### First Bad Commit", 1)[1]

@@ -74,15 +74,29 @@ def test_bad_targets_fail_before_measuring(tmp_path: Path, make: object, message
         check_json_target(make(tmp_path))  # type: ignore[operator]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
 def test_read_only_targets(tmp_path: Path) -> None:
+    """A file that cannot be written and a folder that cannot take files, for any user: as
+    root (who may write anywhere) they are an immutable file and a read-only mount."""
+    import subprocess
+
     ro = tmp_path / "ro.json"
     ro.write_text("x")
-    ro.chmod(0o444)
-    with pytest.raises(UserError, match="not writable"):
-        check_json_target(ro)
     d = tmp_path / "rodir"
     d.mkdir()
-    d.chmod(0o555)
-    with pytest.raises(UserError, match="cannot create files"):
-        check_json_target(d / "x.json")
+    root = os.geteuid() == 0
+    if root:
+        assert subprocess.run(["chattr", "+i", str(ro)], capture_output=True).returncode == 0, "chattr +i refused"
+        assert subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(d)],
+                              capture_output=True).returncode == 0, "cannot mount a read-only tmpfs"
+    else:
+        ro.chmod(0o444)
+        d.chmod(0o555)
+    try:
+        with pytest.raises(UserError, match="not writable"):
+            check_json_target(ro)
+        with pytest.raises(UserError, match="cannot create files"):
+            check_json_target(d / "x.json")
+    finally:
+        if root:
+            subprocess.run(["chattr", "-i", str(ro)], check=False)
+            subprocess.run(["umount", str(d)], check=False)

@@ -52,10 +52,10 @@ def test_default_engine_is_built_and_cached(engine: EngineBuild) -> None:
     out = subprocess.run([str(Path(engine.bin_dir) / "llama-bench"), "--version"],
                          capture_output=True, text=True)
     assert "11434" in out.stdout + out.stderr
-    t0 = time.monotonic()
+    mtime = (Path(engine.bin_dir) / "llama-bench").stat().st_mtime_ns
     again = BuildCache().get(DEFAULT_ENGINE)
     assert again.cache_hit and again.key == engine.key and again.bin_dir == engine.bin_dir
-    assert time.monotonic() - t0 < 10  # a cache hit costs no build
+    assert (Path(engine.bin_dir) / "llama-bench").stat().st_mtime_ns == mtime  # a cache hit builds nothing
     assert any(b.key == engine.key for b in BuildCache().list())
 
 
@@ -114,11 +114,12 @@ def test_bin_engine_that_cannot_run_is_a_user_error(tmp_path: Path, name: str, c
 def test_bin_engine_whose_help_hangs_is_refused_and_killed(tmp_path: Path) -> None:
     marker = f"tokensleuth-hang-{os.getpid()}"
     d = _bin(tmp_path, "hang", f"#!/usr/bin/env bash\n(exec -a {marker} sleep 60) &\nwait\n".encode())
-    t0 = time.monotonic()
-    with pytest.raises(UserError, match="did not finish in 0.5 s"):
+    with pytest.raises(UserError, match="did not finish in 0.5 s"):  # the watchdog's word, not a clock's
         bench_help(d / "llama-bench", timeout_s=0.5)
-    assert time.monotonic() - t0 < 5
-    time.sleep(0.2)
+    deadline = time.monotonic() + 30
+    while [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])] \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
 
 
