@@ -65,13 +65,21 @@ def planted_engine() -> tuple[str, EngineBuild]:
 
 
 MOE_SLOW = '''
-    // tokensleuth test plant: extra passes over the MoE output that leave it unchanged
-    for (int k = 0; k < 96; ++k) {
-        moe_out = ggml_scale(ctx0, moe_out, 1.0f);
-    }
+    // tokensleuth test plant: a MoE-only slowdown at any thread count: a custom op that
+    // copies the MoE output (unchanged) and busy-waits 400 us, once per MoE layer
+    moe_out = ggml_map_custom1(ctx0, moe_out, [](ggml_tensor * dst, const ggml_tensor * a, int ith, int, void *) {
+        if (ith != 0) { return; }
+        memcpy(dst->data, a->data, ggml_nbytes(a));
+        const auto t0 = std::chrono::steady_clock::now();
+        while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(400)) {}
+    }, 1, nullptr);
 
     cb(moe_out, "ffn_moe_out", il);
 '''
+# The plant's version is in the name of every history branch that holds it: a cached branch
+# of an earlier plant (96 extra scale passes, which only 2 threads showed) is never reused.
+MOE_PLANT = "moewait400"
+
 
 HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
 
@@ -83,12 +91,14 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
     neutral commits change a small source file (forcing a recompile), ``spin`` busy-waits
     ``spin_us`` per decode call (slower at any thread count), ``broken``
     does not compile and ``fix`` repairs it, ``culprit`` adds a MoE-only slowdown
-    (extra passes in the MoE feed-forward graph that leave outputs unchanged), ``eps``
+    (a busy wait per MoE layer in a custom op that leaves outputs unchanged), ``eps``
     multiplies the rms_norm epsilon by 10^4 (outputs change, speed does not).
     ``subjects`` gives a commit a subject other than its name.
     Returns the repo and {name: sha}, with "base" the good endpoint.
     """
     repo = planted_repo()
+    if "culprit" in names:
+        branch = f"{branch}-{MOE_PLANT}"
     have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
                           capture_output=True, text=True)
     base = _git(repo, "rev-list", "--max-parents=0", "HEAD")
@@ -121,7 +131,8 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
             elif name == "culprit":
                 text = graph.read_text()
                 marker = '\n    cb(moe_out, "ffn_moe_out", il);\n'
-                assert text.count(marker) == 1
+                assert text.count(marker) == 1 and text.count("#include <cassert>\n") == 1
+                text = text.replace("#include <cassert>\n", "#include <cassert>\n#include <chrono>\n", 1)
                 graph.write_text(text.replace(marker, MOE_SLOW, 1))
             _git(wt, "commit", "-qam", (subjects or {}).get(name, name), f"--date=2026-01-01T00:{i + 1:02d}:00Z")
         _git(repo, "worktree", "remove", "--force", str(wt))

@@ -70,7 +70,7 @@ def test_pypi_candidates_between_versions() -> None:
 def _bisect_args(repo: Path, shas: dict[str, str], moe: Path, dense: Path, out: Path) -> list[str]:
     return [tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["n4"],
             "--model", str(moe), "--control-model", str(dense), "-w", "tg32", "--json", str(out),
-            "--", "-r", "5"]
+            "--", "-r", "5", "-t", "1"]
 
 
 @pytest.mark.slow
@@ -204,7 +204,8 @@ def test_check_outputs_finds_the_first_commit_whose_outputs_changed(
     repo, shas = bisect_history(("n1", "culprit", "eps", "n2"), branch="bisect-speed-eps")
     out = tmp_path / "b.json"
     args = [tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["n2"],
-            "--model", str(moe_model), "-w", "tg32", "--json", str(out), "--check-outputs", "--", "-r", "5"]
+            "--model", str(moe_model), "-w", "tg32", "--json", str(out), "--check-outputs", "--", "-r", "5",
+            "-t", "1"]
     p = subprocess.run(args, env=cli_env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())

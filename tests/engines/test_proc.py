@@ -90,6 +90,10 @@ def test_an_interrupt_while_the_engine_runs_kills_it(how: str, tmp_path: Path) -
         def raise_interrupted(sig: int, frame: object) -> None:
             raise Interrupted(sig)
         signal.signal(signum, raise_interrupted)
+    else:
+        # Python's own Ctrl-C handler: a suite started in the background (`cmd &`, as a CI
+        # runner may start it) inherits SIGINT ignored, and then no KeyboardInterrupt comes
+        signal.signal(signum, signal.default_int_handler)
 
     def interrupt() -> None:
         _wait_for(pidfile)
