@@ -74,3 +74,27 @@ def test_compare_without_r_chooses_its_repetitions(engine: EngineBuild, dense_mo
     last = con.execute("SELECT id FROM studies ORDER BY created_at DESC LIMIT 1").fetchone()[0]
     assert all("-r" not in json.loads(a) for (a,) in
                con.execute("SELECT argv_json FROM trials WHERE study_id=?", (last,)))
+
+
+def test_the_estimate_keeps_workloads_apart(tmp_path: Path) -> None:
+    """Two workloads 50x apart in speed, each process at test_idx 0 (as compare stores them):
+    their levels are two cells, not one cell's between-process spread (205.9% was reported)."""
+    from tokensleuth.noise import estimate
+    from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
+
+    rng = np.random.default_rng(3)
+    speeds = {"pp2048": 13700.0, "tg32": 273.0}
+    plan = [PlannedTrial(arm, "m.gguf", w, ()) for _ in range(8) for arm in ("a", "b") for w in speeds]
+    with Store(tmp_path / "s.db") as s:
+        sid = s.create_study("compare", {"x": 1}, "h", [("a", "src", {}, (), {}), ("b", "src", {}, (), {})], plan)
+        for t in s.planned(sid):
+            tps = speeds[t["workload"]] * math.exp(rng.normal(0, 0.01))  # 1% between processes
+            n = 2048 if t["workload"] == "pp2048" else 32
+            reps = tuple(SampleRow(i, int(n / (tps * math.exp(rng.normal(0, 0.01))) * 1e9), n) for i in range(5))
+            r = ResultRow(0, t["workload"], n if n == 2048 else 0, 0 if n == 2048 else n, 0, tps, 0.0, {}, reps)
+            s.mark_running(t["id"])
+            s.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), ()))
+        n_ = estimate(s, sid)
+    assert n_ is not None and n_.processes == 32
+    assert 0.004 < n_.between_cv < 0.02, n_  # 1%, not the two speeds' 200%
+    assert 0.008 < n_.within_cv < 0.013, n_

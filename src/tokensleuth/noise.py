@@ -117,7 +117,8 @@ def components(procs: list[Process]) -> Noise | None:
 def estimate(store: Store, study_id: str) -> Noise | None:
     """The components of a study's finished trials (one Process per trial and test)."""
     rows = store.db.execute(
-        "SELECT t.id AS trial, a.name AS arm, t.model, r.test_idx, t.t0_ns, t.t1_ns, s.tokens_per_s, s.duration_ns"
+        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, r.test_idx, t.t0_ns, t.t1_ns, s.tokens_per_s,"
+        " s.duration_ns"
         " FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
         " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0",
         (study_id,)).fetchall()
@@ -129,5 +130,9 @@ def estimate(store: Store, study_id: str) -> Noise | None:
         logs[key].append(math.log(float(r["tokens_per_s"])))
         reps_s[key] += int(r["duration_ns"]) / 1e9
         span = (int(r["t1_ns"]) - int(r["t0_ns"])) / 1e9 if r["t0_ns"] is not None and r["t1_ns"] is not None else None
-        info[key] = ((str(r["arm"]), str(r["model"]), int(r["test_idx"])), span)
+        # a group is one cell: arm x model x workload (a compare's trials are each one workload,
+        # all at test_idx 0: grouped by test_idx alone, pp2048 and tg32 levels were one group's
+        # "between-process" spread) x the test inside the trial (bench runs several per trial)
+        cell = f"{r['model']}\x00{r['workload'] or ''}"
+        info[key] = ((str(r["arm"]), cell, int(r["test_idx"])), span)
     return components([Process(info[k][0], tuple(v), info[k][1], reps_s[k]) for k, v in logs.items()])
