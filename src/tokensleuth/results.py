@@ -104,6 +104,19 @@ class Cell:
             notes.append("some windows are shorter than 5 power samples: power means are coarse")
         if self.peak_anon_mb is None:
             notes.append("peak memory: no sample (trial shorter than the sampling interval)")
+        power_p95 = tw_mean("power_p95_w")
+        # The p95 is of the sampled readings; the mean is the energy counter's where there is one.
+        # NVML's power reading is a lagging average (about 1 s on an H200), so on windows of a
+        # fraction of a second the samples read the idle power before the burst: their p95 ran
+        # below the counter's mean (148 against 324 W). A p95 below the mean of the same windows
+        # is impossible as a percentile of the real power: not reported.
+        same = [x for x in w if x.get("power_p95_w") is not None and x.get("power_w") is not None]
+        mean_same = (sum(x["power_w"] * x["window_s"] for x in same) / sum(x["window_s"] for x in same)
+                     if same and sum(x["window_s"] for x in same) > 0 else None)
+        if power_p95 is not None and mean_same is not None and power_p95 < mean_same:
+            notes.append(f"power p95: the sampled power ({power_p95:.0f} W at p95) lags the energy counter's "
+                         f"mean ({mean_same:.0f} W) on these short windows — no p95 reported")
+            power_p95 = None
         flags = self.flags(busy, tw_mean("busy_pct"))
         notes += self._flag_notes(flags, busy, tw_mean("busy_pct"))
         return {
@@ -115,7 +128,7 @@ class Cell:
             "gpu_clock_mhz": tw_mean("sm_clock_mhz"),
             "gpu_clock_max_mhz": max((x["clock_max_mhz"] for x in w if x.get("clock_max_mhz")), default=None),
             "power_w": tw_mean("power_w"),
-            "power_p95_w": tw_mean("power_p95_w"),
+            "power_p95_w": power_p95,
             "joules_per_token": jpt,
             "tokens_per_joule": 1 / jpt if jpt else None,
             "energy_source": ("counter" if any(x.get("gpu_energy_counter_j") is not None for x in w)

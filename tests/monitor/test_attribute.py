@@ -79,3 +79,21 @@ def test_many_stalls_are_counted_not_listed() -> None:
     out = _outcome(d, _contiguous(d, [100.0] * 6))
     ((code, detail),) = outcome_warnings(out, cpus=2)
     assert code == "stall" and detail.count("took") == 3 and detail.endswith("(+2 more)")
+
+
+def test_a_power_p95_is_never_below_the_mean_of_the_same_windows() -> None:
+    """Windows of 0.15 s whose samples read NVML's lagging average (148 W) while the energy
+    counter says 324 W: a p95 below the mean is no percentile of the real power — not reported."""
+    from tokensleuth.results import Cell
+
+    def cell(p95: float) -> dict[str, object]:
+        c = Cell("a", "m.gguf", "pp2048", 0, {})
+        c.windows = [{"window_s": 0.15, "power_w": 324.0, "power_p95_w": p95, "gpu_energy_counter_j": 48.6,
+                      "tokens": 2048} for _ in range(4)]
+        return c.resources()
+
+    lagging = cell(148.2)
+    assert lagging["power_w"] == pytest.approx(324.0) and lagging["power_p95_w"] is None
+    assert any("lags the energy counter" in n for n in lagging["notes"]), lagging["notes"]
+    steady = cell(331.0)  # long windows: the samples agree with the counter
+    assert steady["power_p95_w"] == pytest.approx(331.0) and steady["power_p95_w"] >= steady["power_w"]
