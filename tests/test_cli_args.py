@@ -169,3 +169,30 @@ def test_decompose_checks_engine_flags_on_the_base_build(engine: EngineBuild, mo
     assert p.returncode == 2, p.stderr[-2000:]
     assert p.stderr.strip().splitlines()[-1].startswith("error: llama-bench does not know the flag --no-such-flag")
     assert _trials(cli_env["TOKENSLEUTH_DB"]) == 0
+
+
+def test_bisect_refuses_a_gpu_release_folder_that_sees_no_gpu(engine: EngineBuild, dense_model: Path,
+                                                              cli_env: dict[str, str], tmp_path: Path) -> None:
+    """A release folder with a CUDA backend library whose llama-bench lists no device would
+    measure the CPU and call it the GPU: refused on its first build, before any trial."""
+    from tokensleuth.sources.build import backends_in
+
+    real = Path(engine.bin_dir) / "llama-bench"
+    dirs = []
+    for name in ("good", "bad"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "libggml-cuda.so").write_bytes(b"")  # what a CUDA release ships beside llama-bench
+        (d / "llama-bench").write_text("#!/bin/sh\nif [ \"$1\" = --list-devices ]; then\n"
+                                       "  printf 'Available devices:\\n  (none)\\n'; exit 0\nfi\n"
+                                       f"exec {real} \"$@\"\n")
+        (d / "llama-bench").chmod(0o755)
+        dirs.append(d)
+    assert backends_in(dirs[0]) == ("CPU", "CUDA") and backends_in(Path(engine.bin_dir)) == ("CPU",)
+    p = subprocess.run([tokensleuth_bin(), "bisect", *(a for d in dirs for a in ("--bin", str(d))),
+                        "--model", str(dense_model), "-w", "tg8", "--", "-r", "2"],
+                       env=cli_env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr[-2000:]
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        f"error: arm bin:{dirs[0]}: the build has the CUDA backend but its llama-bench finds no such device"), p.stderr
+    assert _trials(cli_env["TOKENSLEUTH_DB"]) == 0

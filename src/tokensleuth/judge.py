@@ -103,11 +103,11 @@ class Judge:
             return
         remote = getattr(self.cache, "check_arm", None)  # a fleet machine's cache checks there
         if remote is not None:
-            remote(build, "engine", self.kind, self.flags, {}, self.workloads, source)
+            remote(build, source, self.kind, self.flags, {}, self.workloads, source)
             return
         from tokensleuth.engines.checks import check_arm
 
-        check_arm(build, "engine", self.kind, self.flags, {}, self.workloads, self._help, source=source)
+        check_arm(build, source, self.kind, self.flags, {}, self.workloads, self._help, source=source)
 
     def compare(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
                 fresh: str = "") -> Judgement:

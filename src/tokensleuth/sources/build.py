@@ -128,6 +128,25 @@ def backends_from_flags(flags: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+# a release folder's backend libraries (libggml-cuda.so, ggml-vulkan.dll, …): what it was built with
+_BACKEND_LIBS = {"cuda": "CUDA", "hip": "ROCm", "vulkan": "Vulkan", "metal": "Metal", "sycl": "SYCL",
+                 "opencl": "OpenCL", "blas": "BLAS"}
+
+
+def backends_in(folder: Path) -> tuple[str, ...]:
+    """The backends a prebuilt folder holds, from its ggml backend libraries (CPU always)."""
+    found = ["CPU"]
+    try:
+        names = sorted(p.name.lower() for p in folder.iterdir())
+    except OSError:
+        names = []
+    for n in names:
+        m = re.match(r"(?:lib)?ggml-([a-z]+)\.(?:so|dll|dylib)", n)
+        if m and m.group(1) in _BACKEND_LIBS:
+            found.append(_BACKEND_LIBS[m.group(1)])
+    return tuple(dict.fromkeys(found))
+
+
 def compiler_id() -> str:
     cc = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "c++"
     try:
@@ -232,7 +251,7 @@ class BuildCache:
         bench_help(src.path / "llama-bench")  # one line now, not a trial failure later
         commit, number = _bench_version(src.path / "llama-bench")
         key = hashlib.sha256(str(src.path).encode()).hexdigest()[:16]
-        return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt", ("CPU",),
+        return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt", backends_in(src.path),
                            tuple(t for t in ALL_TARGETS if (src.path / t).exists()), cache_hit=True)
 
     # -- pypi --------------------------------------------------------------------
