@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -107,7 +108,7 @@ def _which(*names: str) -> bool:
     return all(shutil.which(n) for n in names)
 
 
-NEEDS = {  # part -> (is it here?, how to get it)
+NEEDS: dict[str, tuple[Callable[[], bool], str]] = {  # part -> (is it here?, how to get it)
     "browser": (lambda: _which("chromium", "chromedriver"),
                 "install Debian's chromium and chromium-driver (scripts/setup.sh does, as root)"),
     "podman": (lambda: _which("podman", "runc"), "install Debian's podman and runc (scripts/setup.sh does, as root)"),

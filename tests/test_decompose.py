@@ -8,12 +8,13 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.decompose import classify, headline
-from tokensleuth.patches import PatchFailed, apply_error, build_error, parse_patch
+from tokensleuth.patches import Patch, PatchFailed, apply_error, build_error, parse_patch
 from tokensleuth.report.markdown import render_decompose
 from tokensleuth.sources.build import EngineBuild
 
@@ -309,3 +310,108 @@ def test_a_patch_taken_upstream_and_edited_since_is_skipped(tmp_path: Path) -> N
     # a patch that is in no commit of the history is not upstream
     other = parse_patch("x.patch", patch.read_text().replace("line 5 fixed", "line 5 other"))
     assert private.upstream(base, other) is None
+
+
+class _TableJudge:
+    """A judge that answers from a table (verdict per candidate state and pair budget): the
+    decompose driver's decisions, with no engine (the real one runs in the planted test)."""
+
+    def __init__(self, verdicts: dict[tuple[str, int], str]) -> None:
+        self.verdicts = verdicts
+        self.asked: list[tuple[str, int]] = []
+        self.build_errors: dict[str, str] = {}
+
+    def build(self, source: str) -> object:
+        from tokensleuth.sources.build import EngineBuild
+
+        return EngineBuild(source, "/nowhere", "k", None, None, (), "test", ("CPU",), (), cache_hit=True)
+
+    def compare(self, a: str, b: str, models: list[str], band: float, max_pairs: int, fresh: str = "") -> object:
+        from tokensleuth import stats
+        from tokensleuth.compare import Comparison
+        from tokensleuth.judge import Judgement
+
+        sha = b.rsplit("@", 1)[1]
+        self.asked.append((sha, max_pairs))
+        v = self.verdicts.get((sha, max_pairs), "same")
+        ratio = {"faster": 1.3, "slower": 0.7, "same": 1.0, "unresolved": 1.05}[v]
+        est = stats.RatioEstimate(max_pairs, ratio, ratio * 0.98, ratio * 1.02, 0.99)
+        return Judgement(f"s-{sha[:6]}-{max_pairs}", [Comparison("m.gguf", "tg8", "A", "B", max_pairs, [1.0], [ratio],
+                                                                 est, v)])
+
+
+def _series_repo(tmp_path: Path, n: int) -> tuple[Path, str, list[Path]]:
+    repo = tmp_path / "r"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "f.c").write_text("".join(f"line {i}\n" for i in range(3 * n + 3)))
+    _git(repo, "add", "f.c")
+    _git(repo, "commit", "-qm", "root")
+    base = _git(repo, "rev-parse", "HEAD")
+    files = []
+    for k in range(n):
+        text = (repo / "f.c").read_text().replace(f"line {3 * k + 1}\n", f"line {3 * k + 1} changed\n")
+        (repo / "f.c").write_text(text)
+        _git(repo, "commit", "-qam", f"patch {k + 1}")
+        f = tmp_path / f"{k + 1:04d}.patch"
+        f.write_text(_git(repo, "format-patch", "-1", "--stdout", "HEAD") + "\n")
+        files.append(f)
+    return repo, base, files
+
+
+def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outputs: dict[int, str],
+               allow: bool) -> tuple[dict[str, Any], _TableJudge]:
+    from tokensleuth.decompose import Decomposer
+    from tokensleuth.patches import PrivateRepo, read_patch_files
+    from tokensleuth.store import Store
+
+    repo, base, files = _series_repo(tmp_path, len(verdicts))
+    private = PrivateRepo.for_git(repo, root=tmp_path / "priv")
+    patches = read_patch_files(files)
+    # the states the driver will make: each patch on the last kept state (all kept here but noted)
+    judge = _TableJudge({})
+    spec = {"workloads": ["tg8"], "flags": [], "cmake": [], "timeout_s": 60, "models": ["m.gguf"], "band": 0.01,
+            "max_pairs": 10, "allow_output_change": allow}
+    state_of: dict[str, int] = {}
+
+    def check(base_build: object, cand: object) -> dict[str, object]:
+        k = state_of[cand.source.rsplit("@", 1)[1]]  # type: ignore[attr-defined]
+        return {"verdict": outputs.get(k, "identical"), "mean_kld": 0.5 if k in outputs else 0.0}
+
+    orig_apply = private.apply
+
+    def apply(parent: str, p: Patch) -> str:
+        sha = orig_apply(parent, p)
+        k = patches.index(p) + 1
+        state_of[sha] = k
+        for max_pairs, v in verdicts[k]:
+            judge.verdicts[(sha, max_pairs)] = v
+        return sha
+
+    private.apply = apply  # type: ignore[method-assign,assignment]
+    with Store(tmp_path / "db.sqlite") as store:
+        sid = store.create_study("decompose", {"t": str(tmp_path)}, "h", [], [])
+        d = Decomposer(store, sid, private, base, patches, spec, judge=judge,  # type: ignore[arg-type]
+                       check_outputs=check)
+        return d.run(), judge
+
+
+def test_a_faster_patch_whose_outputs_changed_is_kept_only_when_allowed(tmp_path: Path) -> None:
+    verdicts = {1: [(10, "faster")]}
+    allowed, _ = _decompose(tmp_path / "a", verdicts, {1: "changed"}, allow=True)
+    (step,) = allowed["steps"]
+    assert (step["decision"], step["reason"]) == ("kept", "faster; outputs changed (allowed)")
+    assert step["outputs"]["verdict"] == "changed"
+    refused, judge = _decompose(tmp_path / "r", verdicts, {1: "changed"}, allow=False)
+    (step,) = refused["steps"]
+    assert (step["decision"], step["reason"]) == ("dropped", "outputs changed")
+    assert judge.asked == []  # its speed was never measured
+
+
+def test_an_unresolved_step_is_measured_again_at_twice_the_pairs(tmp_path: Path) -> None:
+    result, judge = _decompose(tmp_path, {1: [(10, "unresolved"), (20, "faster")],
+                                          2: [(10, "unresolved"), (20, "unresolved")]}, {},
+                               allow=False)
+    got = [(s["decision"], s["reason"]) for s in result["steps"]]
+    assert got == [("kept", "faster"), ("dropped", "unresolved")]
+    assert [m for _, m in judge.asked][:4] == [10, 20, 10, 20]  # each step: 10 pairs, then 20, never a guess
+    assert result["status"] == "incomplete" and "0002.patch" in result["reason"]
