@@ -90,30 +90,44 @@ def model(tmp_path: Path) -> str:
     return str(p)
 
 
-def test_base_and_floor_are_made_once_per_base(tmp_path: Path, model: str) -> None:
-    run = FakeRunner("kld-ctk-q8_0")
-    base, cand = fake_build(tmp_path, "base"), fake_build(tmp_path, "cand")
+class CountingRunner:
+    """The real runner, counted: which llama-perplexity runs the checker asked for."""
+
+    def __init__(self) -> None:
+        from tokensleuth.engines.proc import run_process
+
+        self.real = run_process
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: list[str], **kw: Any) -> ProcResult:
+        self.calls.append(list(argv))
+        return self.real(argv, **kw)
+
+
+def test_base_and_floor_are_made_once_per_base(ppl_engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    run = CountingRunner()
     checker = OutputChecker(tmp_path / "wd", KldSettings(threads=2), run=run)
-    first = checker.check(base, cand, model)
-    second = checker.check(base, cand, model)
-    # base file, floor, candidate; then only the candidate again
-    assert [("--kl-divergence" in a, Path(a[0]).parent.name) for a in run.calls] == [
-        (False, "base"), (True, "base"), (True, "cand"), (True, "cand")]
-    # the fake prints the same for the floor and the candidate: identical, at q8_0's KLD
-    assert first.verdict == second.verdict == "identical" and first.mean_kld == 0.000011
+    first = checker.check(ppl_engine, ppl_engine, str(dense_model))
+    second = checker.check(ppl_engine, ppl_engine, str(dense_model), cand_flags=("-ctk", "q8_0", "-ctv", "q8_0"))
+    # base logits, floor, candidate; then only the second candidate: the real llama-perplexity four times
+    assert ["--kl-divergence" in a for a in run.calls] == [False, True, True, True]
+    assert all(Path(a[0]).name == "llama-perplexity" for a in run.calls)
+    assert first.verdict == "identical" and second.verdict == "changed"
+    assert first.floor == second.floor  # one floor for the base, reused
     assert not list((tmp_path / "wd").glob("*.tmp*"))
 
 
-def test_check_outputs_json_has_the_contract_keys(tmp_path: Path, model: str) -> None:
-    c = check_outputs(fake_build(tmp_path, "b"), fake_build(tmp_path, "b"), model,
-                      workdir=tmp_path / "wd", run=FakeRunner())
+def test_check_outputs_json_has_the_contract_keys(ppl_engine: EngineBuild, dense_model: Path,
+                                                  tmp_path: Path) -> None:
+    c = check_outputs(ppl_engine, ppl_engine, str(dense_model), workdir=tmp_path / "wd",
+                      settings=KldSettings(threads=2))
     j = c.to_json()
     assert {"verdict", "mean_kld", "kld_99", "same_top_p", "ppl_ratio"} <= set(j)
-    assert (j["verdict"], j["mean_kld"], j["kld_99"], j["same_top_p"], j["ppl_ratio"]) == (
-        "identical", 0.0, 0.000001, 100.0, 1.0)
+    assert j["verdict"] == "identical" and j["same_top_p"] == 100.0 and j["ppl_ratio"] == pytest.approx(1.0, abs=1e-5), j
+    assert 0 <= j["mean_kld"] <= 1e-6 and 0 <= j["kld_99"] <= 1e-5, j
     json.dumps(j)
-    line = render_output_checks([ArmOutputCheck("base", "cand", model, c).to_json()])
-    assert "m: cand vs base: **identical**" in line
+    line = render_output_checks([ArmOutputCheck("base", "cand", str(dense_model), c).to_json()])
+    assert f"{dense_model.stem}: cand vs base: **identical**" in line
 
 
 @pytest.mark.parametrize(("runner", "match"), [
@@ -230,3 +244,28 @@ def test_an_engine_without_llama_perplexity_is_refused_before_measuring(
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and "llama-perplexity is not in" in p.stderr, p.stderr
     assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()
+
+
+class LosesTailOnce(FakeRunner):
+    """A run that went through but whose last lines never arrived (llama.cpp's logger, at exit
+    on a busy machine), then a whole one."""
+
+    def __call__(self, argv: list[str], **kw: Any) -> ProcResult:
+        res = super().__call__(argv, **kw)
+        if len(self.calls) == 2:  # the floor's run: its statistics lost
+            keep = [ln for ln in res.lines if "Mean" not in ln.text and "Same top p:" not in ln.text
+                    and "KLD" not in ln.text]
+            return dataclasses.replace(res, lines=keep)
+        return res
+
+
+def test_a_run_whose_statistics_were_lost_at_exit_is_run_again(tmp_path: Path, model: str) -> None:
+    run = LosesTailOnce()
+    c = check_outputs(fake_build(tmp_path, "b"), fake_build(tmp_path, "b"), model, workdir=tmp_path / "wd", run=run)
+    assert c.verdict == "identical"
+    assert ["--kl-divergence" in a for a in run.calls] == [False, True, True, True]  # the floor twice
+    # an engine error line is never run again: the engine said what is wrong
+    bad = FakeRunner("kld-bad-base")
+    with pytest.raises(EngineError, match="does not look like a file containing log-probabilities"):
+        check_outputs(fake_build(tmp_path, "c"), fake_build(tmp_path, "c"), model, workdir=tmp_path / "wd2", run=bad)
+    assert len(bad.calls) == 2  # the base, then the floor once

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from tokensleuth.paths import write_atomic
 from tokensleuth.engines import perplexity as ppl
@@ -152,6 +152,29 @@ def _run(run: Runner, argv: list[str], timeout_s: float) -> str:
     return text
 
 
+# llama.cpp's logger prints from a thread of its own and is never flushed at exit (its
+# singleton is leaked on purpose: ggml-org/llama.cpp#22142), so on a busy machine a run that
+# went through can exit 0 before its last lines (the statistics) are printed. Such a run —
+# exit 0, no error line, the statistics missing — is run again, up to this many times in all.
+LOST_TAIL_RUNS = 3
+T = TypeVar("T")
+
+
+def _run_parsed(run: Runner, argv: list[str], timeout_s: float, parse: Callable[[str], T]) -> T:
+    """``parse`` of one llama-perplexity run's output, run again when its tail was lost."""
+    for attempt in range(1, LOST_TAIL_RUNS + 1):
+        text = _run(run, argv, timeout_s)
+        try:
+            return parse(text)
+        except EngineError as exc:
+            if ppl.error_line(text) or attempt == LOST_TAIL_RUNS:
+                if attempt > 1:
+                    raise EngineError(f"{exc} (in {attempt} runs; llama.cpp's logger can drop the last lines "
+                                      "at exit, ggml-org/llama.cpp#22142)") from None
+                raise
+    raise AssertionError("unreachable")
+
+
 @dataclass(slots=True)
 class OutputChecker:
     """Runs output checks, caching base logits and noise floors in ``workdir``."""
@@ -175,7 +198,7 @@ class OutputChecker:
         argv = ppl.base_argv(base.binary(ppl.BINARY), model, write_corpus(self.workdir), tmp,
                              self.settings, flags)
         try:
-            ppl.parse_base_ppl(_run(self.run, argv, self.timeout_s))
+            _run_parsed(self.run, argv, self.timeout_s, ppl.parse_base_ppl)
             if not tmp.exists() or tmp.stat().st_size == 0:
                 raise EngineError(f"llama-perplexity wrote no base logits to {tmp} — check free disk space")
             tmp.replace(out)
@@ -189,7 +212,7 @@ class OutputChecker:
         base_file = self.base_file(base, model, flags)
         argv = ppl.kld_argv(cand.binary(ppl.BINARY), model, write_corpus(self.workdir), base_file,
                             self.settings, flags if cand_flags is None else cand_flags)
-        return ppl.parse_kld(_run(self.run, argv, self.timeout_s))
+        return _run_parsed(self.run, argv, self.timeout_s, ppl.parse_kld)
 
     def floor(self, base: EngineBuild, model: str, flags: Sequence[str] = ()) -> ppl.KldStats:
         """Base against its own file in a separate process (cached)."""
