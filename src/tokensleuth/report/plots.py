@@ -82,21 +82,29 @@ def sequential(histories: Sequence[tuple[str, Sequence[tuple[int, float, float, 
     fig, ax = plt.subplots(figsize=(6.4, 3.0))
     ax.axhspan(-band * 100, band * 100, color="#d0d7de", alpha=0.5, lw=0)
     ax.axhline(0, color="#57606a", lw=0.8)
+    # the first intervals (2-3 pairs) can span orders of magnitude: frame the estimates and the
+    # final intervals, and let the early bands run off the edge
+    ys = [_pct(s[1]) for _, st in histories for s in st]
+    ys += [_pct(v) for _, st in histories if st for v in (st[-1][2], st[-1][3])]
+    ys = [y for y in ys if math.isfinite(y)]
+    lo, hi = min(ys + [-band * 100]), max(ys + [band * 100])
+    pad = 0.25 * (hi - lo or 1.0)
+    # what runs off the edge is cut just past it: a 2-pair interval of ±10^14 % drawn as such
+    # wrote path coordinates a browser refuses ("Expected number")
+    edge_lo, edge_hi = lo - 4 * pad, hi + 4 * pad
+
+    def cut(v: float) -> float:
+        return min(max(v, edge_lo), edge_hi) if math.isfinite(v) else (edge_hi if v > 0 else edge_lo)
+
     for k, (label, steps) in enumerate(histories):
         if not steps:
             continue
         c = ARM_COLOURS[k % len(ARM_COLOURS)]
         xs = [s[0] for s in steps]
-        ax.fill_between(xs, [_pct(s[2]) for s in steps], [_pct(s[3]) for s in steps], color=c, alpha=0.15, lw=0)
-        ax.plot(xs, [_pct(s[1]) for s in steps], "-o", color=c, ms=3, lw=1.2, label=label)
-    # the first intervals (2-3 pairs) can span orders of magnitude: frame the estimates and the
-    # final intervals, and let the early bands run off the edge
-    ys = [_pct(s[1]) for _, st in histories for s in st]
-    ys += [_pct(v) for _, st in histories if st for v in (st[-1][2], st[-1][3])]
-    if ys:
-        lo, hi = min(ys + [-band * 100]), max(ys + [band * 100])
-        pad = 0.25 * (hi - lo or 1.0)
-        ax.set_ylim(lo - pad, hi + pad)
+        ax.fill_between(xs, [cut(_pct(s[2])) for s in steps], [cut(_pct(s[3])) for s in steps], color=c,
+                        alpha=0.15, lw=0)
+        ax.plot(xs, [cut(_pct(s[1])) for s in steps], "-o", color=c, ms=3, lw=1.2, label=label)
+    ax.set_ylim(lo - pad, hi + pad)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("pairs")
     ax.set_ylabel("% change (99% CI)")
