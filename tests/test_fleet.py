@@ -249,11 +249,12 @@ def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engi
 
     assert isinstance(cluster, LocalCluster)
     # a 1.5 ms spin per decode call: clear even with both machines sharing this machine's 2 cores
-    repo, shas = bisect_history(("n1", "n2", "n3", "spin", "n4", "n5"), branch="bisect-fleet-spin1500",
-                                spin_us=1500)
+    # Two candidates between the endpoints: with two machines one round judges both (each
+    # machine builds every revision it measures in its own empty cache: the test's cost)
+    repo, shas = bisect_history(("n1", "spin", "n2"), branch="bisect-fleet-spin1500-short", spin_us=1500)
     out = tmp_path / "b.json"
     args = [tokensleuth_bin(), "bisect", "--db", str(tmp_path / "s.db"), "--repo", str(repo),
-            "--good", shas["base"], "--bad", shas["n5"], "--model", str(moe_model), "-w", "tg32",
+            "--good", shas["base"], "--bad", shas["n2"], "--model", str(moe_model), "-w", "tg32",
             "--cluster", cluster.address, "--on", "role=bench", "--band", "10%", "--json", str(out),
             "--", "-t", "1", "-r", "5"]
     # the plant doubles a token's time; a 10% band lets the neutral commits be `same` although
