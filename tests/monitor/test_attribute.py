@@ -3,6 +3,8 @@ samples and windows show (stall, short-window, impossible-figure), on constructe
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tokensleuth.confounders import REMEDY, outcome_warnings
@@ -86,7 +88,7 @@ def test_a_power_p95_is_never_below_the_mean_of_the_same_windows() -> None:
     counter says 324 W: a p95 below the mean is no percentile of the real power — not reported."""
     from tokensleuth.results import Cell
 
-    def cell(p95: float) -> dict[str, object]:
+    def cell(p95: float) -> dict[str, Any]:
         c = Cell("a", "m.gguf", "pp2048", 0, {})
         c.windows = [{"window_s": 0.15, "power_w": 324.0, "power_p95_w": p95, "gpu_energy_counter_j": 48.6,
                       "tokens": 2048} for _ in range(4)]
