@@ -137,13 +137,15 @@ def test_bisect_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env:
 
     _, planted = planted_engine()  # its llama-bench waits TOKENSLEUTH_SPIN_US per decode call
     real = Path(planted.bin_dir) / "llama-bench"
-    # good, good, then a 1.5 ms wait per token: clearly slower from "r2" on, at any load (-t 1)
+    # good, good, then a 1.5 ms wait per token: about 4x slower from "r2" on, at any load (-t 1);
+    # the band is wide because the test is of kills and resumes, and a 2 x 8 ms trial is noisy
+    # (a first process ran 33% slow): r1 must be `same` as r0 in 10 pairs on a busy machine too
     slow = "export TOKENSLEUTH_SPIN_US=1500\n"
     dirs = [_bin(tmp_path / "r0", real), _bin(tmp_path / "r1", real), _bin(tmp_path / "r2", real, slow),
             _bin(tmp_path / "r3", real, slow)]
     out = tmp_path / "b.json"
     cmd = [tokensleuth_bin(), "bisect", *[a for d in dirs for a in ("--bin", str(d))], "-m", str(dense_model),
-           "-w", "tg16", "--band", "5%", "--max-pairs", "10", "--json", str(out), "--", "-r", "2", "-t", "1"]
+           "-w", "tg16", "--band", "25%", "--max-pairs", "10", "--json", str(out), "--", "-r", "2", "-t", "1"]
     # the endpoints alone take 2 x 5 pairs: the kills land within them and the steps after
     final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 12)
     assert final.returncode == 0, f"{final.stdout[-1000:]}{final.stderr[-2000:]} (kills {moments}, seed {SEED})"
