@@ -30,9 +30,11 @@ class LocalCluster:
     address: str
     root: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    caches: Path | None = None  # each machine's tokensleuth cache under here (default: under root, empty)
 
     def env(self, label: str, ccache: Path | None) -> dict[str, str]:
-        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", TOKENSLEUTH_CACHE=str(self.root / label / "cache"))
+        cache = (self.caches / label) if self.caches is not None else (self.root / label / "cache")
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", TOKENSLEUTH_CACHE=str(cache))
         if ccache is not None:
             env["CCACHE_DIR"] = str(ccache)
         return env
@@ -81,8 +83,9 @@ class LocalCluster:
 
 
 @contextmanager
-def local_cluster(root: Path, workers: tuple[str, ...] = ("w1", "w2"), ccache: Path | None = None) -> Iterator[LocalCluster]:
-    c = LocalCluster(f"127.0.0.1:{_free_port()}", root)
+def local_cluster(root: Path, workers: tuple[str, ...] = ("w1", "w2"), ccache: Path | None = None,
+                  caches: Path | None = None) -> Iterator[LocalCluster]:
+    c = LocalCluster(f"127.0.0.1:{_free_port()}", root, caches=caches)
     try:
         c.start("head", head=True)
         for w in workers:

@@ -142,7 +142,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from tests.fleet import local_cluster
 
     root = tmp_path_factory.mktemp("fleet")
-    with local_cluster(root, ccache=cache_dir() / "ccache") as c:
+    # Each machine keeps its own build cache, as a real one would: under the user cache dir, so
+    # a machine builds every revision it measures once, on the first run (no file is shared
+    # with the driver; git revisions reach the machines as bundles)
+    with local_cluster(root, ccache=cache_dir() / "ccache", caches=cache_dir() / "test-fleet-machines") as c:
         yield c
 
 
@@ -250,7 +253,7 @@ def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engi
     assert isinstance(cluster, LocalCluster)
     # a 1.5 ms spin per decode call: clear even with both machines sharing this machine's 2 cores
     # Two candidates between the endpoints: with two machines one round judges both (each
-    # machine builds every revision it measures in its own empty cache: the test's cost)
+    # machine builds every revision it measures in its own cache: the test's cost on a fresh machine)
     repo, shas = bisect_history(("n1", "spin", "n2"), branch="bisect-fleet-spin1500-short", spin_us=1500)
     out = tmp_path / "b.json"
     args = [tokensleuth_bin(), "bisect", "--db", str(tmp_path / "s.db"), "--repo", str(repo),
