@@ -14,7 +14,7 @@ from pathlib import Path
 # Options documented as lists of files: one flag may take several (`--patches a b c`, what
 # a shell glob expands to), as well as the repeated form. Only the commands that measure.
 LIST_OPTIONS = frozenset({"--patches", "--model", "-m", "--control-model", "--bin"})
-LIST_COMMANDS = frozenset({"bench", "compare", "bisect", "decompose", "scan", "profile"})
+LIST_COMMANDS = frozenset({"bench", "compare", "bisect", "decompose"})
 
 
 @dataclass(frozen=True, slots=True)
