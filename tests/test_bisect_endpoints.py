@@ -116,3 +116,38 @@ def test_noisy_endpoints_are_unresolved_and_resume_adds_pairs(engine: EngineBuil
     assert r2["endpoints"][0]["pairs"] > first_pairs, p2.stderr[-2000:]
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1
+
+
+class _Ends:
+    """A bisector whose endpoint comparisons answer from a list, recording the pairs asked for."""
+
+    def __init__(self, answers: list[Judgement]) -> None:
+        self.answers, self.asked = answers, []  # type: list[Judgement], list[int]
+
+    def build(self, i: int) -> object:
+        return object()
+
+    def compare(self, a: int, b: int, models: object, band: float, max_pairs: int) -> Judgement:
+        self.asked.append(max_pairs)
+        return self.answers[len(self.asked) - 1]
+
+
+def test_undecided_endpoints_get_twice_the_pairs_before_the_bisect_answers(tmp_path: Path) -> None:
+    from tokensleuth.bisect import Candidate, _run
+    from tokensleuth.store import Store
+
+    spec = {"models": ["m.gguf"], "band": 0.1, "max_pairs": 20}
+    cands = [Candidate("g", "g"), Candidate("b", "b")]
+    undecided = Judgement("s", [comp("tg32", "unresolved", 0.92, lo=0.74, hi=1.14)])
+    same = Judgement("s", [comp("tg32", "same", 0.99, pairs=40, lo=0.95, hi=1.04)])
+    with Store(tmp_path / "t.db") as store:
+        bis = _Ends([undecided, same])
+        r = _run(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
+        assert bis.asked == [20, 40]
+        assert r["status"] == "no-regression" and r["endpoints"][0]["pairs"] == 40
+        bis = _Ends([undecided, undecided])
+        r = _run(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
+        assert bis.asked == [20, 40] and r["status"] == "unresolved"
+        bis = _Ends([same])  # decided at once: no more pairs than asked
+        r = _run(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
+        assert bis.asked == [20] and r["status"] == "no-regression"
