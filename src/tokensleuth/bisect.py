@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -415,12 +415,17 @@ def endpoint_answer(ends: Judgement, band: float, good: str, bad: str) -> tuple[
                           + "; ".join(parts) + ") — rerun with --resume to add pairs, or on a quieter machine")
 
 
+Diagnoser = Callable[[str, Mapping[str, EngineBuild]], "dict[str, Any] | None"]
+
+
 def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
-               log: Log | None = None, fleet: Fleet | None = None) -> dict[str, Any]:
+               log: Log | None = None, fleet: Fleet | None = None,
+               diagnose: Diagnoser | None = None) -> dict[str, Any]:
     """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object.
 
     ``result["status"]`` says how it ended (see ANSWERED); an unresolved bisect stays
-    resumable, and resuming it adds pairs where the answer was missing.
+    resumable, and resuming it adds pairs where the answer was missing. ``diagnose`` (study
+    id, builds by arm name) says why undecided endpoints stayed undecided (diagnose.py).
     """
     log = log or (lambda s: None)
     key = dict(spec, candidates=[c.source for c in cands])
@@ -433,14 +438,14 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     with store.lease(handle.id):
         store.put_state(handle.id, "result", None)  # running again: the stored answer is no longer current
         bis = Bisector(store, handle.id, cands, spec, log, fleet=fleet)
-        result = _run(bis, store, handle.id, cands, spec, log)
+        result = _run(bis, store, handle.id, cands, spec, log, diagnose)
         if spec.get("check_outputs") and result["status"] != "crash":
             result["outputs"] = bisect_outputs(bis, log)
         return _finish(store, handle.id, result)
 
 
 def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any],
-         log: Log) -> dict[str, Any]:
+         log: Log, diagnose: Diagnoser | None = None) -> dict[str, Any]:
     good, bad = cands[0], cands[-1]
     result: dict[str, Any] = {"study": sid, "good": good.label, "bad": bad.label, "status": "unresolved",
                               "first_bad": None, "culprit_range": [], "skipped": [], "crashed": [],
@@ -458,6 +463,11 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
     stop = endpoint_answer(ends, spec["band"], good.label, bad.label)
     if stop is not None:
         result["status"], result["reason"] = stop
+        builds = {"A": bis.builds.get(good.source), "B": bis.builds.get(bad.source)}
+        if stop[0] == "unresolved" and diagnose is not None and ends.study:
+            why = diagnose(ends.study, {k: b for k, b in builds.items() if b is not None})
+            if why:
+                result["diagnosis"] = why
         return result
     regress = [c for c in ends.comparisons if c.verdict in ("slower", "faster")]
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)

@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Optional
@@ -108,6 +108,19 @@ def engine_flags(ctx: typer.Context) -> list[str]:
     if stray:
         raise UserError(stray_message(stray, given.own, ctx.info_name or "?"))
     return tail
+
+
+def command_line(ctx: typer.Context) -> list[str] | None:
+    """The words this command was run with (for the command to run next), when known."""
+    from tokensleuth.cliargs import EngineArgs
+
+    if not isinstance(ctx.obj, EngineArgs) or not ctx.obj.own:
+        return None
+    return [*ctx.obj.own, *(["--", *ctx.obj.engine] if ctx.obj.engine else [])]
+
+
+NoProbeOpt = Annotated[bool, typer.Option("--no-probe", help="When a verdict stays unresolved, do not run the short "
+                                          "threads probe that measures the fix (the diagnosis still prints).")]
 
 
 def _version(value: bool) -> None:
@@ -357,6 +370,7 @@ def compare(
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
     per_host: Annotated[bool, typer.Option("--per-host", help="With --cluster: run the arms on every selected machine; one table, a row per machine.")] = False,
+    no_probe: NoProbeOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
@@ -423,17 +437,27 @@ def compare(
                                  on_round=on_round, placement=True)
         warn = render_warnings(store.warnings(sid))
         found_noise = noise_of(store, sid)
+        rx = None
+        if any(c.verdict == "unresolved" for c in comps):
+            from tokensleuth.diagnose import diagnose
+
+            rx = diagnose(store, sid, builds, probe=not no_probe, argv=command_line(ctx),
+                          log=lambda line: err.print(line, markup=False))
         checks = None
         if plan is not None:
             checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s)]
             store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too
     summary = summary_sentence(comps, spec.band)
     noise_line = f"\n\n{found_noise[0]}" if found_noise else ""
-    out.print(render_compare(comps, sid, spec.band, summary) + noise_line + warn + render_checks(checks))
+    why = f"\n\n{rx.text()}" if rx else ""
+    out.print(render_compare(comps, sid, spec.band, summary) + noise_line + why + warn + render_checks(checks),
+              markup=False)
     if json_out:
         obj = compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}, checks)
         if found_noise:
             obj["noise"] = found_noise[1]
+        if rx:
+            obj["diagnosis"] = rx.to_json()
         save_json(json_out, obj, sid)
     if all(c.estimate is None for c in comps):
         raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
@@ -584,6 +608,7 @@ def bisect(
     kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each commit: llama-bench or llama-server.")] = "llama-bench",
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
+    no_probe: NoProbeOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Find the first commit (or release) that made it slower, and verify it against its parent.
@@ -632,8 +657,16 @@ def bisect(
                                       [c.source for c in cands]))
     doctor_line()
     with open_store(db) as store:
+        def why(study_id: str, builds: Mapping[str, EngineBuild]) -> dict[str, Any] | None:
+            from tokensleuth.diagnose import diagnose
+
+            # the probe runs here, so not when the fleet's machines measured
+            rx = diagnose(store, study_id, builds, probe=not no_probe and fleet is None, argv=command_line(ctx),
+                          log=lambda line: err.print(line, markup=False))
+            return rx.to_json() if rx else None
+
         result = bis.run_bisect(store, cands, spec, resume=resume,
-                                log=lambda line: err.print(line, markup=False), fleet=fleet)
+                                log=lambda line: err.print(line, markup=False), fleet=fleet, diagnose=why)
     kind_ = driver_kind("bisect")
     out.print(kind_.render(result))
     if json_out:

@@ -199,6 +199,8 @@ def render_bisect(r: dict[str, Any]) -> str:
         out.append(f"Bisect stopped, endpoint crashed: {r['reason']}.")
     elif status == "unresolved":
         out.append(f"UNRESOLVED ({r['good']} vs {r['bad']}): {r.get('reason') or 'no answer yet'}.")
+        if (d := r.get("diagnosis")) and d.get("advice"):
+            out.append("Why unresolved:\n" + "\n".join(f"  - {line}" for line in d["advice"]))
     elif r.get("first_bad"):
         c = r.get("culprit") or {}
         who = f" — {c.get('subject')} ({c.get('author')}, {c.get('date')})" if c.get("subject") else ""

@@ -1,0 +1,433 @@
+"""Why a verdict stayed open: the noise's likely cause, read from the study's own trials, and
+the cheapest fix, measured by a short probe rather than guessed.
+
+A comparison ends ``unresolved`` when its pairs' log ratios spread too much for the band.
+Each engine process is one draw of a per-process level plus repetition noise (see
+:mod:`tokensleuth.noise`); which of those dominates, and what shape the levels take, says
+why:
+
+- **busy-process**: the confounder check saw another process use a core beside the engine;
+- **threads**: as many engine threads as CPUs it may use — a preempted thread stalls the
+  others at each barrier, so whole processes land in a slow mode;
+- **stall**: repetitions that took far longer than their process's fastest;
+- **drift**: the level moves with time over the study (clock, temperature, a growing load);
+- **bimodal**: process levels in two clusters (some processes in a slow mode), measured by
+  Ashman's D of the best two-way split (D > 2 separates two normal modes; asked here: beyond
+  what one normal mode reaches by chance at that many processes, and at least 4, since a split
+  of a uniform drift reaches 3.5);
+- **cold**: the first repetition of most processes is slower than the rest;
+- **between** / **within**: which variance component dominates, when nothing above explains it.
+
+:func:`classify` is pure (tested on synthetic trial tables); :func:`diagnose` reads a study
+from the store, runs the threads probe when the engine had every CPU (a short A/A study of its
+own, stored, never mixed into the diagnosed study's samples) and returns the prescription
+with the command to rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from scipy import stats as sps
+
+from tokensleuth import stats
+from tokensleuth.sources.build import EngineBuild
+from tokensleuth.store import Store
+
+BUSY_SHARE = 0.2  # a busy neighbour beside at least this share of the processes
+STALL_SHARE = 0.1  # stalled repetitions in at least this share of the processes
+DRIFT_R2, DRIFT_P = 0.3, 0.001  # the level against time: explained share and significance
+ASHMAN_D = 4.0  # two process levels: the best split's separation (see the module doc)
+COLD_SHARE = 0.7  # the first repetition below the rest in at least this share of processes
+PROBE_PAIRS = 3  # the threads probe: 3 pairs = 6 processes
+DIAGNOSIS_STATE = "diagnosis"  # the diagnosis of a study that ended unresolved (to_json)
+
+
+@dataclass(frozen=True, slots=True)
+class Proc:
+    """One engine process of a cell: when it started, its repetitions' log t/s, the engine
+    threads it ran, the other processes seen busy beside it and its stalled repetitions."""
+
+    arm: str
+    cell: str
+    t0: float
+    log_tps: tuple[float, ...]
+    threads: int | None = None
+    busy: tuple[str, ...] = ()
+    stalled: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    code: str  # busy-process | threads | stall | drift | bimodal | cold | between | within
+    seen: str  # what the trials show, one clause
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """The findings, most likely cause first, with the variance components they rest on."""
+
+    findings: tuple[Finding, ...]
+    between_cv: float
+    within_cv: float
+    reps: float  # mean repetitions per process
+    processes: int
+    threads: int | None
+    cpus: int
+    busy: tuple[str, ...] = ()
+
+    @property
+    def cause(self) -> str:
+        return self.findings[0].code if self.findings else "none"
+
+    def codes(self) -> list[str]:
+        return [f.code for f in self.findings]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cause": self.cause, "findings": [{"code": f.code, "seen": f.seen} for f in self.findings],
+                "between_cv": self.between_cv, "within_cv": self.within_cv, "reps": self.reps,
+                "processes": self.processes, "threads": self.threads, "cpus": self.cpus, "busy": list(self.busy)}
+
+
+def _groups(procs: Sequence[Proc]) -> dict[tuple[str, str], list[Proc]]:
+    g: dict[tuple[str, str], list[Proc]] = defaultdict(list)
+    for p in procs:
+        if p.log_tps:
+            g[(p.arm, p.cell)].append(p)
+    return g
+
+
+def _components(groups: Mapping[tuple[str, str], list[Proc]]) -> tuple[float, float, float]:
+    """(between CV, within CV, mean repetitions): one-way random effects by moments."""
+    ss_w, df_w, reps, n = 0.0, 0, 0, 0
+    for ps in groups.values():
+        for p in ps:
+            a = np.asarray(p.log_tps)
+            ss_w += float(((a - a.mean()) ** 2).sum())
+            df_w += len(a) - 1
+            reps, n = reps + len(a), n + 1
+    var_w = ss_w / df_w if df_w else 0.0
+    rbar = reps / n if n else 1.0
+    num, den = 0.0, 0
+    for ps in groups.values():
+        if len(ps) >= 2:
+            means = np.asarray([np.mean(p.log_tps) for p in ps])
+            num += max(float(means.var(ddof=1)) - var_w / rbar, 0.0) * (len(ps) - 1)
+            den += len(ps) - 1
+    return (math.sqrt(num / den) if den else 0.0), math.sqrt(var_w), rbar
+
+
+def _residuals(groups: Mapping[tuple[str, str], list[Proc]]) -> tuple[np.ndarray, np.ndarray]:
+    """Each process's (start, level) less its cell's mean start and median level: levels of every
+    arm and cell on one scale (the median stays in the main mode when some processes are slow)."""
+    ts: list[float] = []
+    ys: list[float] = []
+    for ps in groups.values():
+        if len(ps) < 2:
+            continue
+        t = np.asarray([p.t0 for p in ps])
+        y = np.asarray([float(np.mean(p.log_tps)) for p in ps])
+        ts += list(t - t.mean())
+        ys += list(y - float(np.median(y)))
+    return np.asarray(ts), np.asarray(ys)
+
+
+def ashman_split(levels: np.ndarray, min_share: float = 0.15) -> tuple[float, int, float]:
+    """The best two-way split of sorted levels: (Ashman's D, size of the lower cluster, gap of means)."""
+    y = np.sort(np.asarray(levels, dtype=float))
+    n = len(y)
+    k_min = max(2, math.ceil(min_share * n))
+    if n < 2 * k_min:
+        return 0.0, 0, 0.0
+    c1, c2 = np.cumsum(y), np.cumsum(y * y)
+    k = np.arange(k_min, n - k_min + 1)  # the lower cluster's size
+    m_lo, m_hi = c1[k - 1] / k, (c1[-1] - c1[k - 1]) / (n - k)
+    v_lo = (c2[k - 1] - k * m_lo ** 2) / (k - 1)
+    v_hi = ((c2[-1] - c2[k - 1]) - (n - k) * m_hi ** 2) / (n - k - 1)
+    s = np.sqrt(np.maximum((v_lo + v_hi) / 2, 1e-30))
+    d = (m_hi - m_lo) / s  # = √2·gap / √(σ²_lo + σ²_hi)
+    i = int(np.argmax(d))
+    return float(d[i]), int(k[i]), float(m_hi[i] - m_lo[i])
+
+
+@lru_cache(maxsize=64)
+def ashman_null(n: int, q: float = 0.995, sims: int = 400) -> float:
+    """The ``q`` quantile of the best split's D for ``n`` levels from one normal mode
+    (simulated, seeded by ``n``): small samples split well by chance (n=10 reaches 6)."""
+    rng = np.random.default_rng(n)
+    return max(ASHMAN_D, float(np.quantile([ashman_split(rng.normal(size=n))[0] for _ in range(sims)], q)))
+
+
+def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
+    """The noise's likely causes from a study's processes, most likely first (pure)."""
+    groups = _groups(procs)
+    live = [p for ps in groups.values() for p in ps]
+    between, within, rbar = _components(groups)
+    threads = max((p.threads for p in live if p.threads is not None), default=None)
+    found: list[Finding] = []
+    n = len(live)
+    names: dict[str, int] = defaultdict(int)
+    for p in live:
+        for name in set(p.busy):
+            names[name] += 1
+    busy = tuple(sorted((k for k, v in names.items() if v >= BUSY_SHARE * n), key=lambda k: -names[k]))
+    if busy and n:
+        found.append(Finding("busy-process", f"{', '.join(busy)} used a core beside "
+                                             f"{max(names[b] for b in busy)} of {n} engine processes"))
+    if threads is not None and cpus >= 2 and threads >= cpus:
+        found.append(Finding("threads", f"{threads} engine threads on {cpus} CPUs: a preempted thread stalls the "
+                                        "others at every barrier"))
+    stalled = sum(1 for p in live if p.stalled)
+    if n and stalled >= max(1, STALL_SHARE * n):
+        found.append(Finding("stall", f"stalled repetitions in {stalled} of {n} processes"))
+    ts, ys = _residuals(groups)
+    drifting = False
+    if len(ys) >= 6 and float(np.ptp(ts)) > 0 and float(np.ptp(ys)) > 0:
+        fit = sps.linregress(ts, ys)
+        r2 = float(fit.rvalue) ** 2
+        if r2 >= DRIFT_R2 and float(fit.pvalue) < DRIFT_P:
+            drifting = True
+            moved = math.expm1(float(fit.slope) * float(np.ptp(ts)))
+            found.append(Finding("drift", f"the level moved {moved:+.1%} from the study's first process to its last "
+                                          f"(r²={r2:.2f})"))
+    if not drifting and len(ys) >= 6:
+        d, k, gap = ashman_split(ys)
+        if d >= ashman_null(len(ys)):
+            found.append(Finding("bimodal", f"processes ran at two levels {math.expm1(gap):.0%} apart "
+                                            f"({k} of {len(ys)} in the slow one)"))
+    firsts = [p.log_tps[0] - float(np.mean(p.log_tps[1:])) for p in live if len(p.log_tps) >= 3]
+    if len(firsts) >= 4:
+        below = sum(1 for x in firsts if x < 0)
+        med = float(np.median(firsts))
+        if below >= COLD_SHARE * len(firsts) and -med > max(2 * within, 0.02):
+            found.append(Finding("cold", f"the first repetition of {below} of {len(firsts)} processes ran "
+                                         f"{-math.expm1(med):.0%} below the rest"))
+    if between ** 2 >= within ** 2 / max(rbar, 1):
+        found.append(Finding("between", f"processes differ by {between:.1%} while repetitions agree within "
+                                        f"{within:.1%}"))
+    elif n:
+        found.append(Finding("within", f"repetitions inside a process spread {within:.1%} while processes "
+                                       f"agree within {between:.1%}"))
+    return Diagnosis(tuple(found), between, within, rbar, n, threads, cpus, busy)
+
+
+# -- reading a study ------------------------------------------------------------------
+
+_BUSY_NAME = re.compile(r"([^,\[]+)\[\d+\]")
+
+
+def busy_names(detail: str) -> list[str]:
+    """The process names of a busy-process warning's detail ("python3[812] 97% of a core, …")."""
+    return [m.group(1).strip() for m in _BUSY_NAME.finditer(detail)]
+
+
+def allowed_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_procs(store: Store, study_id: str) -> list[Proc]:
+    """One :class:`Proc` per finished trial and test of the study."""
+    rows = store.db.execute(
+        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, t.started_at, r.test_idx, r.raw_json,"
+        " s.tokens_per_s FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
+        " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0"
+        " ORDER BY t.id, r.test_idx, s.rep", (study_id,)).fetchall()
+    warn: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for w in store.warnings(study_id):
+        warn[int(w["trial_id"])].append((str(w["code"]), str(w["detail"])))
+    logs: dict[tuple[int, int], list[float]] = defaultdict(list)
+    meta: dict[tuple[int, int], tuple[str, str, float, int | None]] = {}
+    for r in rows:
+        key = (int(r["trial"]), int(r["test_idx"]))
+        logs[key].append(math.log(float(r["tokens_per_s"])))
+        if key not in meta:
+            try:
+                threads = json.loads(r["raw_json"]).get("n_threads")
+            except (ValueError, AttributeError):
+                threads = None
+            meta[key] = (str(r["arm"]), f"{r['model']}\x00{r['workload'] or ''}\x00{r['test_idx']}",
+                         float(r["started_at"] or 0.0), int(threads) if isinstance(threads, int) else None)
+    out = []
+    for key, v in logs.items():
+        arm, cell, t0, threads = meta[key]
+        ws = warn.get(key[0], [])
+        names = tuple(n for code, detail in ws if code == "busy-process" for n in busy_names(detail))
+        out.append(Proc(arm, cell, t0, tuple(v), threads, names, sum(1 for code, _ in ws if code == "stall")))
+    return out
+
+
+# -- the probe and the prescription ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """An A/A study at another thread count: its per-process spread and the pairs it projects."""
+
+    study: str
+    threads: int
+    processes: int
+    process_cv: float  # one process mean's spread: sqrt(σ²_b + σ²_w / r)
+    pairs: int | None  # pairs for the band at that spread (None: over 10,000)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"study": self.study, "threads": self.threads, "processes": self.processes,
+                "process_cv": self.process_cv, "pairs": self.pairs}
+
+
+def pairs_at(process_cv: float, band: float, limit: int = 10_000) -> int | None:
+    """Pairs for a 99% interval of a ratio near 1 to fit in ±band, when each process mean
+    spreads ``process_cv`` (a pair's log ratio then spreads √2 times that)."""
+    from tokensleuth.doctor import pairs_needed
+
+    return pairs_needed(math.sqrt(2) * process_cv, (band,), limit)[band]
+
+
+def with_threads(flags: Sequence[str], threads: int) -> list[str]:
+    """``flags`` with the engine's thread count set to ``threads`` (replaced where given)."""
+    out: list[str] = []
+    skip = False
+    for i, f in enumerate(flags):
+        if skip:
+            skip = False
+            continue
+        if f in ("-t", "--threads") and i + 1 < len(flags):
+            skip = True
+            continue
+        if f.startswith("--threads="):
+            continue
+        out.append(f)
+    return [*out, "-t", str(threads)]
+
+
+def rerun_command(argv: Sequence[str], threads: int | None = None, resume: bool = False) -> str:
+    """The command line to run next: the same command with ``-t threads`` after ``--``
+    (a new study: what is measured changes), or with ``--resume`` (the study goes on)."""
+    own, engine = (list(argv[:argv.index("--")]), list(argv[argv.index("--") + 1:])) if "--" in argv else (
+        list(argv), [])
+    if threads is not None and "--study" in own:
+        return f"put \"-t\", \"{threads}\" in the study file's common_flags and run it as a new study"
+    if threads is not None:
+        engine = with_threads(engine, threads)
+        own = [a for a in own if a != "--resume"]
+    elif resume and "--resume" not in own:
+        own.append("--resume")
+    return shlex.join(["tokensleuth", *own, *(["--", *engine] if engine else [])])
+
+
+def run_probe(store: Store, build: EngineBuild, model: str, workload: str, flags: Sequence[str],
+              threads: int, band: float, timeout_s: float = 600) -> Probe:
+    """The engine against itself at ``threads``, PROBE_PAIRS pairs, as a study of its own
+    (resumed, not repeated, when the same probe was stored before)."""
+    from tokensleuth.compare import run_compare
+    from tokensleuth.spec import build_compare_spec
+
+    probe_env = {"TOKENSLEUTH_MEASUREMENT": "threads-probe"}
+    spec = build_compare_spec({
+        "arms": [{"name": "a", "source": build.source, "env": probe_env},
+                 {"name": "b", "source": build.source, "env": probe_env}],
+        "models": [model], "workloads": [workload], "min_pairs": PROBE_PAIRS, "max_pairs": PROBE_PAIRS,
+        "band": 0.001, "common_flags": with_threads(flags, threads), "timeout_s": timeout_s}, "probe")
+    sid, _ = run_compare(store, spec, {"a": build, "b": build}, resume=True, create=True)
+    procs = load_procs(store, sid)
+    between, within, rbar = _components(_groups(procs))
+    cv = math.sqrt(between ** 2 + within ** 2 / max(rbar, 1))
+    return Probe(sid, threads, len(procs), cv, pairs_at(cv, band))
+
+
+@dataclass(slots=True)
+class Prescription:
+    diagnosis: Diagnosis
+    band: float
+    pairs_now: int | None  # pairs the study's own spread projects for the band
+    probe: Probe | None = None
+    lines: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.diagnosis.to_json(), "band": self.band, "pairs_now": self.pairs_now,
+                "probe": self.probe.to_json() if self.probe else None, "advice": self.lines}
+
+    def text(self) -> str:
+        return "\n".join(["Why unresolved:", *(f"  - {line}" for line in self.lines)])
+
+
+def _pairs_text(n: int | None) -> str:
+    return "more than 10,000 pairs" if n is None else f"about {n} pairs"
+
+
+def prescribe(d: Diagnosis, band: float, pairs_now: int | None, max_pairs: int, argv: Sequence[str] | None,
+              probe: Probe | None, can_resume: bool = True) -> Prescription:
+    """The diagnosis in words, then the cheapest measured fix with the command to run it."""
+    rx = Prescription(d, band, pairs_now, probe)
+    lines = rx.lines
+    lines.append("; ".join(f.seen for f in d.findings) or "no cause stands out in the trials")
+    lines.append(f"at this noise ±{band:.1%} takes {_pairs_text(pairs_now)}")
+    if probe is not None:
+        helps = probe.pairs is not None and (pairs_now is None or probe.pairs < pairs_now)
+        what = (f"one thread fewer (-t {probe.threads}) measured {probe.process_cv:.1%} between processes in a "
+                f"{probe.processes}-process probe — {_pairs_text(probe.pairs)} for ±{band:.1%}")
+        if helps:
+            cmd = rerun_command(argv, threads=probe.threads) if argv else ""
+            lines.append(what + (f"; rerun as a new study (the flags change): {cmd}" if cmd else ""))
+        else:
+            lines.append(what + " — no better, so not suggested")
+    if "busy-process" in d.codes():
+        lines.append(f"stop {', '.join(d.busy)} or measure on a quieter machine")
+    if pairs_now is not None and pairs_now > max_pairs and can_resume and argv:
+        lines.append(f"or keep measuring: {rerun_command(argv, resume=True)} --max-pairs {pairs_now}")
+    # what the pairs already spent can decide: the band this spread resolves at the pair cap
+    if d.processes:
+        cv = math.sqrt(d.between_cv ** 2 + d.within_cv ** 2 / max(d.reps, 1))
+        half = float(sps.t.ppf(0.995, max(max_pairs - 1, 1))) * math.sqrt(2) * cv / math.sqrt(max_pairs)
+        if half > band:
+            lines.append(f"or accept a wider band: ±{2 * half:.1%} is decidable in {max_pairs} pairs here "
+                         f"(differences smaller than that then read as `same`)")
+    return rx
+
+
+def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, probe: bool = True,
+             argv: Sequence[str] | None = None, log: Callable[[str], None] | None = None,
+             cpus: int | None = None) -> Prescription | None:
+    """The diagnosis and prescription of a study with an unresolved comparison (None when
+    every comparison has a verdict); stored under DIAGNOSIS_STATE."""
+    from tokensleuth.compare import analyze
+    from tokensleuth.spec import CompareSpec
+
+    row = store.study(study_id)
+    spec_json = json.loads(row["spec_json"])
+    for k in ("build_keys", "host"):
+        spec_json.pop(k, None)
+    spec = CompareSpec.model_validate(spec_json)
+    comps = [c for c in analyze(store, study_id, spec) if c.verdict == "unresolved" and c.estimate is not None]
+    if not comps:
+        return None
+    worst = max(comps, key=lambda c: stats.pairs_for_same(c.estimate, spec.band) or 10 ** 9)  # type: ignore[arg-type]
+    assert worst.estimate is not None
+    pairs_now = stats.pairs_for_same(worst.estimate, spec.band)
+    cpus = cpus or allowed_cpus()
+    d = classify(load_procs(store, study_id), cpus)
+    found = None
+    base = next(a for a in spec.arms if a.name == worst.baseline)
+    build = builds.get(base.name)
+    if (probe and "threads" in d.codes() and d.threads is not None and build is not None
+            and base.kind == "llama-bench"):
+        if log:
+            log(f"probe: {2 * PROBE_PAIRS} processes of {worst.workload} at -t {d.threads - 1} "
+                "(--no-probe skips it)")
+        found = run_probe(store, build, worst.model, worst.workload, [*spec.common_flags, *base.flags],
+                          d.threads - 1, spec.band, spec.timeout_s)
+    rx = prescribe(d, spec.band, pairs_now, spec.max_pairs, argv, found)
+    store.put_state(study_id, DIAGNOSIS_STATE, rx.to_json())
+    return rx
