@@ -111,8 +111,8 @@ def test_rerun_command_changes_the_flags_as_a_new_study() -> None:
     assert rerun_command(["bisect", "--good", "g"], threads=3) == "tokensleuth bisect --good g -- -t 3"
 
 
-def _d(codes: list[str], busy: tuple[str, ...] = ()) -> Diagnosis:
-    return Diagnosis(tuple(Finding(c, c) for c in codes), 0.25, 0.03, 5, 40, 2, 2, busy)
+def _d(codes: list[str], busy: tuple[str, ...] = (), between: float = 0.25) -> Diagnosis:
+    return Diagnosis(tuple(Finding(c, c) for c in codes), between, 0.03, 5, 40, 2, 2, busy)
 
 
 def test_a_probe_that_helps_is_prescribed_with_its_command() -> None:
@@ -131,8 +131,19 @@ def test_a_probe_that_does_not_help_is_not_prescribed() -> None:
 
 
 def test_busy_processes_are_named_and_a_wider_band_says_what_it_costs() -> None:
-    text = prescribe(_d(["busy-process", "between"], ("python3",)), 0.02, 500, 20, ["compare"], None).text()
+    text = prescribe(_d(["busy-process", "between"], ("python3",), 0.03), 0.02, 500, 20, ["compare"], None).text()
     assert "stop python3 or measure on a quieter machine" in text
     assert "or keep measuring: tokensleuth compare --resume --max-pairs 500" in text
-    assert "or accept a wider band: ±" in text and "read as `same`" in text
+    # 20 pairs, 3.0% between and 3.0% within over 5 reps: 2.861 · √2 · 3.29% / √20 = 3.0%
+    assert "or accept a wider band: ±3.0% is decidable in 20 pairs here" in text and "read as `same`" in text
     assert "-t " not in text  # no probe ran: no thread fix is offered
+    # a band so wide that it would hide what users look for is no advice
+    assert "wider band" not in prescribe(_d(["between"]), 0.02, 500, 20, ["compare"], None).text()
+
+
+def test_a_probe_past_counting_helps_when_its_spread_is_clearly_smaller() -> None:
+    rx = prescribe(_d(["threads", "between"]), 0.001, None, 3, ["compare", "--", "-t", "2"],
+                   Probe("p", 1, 6, 0.05, None))
+    assert "rerun as a new study (the flags change): tokensleuth compare -- -t 1" in rx.text()
+    rx = prescribe(_d(["threads", "between"]), 0.001, None, 3, ["compare"], Probe("p", 1, 6, 0.24, None))
+    assert "no better, so not suggested" in rx.text()

@@ -50,6 +50,7 @@ DRIFT_R2, DRIFT_P = 0.3, 0.001  # the level against time: explained share and si
 ASHMAN_D = 4.0  # two process levels: the best split's separation (see the module doc)
 COLD_SHARE = 0.7  # the first repetition below the rest in at least this share of processes
 PROBE_PAIRS = 3  # the threads probe: 3 pairs = 6 processes
+WIDEST_BAND = 0.10  # a wider band than this is no advice: it hides the changes users look for
 DIAGNOSIS_STATE = "diagnosis"  # the diagnosis of a study that ended unresolved (to_json)
 
 
@@ -214,7 +215,9 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
                                          f"{-math.expm1(med):.0%} below the rest"))
     if between ** 2 >= within ** 2 / max(rbar, 1):
         found.append(Finding("between", f"processes differ by {between:.1%} while repetitions agree within "
-                                        f"{within:.1%}"))
+                                        f"{within:.1%}" if between >= within else
+                                        f"processes differ by {between:.1%} (repetitions inside one spread "
+                                        f"{within:.1%}, averaged over {rbar:g})"))
     elif n:
         found.append(Finding("within", f"repetitions inside a process spread {within:.1%} while processes "
                                        f"agree within {between:.1%}"))
@@ -374,8 +377,11 @@ def prescribe(d: Diagnosis, band: float, pairs_now: int | None, max_pairs: int, 
     lines = rx.lines
     lines.append("; ".join(f.seen for f in d.findings) or "no cause stands out in the trials")
     lines.append(f"at this noise ±{band:.1%} takes {_pairs_text(pairs_now)}")
+    now_cv = math.sqrt(d.between_cv ** 2 + d.within_cv ** 2 / max(d.reps, 1))
     if probe is not None:
-        helps = probe.pairs is not None and (pairs_now is None or probe.pairs < pairs_now)
+        # measured to help: fewer pairs for the band, or (both past counting) a clearly smaller spread
+        helps = (probe.pairs < pairs_now if probe.pairs is not None and pairs_now is not None else
+                 probe.pairs is not None or probe.process_cv < 0.7 * now_cv)
         what = (f"one thread fewer (-t {probe.threads}) measured {probe.process_cv:.1%} between processes in a "
                 f"{probe.processes}-process probe — {_pairs_text(probe.pairs)} for ±{band:.1%}")
         if helps:
@@ -387,12 +393,11 @@ def prescribe(d: Diagnosis, band: float, pairs_now: int | None, max_pairs: int, 
         lines.append(f"stop {', '.join(d.busy)} or measure on a quieter machine")
     if pairs_now is not None and pairs_now > max_pairs and can_resume and argv:
         lines.append(f"or keep measuring: {rerun_command(argv, resume=True)} --max-pairs {pairs_now}")
-    # what the pairs already spent can decide: the band this spread resolves at the pair cap
+    # what the pair budget can decide at this spread: a wider band, when one within reason does
     if d.processes:
-        cv = math.sqrt(d.between_cv ** 2 + d.within_cv ** 2 / max(d.reps, 1))
-        half = float(sps.t.ppf(0.995, max(max_pairs - 1, 1))) * math.sqrt(2) * cv / math.sqrt(max_pairs)
-        if half > band:
-            lines.append(f"or accept a wider band: ±{2 * half:.1%} is decidable in {max_pairs} pairs here "
+        half = float(sps.t.ppf(0.995, max(max_pairs - 1, 1))) * math.sqrt(2) * now_cv / math.sqrt(max_pairs)
+        if band < half <= WIDEST_BAND:
+            lines.append(f"or accept a wider band: ±{half:.1%} is decidable in {max_pairs} pairs here "
                          f"(differences smaller than that then read as `same`)")
     return rx
 
