@@ -321,6 +321,7 @@ class _TableJudge:
         self.verdicts = verdicts
         self.asked: list[tuple[str, int]] = []
         self.build_errors: dict[str, str] = {}
+        self.builds: dict[str, object] = {}
 
     def build(self, source: str) -> object:
         from tokensleuth.sources.build import EngineBuild
@@ -360,7 +361,7 @@ def _series_repo(tmp_path: Path, n: int) -> tuple[Path, str, list[Path]]:
 
 
 def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outputs: dict[int, str],
-               allow: bool) -> tuple[dict[str, Any], _TableJudge]:
+               allow: bool, diagnose: Any = None) -> tuple[dict[str, Any], _TableJudge]:
     from tokensleuth.decompose import Decomposer
     from tokensleuth.patches import PrivateRepo, read_patch_files
     from tokensleuth.store import Store
@@ -392,7 +393,7 @@ def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outpu
     with Store(tmp_path / "db.sqlite") as store:
         sid = store.create_study("decompose", {"t": str(tmp_path)}, "h", [], [])
         d = Decomposer(store, sid, private, base, patches, spec, judge=judge,  # type: ignore[arg-type]
-                       check_outputs=check)
+                       check_outputs=check, diagnose=diagnose)
         return d.run(), judge
 
 
@@ -416,3 +417,22 @@ def test_an_unresolved_step_is_measured_again_at_twice_the_pairs(tmp_path: Path)
     assert got == [("kept", "faster"), ("dropped", "unresolved")]
     assert [m for _, m in judge.asked][:4] == [10, 20, 10, 20]  # each step: 10 pairs, then 20, never a guess
     assert result["status"] == "incomplete" and "0002.patch" in result["reason"]
+
+
+def test_the_first_undecided_step_is_diagnosed(tmp_path: Path) -> None:
+    asked: list[str] = []
+
+    def why(study: str, builds: object) -> dict[str, Any]:
+        asked.append(study)
+        return {"cause": "threads", "advice": ["2 engine threads on 2 CPUs"]}
+
+    result, _ = _decompose(tmp_path, {1: [(10, "unresolved"), (20, "unresolved")],
+                                      2: [(10, "unresolved"), (20, "unresolved")]}, {}, allow=False, diagnose=why)
+    first = result["steps"][0]
+    assert len(asked) == 1 and asked[0] == first["study"]  # one diagnosis (one probe at most)
+    assert result["diagnosis"] == {"cause": "threads", "advice": ["2 engine threads on 2 CPUs"], "patch": "0001.patch"}
+    from tokensleuth.report.markdown import render_decompose
+
+    assert "Why 0001.patch is unresolved:\n  - 2 engine threads on 2 CPUs" in render_decompose(result)
+    decided, _ = _decompose(tmp_path / "d", {1: [(10, "faster")]}, {}, allow=False, diagnose=why)
+    assert "diagnosis" not in decided and len(asked) == 1

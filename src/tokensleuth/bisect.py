@@ -13,12 +13,13 @@ import re
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
+from tokensleuth.diagnose import Diagnoser
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.judge import Judge, Judgement
 from tokensleuth.outputs import CHECK_TARGETS
@@ -413,9 +414,6 @@ def endpoint_answer(ends: Judgement, band: float, good: str, bad: str) -> tuple[
         parts.append(f"{c.workload}: {e.ratio:.4f} [{e.lo:.4f}, {e.hi:.4f}] after {c.pairs} pairs{hint}")
     return "unresolved", ("endpoints unresolved, so neither a regression nor its absence is shown ("
                           + "; ".join(parts) + ") — rerun with --resume to add pairs, or on a quieter machine")
-
-
-Diagnoser = Callable[[str, Mapping[str, EngineBuild]], "dict[str, Any] | None"]
 
 
 def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,

@@ -657,22 +657,27 @@ def bisect(
                                       [c.source for c in cands]))
     doctor_line()
     with open_store(db) as store:
-        def why(study_id: str, builds: Mapping[str, EngineBuild]) -> dict[str, Any] | None:
-            from tokensleuth.diagnose import diagnose
-
-            # the probe runs here, so not when the fleet's machines measured
-            rx = diagnose(store, study_id, builds, probe=not no_probe and fleet is None, argv=command_line(ctx),
-                          log=lambda line: err.print(line, markup=False))
-            return rx.to_json() if rx else None
-
-        result = bis.run_bisect(store, cands, spec, resume=resume,
-                                log=lambda line: err.print(line, markup=False), fleet=fleet, diagnose=why)
+        result = bis.run_bisect(store, cands, spec, resume=resume, log=lambda line: err.print(line, markup=False),
+                                fleet=fleet, diagnose=diagnoser(store, ctx, probe=not no_probe and fleet is None))
     kind_ = driver_kind("bisect")
     out.print(kind_.render(result))
     if json_out:
         save_json(json_out, kind_.to_json(result), str(result.get("study", "ID")))
     if result["status"] not in bis.ANSWERED:  # unresolved or an endpoint crashed: no answer
         raise typer.Exit(1)
+
+
+def diagnoser(store: Any, ctx: typer.Context, probe: bool) -> Any:
+    """A driver's diagnose callback (diagnose.Diagnoser): why a comparison stayed open, with the
+    threads probe where ``probe`` (it runs here: not when a fleet's machines measured)."""
+    def why(study_id: str, builds: Mapping[str, EngineBuild]) -> dict[str, Any] | None:
+        from tokensleuth.diagnose import diagnose
+
+        rx = diagnose(store, study_id, builds, probe=probe, argv=command_line(ctx),
+                      log=lambda line: err.print(line, markup=False))
+        return rx.to_json() if rx else None
+
+    return why
 
 
 def set_kind(spec: dict[str, Any], kind: str) -> None:
@@ -724,6 +729,7 @@ def decompose(
     kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each state: llama-bench or llama-server.")] = "llama-bench",
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
+    no_probe: NoProbeOpt = False,
     db: DbOpt = None,
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
@@ -765,7 +771,7 @@ def decompose(
                           cache=fleet.cache(fleet.nodes[0]), executor=fleet.executor())
         result = dec.run_decompose(store, private, base_sha, plist, spec, resume=resume,
                                    log=lambda line: err.print(line, markup=False), check_outputs=checker,
-                                   judge=judge)
+                                   judge=judge, diagnose=diagnoser(store, ctx, probe=not no_probe and fleet is None))
     if out_branch is not None and repo is not None:
         dec.write_branch(repo.expanduser().resolve(), private, result["final"], out_branch)
         result["out_branch"] = out_branch

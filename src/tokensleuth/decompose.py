@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.compare import Comparison
+from tokensleuth.diagnose import Diagnoser
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.judge import Judge, Judgement
 from tokensleuth.patches import Patch, PatchFailed, PrivateRepo, build_error, read_patch_files, series_patches
@@ -75,8 +76,9 @@ class Decomposer:
 
     def __init__(self, store: Store, study: str, repo: PrivateRepo, base: str, patches: Sequence[Patch],
                  spec: dict[str, Any], *, judge: Judge | None = None, log: Log | None = None,
-                 check_outputs: OutputCheck | None = None) -> None:
+                 check_outputs: OutputCheck | None = None, diagnose: Diagnoser | None = None) -> None:
         self.store, self.study, self.repo, self.base = store, study, repo, base
+        self.diagnose = diagnose
         self.patches = list(patches)
         self.spec = spec
         self.log = log or (lambda s: None)
@@ -208,6 +210,12 @@ class Decomposer:
         if incomplete:
             result["reason"] = ("could not decide " + ", ".join(incomplete)
                                 + " — rerun with --resume to add pairs, or on a quieter machine")
+            undecided = next((s for s in steps if s["reason"] == "unresolved" and s.get("study")), None)
+            if undecided is not None and self.diagnose is not None:  # why (the first undecided step)
+                builds = {a["name"]: b for a in self.store.arms(undecided["study"])
+                          if (b := self.judge.builds.get(a["source"])) is not None}
+                if (why := self.diagnose(undecided["study"], builds)) is not None:
+                    result["diagnosis"] = dict(why, patch=undecided["patch"])
         return result
 
     def _log_step(self, i: int, s: dict[str, Any]) -> None:
@@ -240,8 +248,10 @@ def scoreboard(final: Sequence[Comparison], kept: Sequence[dict[str, Any]]) -> l
 
 def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[Patch], spec: dict[str, Any], *,
                   resume: bool = False, log: Log | None = None, check_outputs: OutputCheck | None = None,
-                  judge: Judge | None = None) -> dict[str, Any]:
+                  judge: Judge | None = None, diagnose: Diagnoser | None = None) -> dict[str, Any]:
     """Decompose ``patches`` on ``base`` (a commit of ``repo``); returns the DESIGN.md decompose object.
+
+    ``diagnose`` (study id, builds by arm name) says why the first undecided step stayed so.
 
     ``result["status"]`` is ``done`` when every step and the scoreboard were decided,
     else ``incomplete`` (the study stays open: ``--resume`` adds pairs where they were missing).
@@ -257,7 +267,7 @@ def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[
     with store.lease(handle.id):
         store.put_state(handle.id, "result", None)
         result = Decomposer(store, handle.id, repo, base, patches, spec, judge=judge, log=log,
-                            check_outputs=check_outputs).run()
+                            check_outputs=check_outputs, diagnose=diagnose).run()
         store.put_state(handle.id, "result", result)
         if result["status"] == "done":
             store.finish_study(handle.id)

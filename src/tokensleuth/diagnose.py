@@ -53,6 +53,10 @@ PROBE_PAIRS = 3  # the threads probe: 3 pairs = 6 processes
 WIDEST_BAND = 0.10  # a wider band than this is no advice: it hides the changes users look for
 DIAGNOSIS_STATE = "diagnosis"  # the diagnosis of a study that ended unresolved (to_json)
 
+# what bisect and decompose are handed to say why a comparison stayed open: (its study id, its
+# builds by arm name) -> Prescription.to_json(), or None when every cell was decided
+Diagnoser = Callable[[str, Mapping[str, EngineBuild]], "dict[str, Any] | None"]
+
 
 @dataclass(frozen=True, slots=True)
 class Proc:

@@ -267,6 +267,9 @@ def render_decompose(r: dict[str, Any]) -> str:
            + (f" ({', '.join(kept)})" if kept else "") + f"; final state {str(r['final'])[:10]}."]
     if r.get("status") != "done":
         out.append(f"INCOMPLETE: {r.get('reason') or 'not every step was decided'}.")
+        if (d := r.get("diagnosis")) and d.get("advice"):
+            out.append(f"Why {d.get('patch', 'a step')} is unresolved:\n"
+                       + "\n".join(f"  - {line}" for line in d["advice"]))
     rows = []
     for s in steps:
         o = s.get("outputs") or {}
