@@ -8,6 +8,7 @@ from pathlib import Path
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth import doctor
+from tokensleuth.diagnose import allowed_cpus
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -78,3 +79,11 @@ def test_doctor_command_runs_its_checks_and_an_aa(engine: EngineBuild, cli_env: 
     for name in ("ASLR", "THP", "other processes", "swap", "memory"):
         assert name in p.stdout
     assert "noise here:" in p.stdout and "pairs a verdict needs here: ±1%" in p.stdout
+    assert "diagnosis: " in p.stdout  # the A/A's own processes, classified as a study's would be
+    threads = int(p.stdout.split("A/A at ", 1)[1].split(" thread", 1)[0])  # llama-bench's default here
+    cpus = allowed_cpus()
+    if cpus >= 2 and threads >= cpus:  # every CPU: the A/A again with one thread fewer, both figures
+        assert f"A/A at {threads - 1} thread" in p.stdout
+        assert f"threads: -t {threads - 1} needs " in p.stdout and "pairs for ±2% where the default needs" in p.stdout
+    else:
+        assert "threads: -t" not in p.stdout

@@ -977,14 +977,28 @@ def doctor(
             model.parent.mkdir(parents=True, exist_ok=True)
             synth("llama", "tiny", model, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
                   Path(b.bin_dir) / "llama-quantize")
+    from tokensleuth.diagnose import allowed_cpus
+
     err.print(f"A/A: the default engine against itself, {doc.AA_PAIRS} pairs of tg32 …", markup=False)
     got = doc.run_aa(b, model)
     if got.noise is not None:
         out.print(got.noise.sentence(), markup=False)
-    out.print(f"A/A: {got.pairs} pairs, a pair's log ratio varies by {got.log_ratio_sd:.2%} (SD); pairs a verdict "
-              "needs here: " + ", ".join(f"±{band:.0%} {v if v is not None else '> 10000'}"
-                                         for band, v in got.pairs_needed.items())
-              + f" · doctor took {_time.monotonic() - t0:.0f} s", markup=False)
+    if got.diagnosis is not None:
+        out.print("diagnosis: " + "; ".join(f.seen for f in got.diagnosis.findings), markup=False)
+    out.print(got.line(), markup=False)
+    cpus = allowed_cpus()
+    if got.threads is not None and cpus >= 2 and got.threads >= cpus:
+        # the engine would use every CPU: the same A/A with one thread fewer, measured, not guessed
+        fewer = got.threads - 1
+        err.print(f"A/A again at -t {fewer} (the engine's default, {got.threads}, uses every CPU) …", markup=False)
+        alt = doc.run_aa(b, model, ["-t", str(fewer)])
+        out.print(alt.line(), markup=False)
+        now, then = got.pairs_needed.get(0.02), alt.pairs_needed.get(0.02)
+        better = then is not None and (now is None or then < now)
+        out.print(f"threads: -t {fewer} needs {then if then is not None else '> 10000'} pairs for ±2% where the "
+                  f"default needs {now if now is not None else '> 10000'} — "
+                  + (f"measure with `-- -t {fewer}`" if better else "keep the default"), markup=False)
+    out.print(f"doctor took {_time.monotonic() - t0:.0f} s", markup=False)
 
 
 @app.command()

@@ -173,30 +173,39 @@ class AA:
     log_ratio_sd: float
     noise: Any  # noise.Noise | None
     pairs_needed: dict[float, int | None]
+    threads: int | None = None  # the engine threads the A/A ran (llama-bench's own default unless given)
+    diagnosis: Any = None  # diagnose.Diagnosis of its processes
+
+    def line(self) -> str:
+        t = f" at {self.threads} thread{'s' if self.threads != 1 else ''}" if self.threads else ""
+        return (f"A/A{t}: {self.pairs} pairs, a pair's log ratio varies by {self.log_ratio_sd:.2%} (SD); pairs a "
+                "verdict needs here: " + ", ".join(f"±{band:.0%} {v if v is not None else '> 10000'}"
+                                                   for band, v in self.pairs_needed.items()))
 
 
-def run_aa(build: Any, model: Path) -> AA:
+def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     """The default engine against itself, AA_PAIRS pairs of tg32 at -r 3, in a throw-away store."""
     import math
     import tempfile
 
     import numpy as np
 
-    from tokensleuth import noise
+    from tokensleuth import diagnose, noise
     from tokensleuth.compare import run_compare
     from tokensleuth.spec import build_compare_spec, model_paths
     from tokensleuth.store import Store
 
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source}, {"name": "b", "source": build.source}],
                                "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": AA_PAIRS,
-                               "max_pairs": AA_PAIRS, "band": 0.001, "common_flags": ["-r", "3"]}, "doctor")
+                               "max_pairs": AA_PAIRS, "band": 0.001, "common_flags": ["-r", "3", *flags]}, "doctor")
     with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
         sid, comps = run_compare(store, spec, {"a": build, "b": build})
         n = noise.estimate(store, sid)
+        d = diagnose.classify(diagnose.load_procs(store, sid), diagnose.allowed_cpus())
     c = comps[0]
     logs = [math.log(y / x) for x, y in zip(c.base_ts, c.cand_ts, strict=True)]
     sd = float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
-    return AA(len(logs), sd, n, pairs_needed(sd))
+    return AA(len(logs), sd, n, pairs_needed(sd), d.threads, d)
 
 
 def pairs_needed(log_ratio_sd: float, bands: Sequence[float] = (0.01, 0.02, 0.05), limit: int = 10_000) -> dict[float, int | None]:
