@@ -53,6 +53,8 @@ class Comparison:
     # server arms: TTFT / inter-token latency percentiles (results.Cell.latency)
     base_latency: dict[str, Any] | None = None
     cand_latency: dict[str, Any] | None = None
+    # leading repetitions every trial of this cell left out (stats.cold_leading), None when none
+    cold: stats.Cold | None = None
 
     def warnings(self) -> list[str]:
         """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
@@ -91,6 +93,9 @@ class Comparison:
                     "verdict": self.cpu_verdict,
                 }
             },
+            # leading repetitions left out of every trial's t/s: how many and how slow they ran
+            "cold_repetitions": {"per_trial": self.cold.count if self.cold else 0,
+                                 "ratio": self.cold.ratio if self.cold else None},
             # server arms only: client-side TTFT / inter-token latency (None for a llama-bench arm)
             **({"latency": {"baseline": self.base_latency, "candidate": self.cand_latency}}
                if self.base_latency or self.cand_latency else {}),
@@ -164,7 +169,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
                 out.append(Comparison(
                     model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
                     res(base, model, w), res(cand, model, w), diffs(cand), lat(base, model, w),
-                    lat(cand, model, w)))
+                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None)))
     return out
 
 
@@ -287,9 +292,12 @@ def _run_rounds(
             break
         plan = []
         reps = adaptive_reps(store, study_id, spec)
-        extra = ("-r", str(reps)) if reps is not None else ()
+        reps = reps if reps is not None else asked_reps(spec)
+        cold = {(c.model, c.workload): c.cold.count for c in comps if c.cold is not None}
         for (model, w), target in open_cells.items():
             start = have.get((model, w), 0)
+            # cold leading repetitions are left out, so they are added: the measured ones stay as many
+            extra = ("-r", str(reps + cold.get((model, w), 0))) if reps is not None else ()
             plan += pair_round(names, model, w, (*planned_argv(w), *extra), start, target)
         plan = _interleave_cells(plan)
         store.add_trials(study_id, plan)
@@ -308,6 +316,22 @@ FIRST_REPS = 3  # the first round's repetitions per process when the design is c
 
 def user_reps(spec: CompareSpec) -> bool:
     return any(f in ("-r", "--repetitions") for f in [*spec.common_flags, *(f for a in spec.arms for f in a.flags)])
+
+
+def asked_reps(spec: CompareSpec) -> int | None:
+    """The -r every llama-bench arm was given (the last one of its flags counts), None when
+    none was, the arms differ or one is a server (its -r is requests per trial)."""
+    if any(a.kind != "llama-bench" for a in spec.arms):
+        return None
+    got = set()
+    for a in spec.arms:
+        flags = [*spec.common_flags, *a.flags]
+        r = None
+        for i, f in enumerate(flags[:-1]):
+            if f in ("-r", "--repetitions") and flags[i + 1].isdigit():
+                r = int(flags[i + 1])
+        got.add(r)
+    return got.pop() if len(got) == 1 else None
 
 
 def adaptive_reps(store: Store, study_id: str, spec: CompareSpec) -> int | None:
@@ -471,7 +495,20 @@ def summary_sentence(comps: list[Comparison], band: float) -> str:
             parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is unresolved after "
                          f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band"
                          f"{hint})")
-    return "; ".join(parts) + "." + unasked_diffs_sentence(comps)
+    return "; ".join(parts) + "." + cold_sentence(comps) + unasked_diffs_sentence(comps)
+
+
+def cold_sentence(comps: Sequence[Comparison]) -> str:
+    """Which cells left cold leading repetitions out of every trial, and how slow they ran."""
+    seen: dict[str, stats.Cold] = {}
+    for c in comps:
+        if c.cold is not None and c.cold.count and c.workload not in seen:
+            seen[c.workload] = c.cold
+    if not seen:
+        return ""
+    parts = [f"{w}: the first {'repetition' if k.count == 1 else f'{k.count} repetitions'} ran "
+             f"{(1 - (k.ratio or 1)) * 100:.1f}% slower than the rest" for w, k in seen.items()]
+    return (" Cold repetitions left out of every trial (and added to -r): " + "; ".join(parts) + ".")
 
 
 def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tokensleuth import stats
 from tokensleuth.store import Store
 
 R_MIN, R_MAX = 2, 20  # two repetitions keep a within estimate and stall detection; 20 bounds a trial
@@ -120,7 +121,8 @@ def estimate(store: Store, study_id: str) -> Noise | None:
         "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, r.test_idx, t.t0_ns, t.t1_ns, s.tokens_per_s,"
         " s.duration_ns"
         " FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
-        " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0",
+        " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0"
+        " ORDER BY t.id, r.test_idx, s.rep",
         (study_id,)).fetchall()
     logs: dict[tuple[int, int], list[float]] = defaultdict(list)
     reps_s: dict[tuple[int, int], float] = defaultdict(float)
@@ -135,4 +137,15 @@ def estimate(store: Store, study_id: str) -> Noise | None:
         # "between-process" spread) x the test inside the trial (bench runs several per trial)
         cell = f"{r['model']}\x00{r['workload'] or ''}"
         info[key] = ((str(r["arm"]), cell, int(r["test_idx"])), span)
-    return components([Process(info[k][0], tuple(v), info[k][1], reps_s[k]) for k, v in logs.items()])
+    # cold leading repetitions (stats.cold_leading, one count per cell over every arm) are
+    # left out here as in each trial's t/s: they are neither process level nor repetition noise
+    by_cell: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for k, (group, _span) in info.items():
+        by_cell[(group[1], group[2])].append(k)
+    cold = {cell: stats.cold_leading([logs[k] for k in keys]).count for cell, keys in by_cell.items()}
+    procs = []
+    for k, v in logs.items():
+        group, span = info[k]
+        c = min(cold[(group[1], group[2])], len(v) - 1)
+        procs.append(Process(group, tuple(v[c:]), span, reps_s[k] * (len(v) - c) / len(v)))
+    return components(procs)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import math
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error, window_resources
-from tokensleuth.stats import STALL_FACTOR, trial_tokens_per_s
+from tokensleuth.stats import STALL_FACTOR, Cold, cold_leading, trial_tokens_per_s
 from tokensleuth.store import Store
 
 # llama-bench result fields that tell two rows of one test apart.
@@ -54,6 +56,7 @@ class Cell:
     ttft_ms: list[float] = field(default_factory=list)
     itl_ms: list[float] = field(default_factory=list)
     client_tg_ts: list[float] = field(default_factory=list)
+    cold: Cold | None = None  # leading repetitions every trial of this test leaves out (stats.cold_leading)
 
     def latency(self) -> dict[str, Any] | None:
         """TTFT and inter-token latency percentiles (ms) over every request; None for llama-bench."""
@@ -193,12 +196,26 @@ def percentiles(values: list[float]) -> dict[str, float] | None:
     return {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "mean": sum(v) / len(v), "n": len(v)}
 
 
+def cold_by_test(rows: list[Any], samples: dict[int, list[Any]]) -> dict[tuple[str, str, int], Cold]:
+    """The cold leading repetitions of each (model, test) over every arm's trials
+    (stats.cold_leading): one count for all arms, so each arm leaves out the same repetitions."""
+    logs: dict[tuple[str, str, int], list[list[float]]] = defaultdict(list)
+    for r in rows:
+        ss = samples[int(r["id"])]
+        if ss and all(float(x["tokens_per_s"]) > 0 for x in ss):
+            logs[(r["model"], r["test"], int(r["test_idx"]))].append([math.log(float(x["tokens_per_s"])) for x in ss])
+    return {k: cold_leading(v) for k, v in logs.items()}
+
+
 def load_cells(store: Store, study_id: str) -> list[Cell]:
     cells: dict[tuple[str, str, str, int], Cell] = {}
     timelines: dict[int, Any] = {}
     envs: dict[int, dict[str, Any]] = {}
     windows_cache: dict[int, dict[tuple[int, int], Any]] = {}
-    for r in store.results(study_id):
+    rows = list(store.results(study_id))
+    all_samples = {int(r["id"]): list(store.samples(int(r["id"]))) for r in rows}
+    colds = cold_by_test(rows, all_samples)
+    for r in rows:
         raw = json.loads(r["raw_json"])
         key = (r["arm"], r["model"], r["test"], int(r["test_idx"]))
         cell = cells.get(key)
@@ -209,7 +226,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             cell = Cell(r["arm"], r["model"], r["test"], int(r["test_idx"]), meta)
             cells[key] = cell
         trial_id = int(r["trial_id"])
-        samples = store.samples(int(r["id"]))
+        samples = all_samples[int(r["id"])]
         if not samples:
             cell.avg_ts, cell.stddev_ts = r["avg_ts"], r["stddev_ts"]
             if r["avg_ts"] is not None:
@@ -219,8 +236,12 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
         ts = [float(s["tokens_per_s"]) for s in samples]
         durations = [int(s["duration_ns"]) for s in samples]
         cell.tokens_per_s.extend(ts)
-        rate = trial_tokens_per_s(ts, durations)
-        cell.kept_tokens_per_s.extend(v for i, v in enumerate(ts) if i not in rate.stalled)
+        cold = colds.get((r["model"], r["test"], int(r["test_idx"])))
+        if cold is not None and cold.count:
+            cell.cold = cold
+        rate = trial_tokens_per_s(ts, durations, cold=cold.count if cold else 0)
+        left_out = set(rate.stalled) | set(range(rate.cold))
+        cell.kept_tokens_per_s.extend(v for i, v in enumerate(ts) if i not in left_out)
         cell.trial_means[trial_id] = rate.tokens_per_s
         cell.trial_seq[trial_id] = int(r["seq"])
         for i in rate.stalled:
@@ -264,9 +285,9 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             # a client-timed sample (a server request) owns its whole window: its CPU is the
             # server's over the request, first byte sent to last token received
             engine_ns = window_ns if s["start_ns"] is not None else int(s["duration_ns"])
-            if w["cpu_ms"] is not None and i not in rate.stalled:
+            if w["cpu_ms"] is not None and i not in left_out:
                 # CPU over llama-bench's own duration, not the window's edges (attribute.py);
-                # a stalled repetition's spinning is left out with its t/s
+                # a stalled (or cold) repetition's CPU is left out with its t/s
                 share = attributed_cpu_ms(float(w["cpu_ms"]), window_ns, engine_ns)
                 cell.cpu_ms += share.cpu_ms
                 cell.window_ms += share.duration_ms

@@ -110,6 +110,52 @@ def stalled_reps(durations_ns: Sequence[int], factor: float = STALL_FACTOR) -> l
     return [i for i, d in enumerate(durations_ns) if d > factor * fastest]
 
 
+COLD_ALPHA = 0.001  # a leading repetition is cold when it is slower than the rest at this significance
+COLD_MIN_EFFECT = 0.01  # ... and by at least 1% (a real but negligible effect is left in)
+
+
+@dataclass(frozen=True, slots=True)
+class Cold:
+    """Leading repetitions every trial of a cell leaves out: how many and how slow they ran."""
+
+    count: int
+    ratio: float | None  # mean t/s of the left-out repetitions / the rest (< 1), None when none
+    processes: int  # the processes the effect was estimated from
+
+
+def cold_leading(logs: Sequence[Sequence[float]], alpha: float = COLD_ALPHA,
+                 min_effect: float = COLD_MIN_EFFECT) -> Cold:
+    """The leading repetitions that are slower than the rest in a cell's processes.
+
+    A repetition-index effect estimated across processes, not a fixed count: for j = 0, 1, …
+    each process gives d_j = log t/s of repetition j − the mean of its later ones, and
+    repetition j is cold when the d_j are negative beyond chance (one-sided t-test at
+    ``alpha``, at least 4 processes) and by more than ``min_effect``. The first repetition
+    that is not cold ends the run of them, and every process keeps at least two. On a
+    30B-class model on a GPU the first timed repetition ran 8–15% slow after llama-bench's
+    own warm-up in every process, which counted in each trial's t/s and in the
+    within-process variance.
+    """
+    procs = [list(x) for x in logs if len(x) >= 3]
+    if len(procs) < 4:
+        return Cold(0, None, len(procs))
+    count, effects = 0, []
+    while True:
+        d = [p[count] - float(np.mean(p[count + 1:])) for p in procs if len(p) - count - 1 >= 2]
+        if len(d) < 4:
+            break
+        mean = float(np.mean(d))
+        sd = float(np.std(d, ddof=1))
+        if mean >= -min_effect:
+            break
+        p_value = 0.0 if sd == 0 else float(sps.t.cdf(mean / (sd / math.sqrt(len(d))), df=len(d) - 1))
+        if p_value >= alpha:
+            break
+        effects.append(mean)
+        count += 1
+    return Cold(count, math.exp(float(np.mean(effects))) if effects else None, len(procs))
+
+
 @dataclass(frozen=True, slots=True)
 class TrialRate:
     """One engine process's tokens/s, the unit of the paired statistic."""
@@ -117,10 +163,11 @@ class TrialRate:
     tokens_per_s: float
     kept: int  # repetitions that count
     stalled: tuple[int, ...]  # repetition indices left out
+    cold: int = 0  # leading repetitions left out (cold_leading)
 
 
 def trial_tokens_per_s(tokens_per_s: Sequence[float], durations_ns: Sequence[int],
-                       factor: float = STALL_FACTOR) -> TrialRate:
+                       factor: float = STALL_FACTOR, cold: int = 0) -> TrialRate:
     """The trial's mean tokens/s over its repetitions that did not stall.
 
     Why this and not a median or total tokens / total time: on a trial without a
@@ -137,9 +184,10 @@ def trial_tokens_per_s(tokens_per_s: Sequence[float], durations_ns: Sequence[int
     """
     if not tokens_per_s or len(tokens_per_s) != len(durations_ns):
         raise ValueError("need one duration per repetition")
-    stalled = stalled_reps(durations_ns, factor)
-    kept = [v for i, v in enumerate(tokens_per_s) if i not in stalled]
-    return TrialRate(float(np.mean(kept)), len(kept), tuple(stalled))
+    cold = min(cold, len(tokens_per_s) - 1)  # ``cold`` leading repetitions (cold_leading) are left out
+    stalled = [cold + i for i in stalled_reps(durations_ns[cold:], factor)]
+    kept = [v for i, v in enumerate(tokens_per_s) if i >= cold and i not in stalled]
+    return TrialRate(float(np.mean(kept)), len(kept), tuple(stalled), cold)
 
 
 def paired_log_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndarray:

@@ -1,0 +1,134 @@
+"""Cold leading repetitions: found from the study's own data, left out, said, and added to -r."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.sources.build import EngineBuild
+from tokensleuth.stats import cold_leading
+
+
+def procs(n: int, reps: int, cold: list[float], seed: int = 0, sd: float = 0.01) -> list[list[float]]:
+    """``n`` processes of ``reps`` log t/s; the leading ones ``cold`` (log) slower."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        level = rng.normal(0, 0.05)
+        x = list(level + rng.normal(0, sd, reps))
+        for j, c in enumerate(cold):
+            x[j] += c
+        out.append(x)
+    return out
+
+
+def test_a_slow_first_repetition_in_every_process_is_cold() -> None:
+    c = cold_leading(procs(10, 5, [math.log(0.87)]))
+    assert c.count == 1 and c.ratio is not None and abs(c.ratio - 0.87) < 0.02 and c.processes == 10
+
+
+def test_two_cold_repetitions_and_none() -> None:
+    assert cold_leading(procs(10, 6, [math.log(0.8), math.log(0.9)])).count == 2
+    for seed in range(10):  # no effect: chance alone never reaches p < 0.001 and 1%
+        assert cold_leading(procs(12, 5, [], seed)).count == 0
+
+
+def test_too_little_data_decides_nothing() -> None:
+    assert cold_leading(procs(3, 5, [math.log(0.5)])).count == 0  # three processes
+    assert cold_leading(procs(10, 2, [math.log(0.5)])).count == 0  # two repetitions: none to spare
+    # a real but negligible effect (0.3%) is left in
+    assert cold_leading(procs(40, 5, [math.log(0.997)], sd=0.0005)).count == 0
+
+
+def test_a_faster_first_repetition_is_not_cold() -> None:
+    assert cold_leading(procs(10, 5, [math.log(1.2)])).count == 0
+
+
+def test_the_statistic_leaves_cold_repetitions_out(tmp_path: Path) -> None:
+    from tokensleuth.compare import analyze, summary_sentence
+    from tokensleuth.noise import estimate
+    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
+
+    rng = np.random.default_rng(5)
+    spec = build_compare_spec({"arms": [{"name": "a", "source": "pypi:x==1"}, {"name": "b", "source": "pypi:x==1"}],
+                               "models": ["/m.gguf"], "workloads": ["tg32"], "band": 0.05}, "test")
+    plan = [PlannedTrial(arm, "/m.gguf", "tg32", (), pair) for pair in range(8) for arm in ("a", "b")]
+    kept_means: dict[int, float] = {}
+    with Store(tmp_path / "s.db") as s:
+        sid = s.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
+                             plan)
+        for t in s.planned(sid):
+            level = 100 * math.exp(rng.normal(0, 0.01))
+            tps = [level * math.exp(rng.normal(0, 0.005)) for _ in range(5)]
+            tps[0] *= 0.87  # the cold one
+            reps = tuple(SampleRow(i, int(32 / v * 1e9), 32) for i, v in enumerate(tps))
+            r = ResultRow(0, "tg32", 0, 32, 0, float(np.mean(tps)), 0.0, {}, reps)
+            s.mark_running(t["id"])
+            s.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), ()))
+            kept_means[int(t["id"])] = float(np.mean([32 / (int(32 / v * 1e9) / 1e9) for v in tps[1:]]))
+        (c,) = analyze(s, sid, spec)
+        n = estimate(s, sid)
+    assert c.cold is not None and c.cold.count == 1 and abs((c.cold.ratio or 0) - 0.87) < 0.01
+    # each trial's t/s is the mean of repetitions 1-4
+    assert sorted(round(v, 6) for v in [*c.base_ts, *c.cand_ts]) == sorted(round(v, 6) for v in kept_means.values())
+    j = c.to_json()["cold_repetitions"]
+    assert j["per_trial"] == 1 and abs(j["ratio"] - 0.87) < 0.01
+    assert "Cold repetitions left out of every trial (and added to -r): tg32: the first repetition ran 12.9% slower" in \
+        summary_sentence([c], 0.05)
+    # the within-process spread is the 0.5% repetitions, not the 13% cold one
+    assert n is not None and n.within_cv < 0.008, n
+
+
+WRAP = r'''#!{python}
+"""llama-bench whose first timed repetition of every test reads a third slow (a cold repetition)."""
+import json, subprocess, sys
+if sys.argv[1:] == ["--help"]:
+    sys.exit(subprocess.run(["{real}", "--help"]).returncode)
+p = subprocess.Popen(["{real}", *sys.argv[1:]], stdout=subprocess.PIPE, text=True)
+for line in p.stdout:
+    if line.startswith("{{"):
+        row = json.loads(line)
+        if row.get("samples_ns"):
+            row["samples_ns"][0] = int(row["samples_ns"][0] * 1.5)
+            row["samples_ts"][0] = row["samples_ts"][0] / 1.5
+        line = json.dumps(row) + "\n"
+    sys.stdout.write(line)
+    sys.stdout.flush()
+sys.exit(p.wait())
+'''
+
+
+@pytest.mark.slow
+def test_a_compare_adds_the_cold_repetitions_to_r(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    d = tmp_path / "cold"
+    d.mkdir()
+    w = d / "llama-bench"
+    w.write_text(WRAP.format(python=sys.executable, real=Path(engine.bin_dir) / "llama-bench"))
+    w.chmod(0o755)
+    out = tmp_path / "c.json"
+    p = subprocess.run([tokensleuth_bin(), "compare", "--arm", f"a=bin:{d}", "--arm", f"b=bin:{d}",
+                        "-m", str(dense_model), "-w", "tg16", "--band", "0.1%", "--min-pairs", "4", "--max-pairs", "8",
+                        "--no-probe", "--json", str(out), "--", "-r", "3", "-t", "1"],
+                       env=cli_env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stderr[-2000:]
+    r = json.loads(out.read_text())
+    cold = r["comparisons"][0]["cold_repetitions"]
+    assert cold["per_trial"] == 1 and 0.55 < cold["ratio"] < 0.8, cold  # 1/1.5 and the rest's own spread
+    assert "Cold repetitions left out of every trial" in p.stdout
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    argvs = [json.loads(a) for (a,) in con.execute("SELECT argv_json FROM trials WHERE study_id=? ORDER BY seq",
+                                                   (r["study"],))]
+    assert len(argvs) == 16
+    # round 1 ran what was asked; round 2, with the cold one found, one more: 3 measured either way
+    assert all("-r" not in a or a[a.index("-r") + 1] == "3" for a in argvs[:8]), argvs[:8]
+    assert all(a[a.index("-r") + 1] == "4" for a in argvs[8:]), argvs[8:]
