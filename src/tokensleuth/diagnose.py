@@ -267,6 +267,14 @@ def load_procs(store: Store, study_id: str) -> list[Proc]:
                 threads = None
             meta[key] = (str(r["arm"]), f"{r['model']}\x00{r['workload'] or ''}\x00{r['test_idx']}",
                          float(r["started_at"] or 0.0), int(threads) if isinstance(threads, int) else None)
+    # cold leading repetitions are left out of the verdict's statistic (stats.cold_leading): so here
+    by_cell: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for key in logs:
+        by_cell[meta[key][1]].append(key)
+    for keys in by_cell.values():
+        c = stats.cold_leading([logs[k] for k in keys]).count
+        for k in keys:
+            logs[k] = logs[k][min(c, len(logs[k]) - 1):]
     out = []
     for key, v in logs.items():
         arm, cell, t0, threads = meta[key]
