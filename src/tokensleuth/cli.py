@@ -822,12 +822,26 @@ def model_synth(
     quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16.")] = "Q8_0",
     engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
     seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Random seed of the weights.")] = 0,
+    shape: Annotated[Optional[str], typer.Option("--shape", help="A real model's exact shape, written straight as quantized blocks (Q8_0, Q4_0, F16): qwen3-30b-a3b, llama-3.1-8b, qwen3-moe-mini.")] = None,
     cmake: CmakeOpt = [],  # noqa: B006
 ) -> None:
     """Write a synthetic GGUF model (random weights, real tokenizer)."""
     from tokensleuth.models.info import model_info
     from tokensleuth.models.synth import QUANTS, SHAPES, synth
 
+    if shape is not None:
+        import time as _time
+
+        from tokensleuth.models.shapes import write_shape
+
+        t0 = _time.monotonic()
+        write_shape(shape, out_path, quant, BuildCache().llama_tree(parse_source(engine)), seed=seed)
+        i = model_info(out_path)
+        out.print(f"{out_path}: {shape} ({i.arch}), {i.n_params / 1e9:.3f} B params, "
+                  f"{i.n_active_params / 1e9:.3f} B active, {i.file_bytes / 1e9:.2f} GB, "
+                  f"{i.bytes_per_token / 1e9:.3f} GB of weights per generated token · "
+                  f"written in {_time.monotonic() - t0:.0f} s", markup=False)
+        return
     if (arch, size) not in SHAPES:
         raise UserError(f"no synthetic shape {arch}/{size} — --arch llama|qwen3moe, --size tiny|small|medium")
     if quant not in QUANTS:

@@ -174,7 +174,8 @@ def _header(buf: mmap.mmap | bytes) -> _Header:
         tensors.append(_Tensor(name, dims, ttype, n_elements, n_bytes))
         extents.append(offset + n_bytes)
     data_start = -(-r.pos // alignment) * alignment
-    return _Header(kv, tensors, data_start + max(extents, default=0))
+    # no tensors (a vocab-only file, as llama.cpp ships them): no data section, so no padding to it
+    return _Header(kv, tensors, data_start + max(extents) if extents else r.pos)
 
 
 def _read_header(path: Path) -> _Header:

@@ -1,0 +1,215 @@
+"""Real-size synthetic models: the exact shapes of the models the field runs, written straight
+as quantized blocks, tensor by tensor.
+
+:mod:`tokensleuth.models.synth` writes F16 and lets llama-quantize quantize it, which needs the
+whole F16 model on disk (twice the Q8_0 size) and its time. A 30B-class model is written here
+directly: each tensor's blocks are random bytes with a fixed scale (Q8_0: an f16 scale and 32
+int8 per 34-byte block; Q4_0: a scale and 16 bytes of nibbles per 18-byte block; F16 values),
+cut at random offsets from a 64 MiB pool of them and written 16 MiB at a time, so the memory
+used does not grow with the model (the largest tensor, Qwen3-30B-A3B's 128-expert FFN, is
+213 MB and is never whole in memory). The tokenizer is the real one,
+copied from the vocab files llama.cpp ships (qwen2's 151,936 tokens, Llama 3's 128,256).
+The weights are noise: speed figures are real, outputs are not meaningful.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from tokensleuth.errors import UserError
+
+DIRECT_QUANTS = ("Q8_0", "Q4_0", "F16")
+_FILE_TYPE = {"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
+              "F16": gguf.LlamaFileType.MOSTLY_F16}
+_QTYPE = {"Q8_0": gguf.GGMLQuantizationType.Q8_0, "Q4_0": gguf.GGMLQuantizationType.Q4_0,
+          "F16": gguf.GGMLQuantizationType.F16}
+CHUNK = 1 << 24  # a tensor's data is written this many bytes at a time (16 MiB), whatever its size
+POOL = 1 << 26  # 64 MiB of random blocks that every tensor's data is cut from
+
+
+@dataclass(frozen=True, slots=True)
+class RealShape:
+    """A model's hyperparameters as its GGUF states them."""
+
+    arch: str  # gguf architecture: llama | qwen3moe
+    vocab: str  # llama.cpp's models/ggml-vocab-<vocab>.gguf
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    n_ff: int  # dense FFN width (0 for an MoE model's layers)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0
+    n_ctx_train: int = 32768
+    rope_base: float = 1e6
+    about: str = ""
+
+
+REAL_SHAPES: dict[str, RealShape] = {
+    "qwen3-30b-a3b": RealShape("qwen3moe", "qwen2", 2048, 48, 32, 4, 128, 0, 128, 8, 768, 40960, 1e6,
+                               "Qwen3-30B-A3B: 30.5 B parameters, 3.3 B active, 128 experts of which 8 per token"),
+    "llama-3.1-8b": RealShape("llama", "llama-bpe", 4096, 32, 32, 8, 128, 14336, n_ctx_train=131072,
+                              rope_base=5e5, about="Llama 3.1 8B: a dense control, 8.0 B parameters"),
+    "qwen3-moe-mini": RealShape("qwen3moe", "qwen2", 512, 8, 8, 4, 64, 0, 128, 8, 256, 40960, 1e6,
+                                "Qwen3-30B-A3B's proportions (128 experts, 8 used) at a test's size"),
+}
+
+
+def _pool(qtype: str, rng: np.random.Generator) -> np.ndarray:
+    """POOL bytes of random blocks (or f16 values), one row per block: what every tensor's
+    data is cut from, at random block offsets (random bytes cost 0.5 GB/s to make; a 32 GB
+    model then took a minute of CPU before a byte reached the disk)."""
+    if qtype == "F16":
+        return (rng.standard_normal(POOL // 2, dtype=np.float32) * 0.02).astype(np.float16).reshape(-1, 1)
+    block_bytes, scale = (34, 0.02 / 127) if qtype == "Q8_0" else (18, 0.02 / 8)
+    b = rng.integers(0, 256, size=(POOL // block_bytes, block_bytes), dtype=np.uint8)
+    b[:, :2] = np.frombuffer(np.float16(scale).tobytes(), dtype=np.uint8)  # a small fixed scale
+    return b
+
+
+def _blocks(pool: np.ndarray, n_rows: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """A tensor's ``n_rows`` blocks (values for F16), CHUNK bytes at a time, cut from ``pool``."""
+    step = max(1, CHUNK // pool.strides[0])
+    for at in range(0, n_rows, step):
+        n = min(step, n_rows - at)
+        start = int(rng.integers(0, len(pool) - n + 1))
+        yield pool[start:start + n]
+
+
+def _tensors(s: RealShape, n_vocab: int) -> list[tuple[str, tuple[int, ...], bool]]:
+    """(name, numpy-order shape, quantized) of every tensor llama.cpp loads for the shape."""
+    E, hd = s.n_embd, s.head_dim
+    out: list[tuple[str, tuple[int, ...], bool]] = [("token_embd.weight", (n_vocab, E), True),
+                                                    ("output_norm.weight", (E,), False),
+                                                    ("output.weight", (n_vocab, E), True)]
+    for i in range(s.n_layer):
+        p = f"blk.{i}."
+        out += [(p + "attn_norm.weight", (E,), False), (p + "attn_q.weight", (s.n_head * hd, E), True),
+                (p + "attn_k.weight", (s.n_head_kv * hd, E), True), (p + "attn_v.weight", (s.n_head_kv * hd, E), True),
+                (p + "attn_output.weight", (E, s.n_head * hd), True), (p + "ffn_norm.weight", (E,), False)]
+        if s.n_expert:
+            out += [(p + "attn_q_norm.weight", (hd,), False), (p + "attn_k_norm.weight", (hd,), False),
+                    (p + "ffn_gate_inp.weight", (s.n_expert, E), False),
+                    (p + "ffn_gate_exps.weight", (s.n_expert, s.n_ff_exp, E), True),
+                    (p + "ffn_up_exps.weight", (s.n_expert, s.n_ff_exp, E), True),
+                    (p + "ffn_down_exps.weight", (s.n_expert, E, s.n_ff_exp), True)]
+        else:
+            out += [(p + "ffn_gate.weight", (s.n_ff, E), True), (p + "ffn_up.weight", (s.n_ff, E), True),
+                    (p + "ffn_down.weight", (E, s.n_ff), True)]
+    return out
+
+
+def _kv_spans(buf: bytes) -> tuple[list[tuple[str, int, int]], int]:
+    """Each KV of a GGUF header as (key, start, end) byte offsets, and where the KVs end."""
+    from tokensleuth.models.info import _HeaderReader
+
+    r = _HeaderReader(buf, "<")
+    r.pos = 16
+    n_kv = r.u64()
+    spans = []
+    for _ in range(n_kv):
+        start = r.pos
+        key = r.string()
+        r.value(r.u32())
+        spans.append((key, start, r.pos))
+    return spans, r.pos
+
+
+def tokenizer_kvs(vocab: Path) -> tuple[bytes, int, int]:
+    """The raw bytes of a vocab file's ``tokenizer.*`` KVs (copied as they are: decoding 150k
+    strings with gguf's reader took 15 s), their count and the vocabulary's size."""
+    from tokensleuth.models.info import _read_header
+
+    head = _read_header(vocab)
+    n_vocab = head.kv["tokenizer.ggml.tokens"].count
+    with open(vocab, "rb") as fh:
+        buf = fh.read()
+    spans, _ = _kv_spans(buf)
+    mine = [(a, b) for key, a, b in spans if key.startswith("tokenizer.")]
+    return b"".join(buf[a:b] for a, b in mine), len(mine), int(n_vocab)
+
+
+def _splice(path: Path, raw: bytes, n: int) -> None:
+    """Insert ``n`` raw KVs after the KVs of the GGUF header written at ``path`` (no data yet)."""
+    buf = path.read_bytes()
+    _, kv_end = _kv_spans(buf)
+    n_kv = int.from_bytes(buf[16:24], "little")
+    path.write_bytes(buf[:16] + (n_kv + n).to_bytes(8, "little") + buf[24:kv_end] + raw + buf[kv_end:])
+
+
+def write_shape(name: str, out: Path, quant: str, llama_tree: Path, seed: int = 0) -> Path:
+    """Write the real-size shape ``name`` at ``quant`` to ``out`` (atomically: a half-written
+    model never appears there)."""
+    from tokensleuth.models.synth import find_vocab
+
+    if name not in REAL_SHAPES:
+        raise UserError(f"no shape {name!r} — choose from {', '.join(REAL_SHAPES)}")
+    if quant not in DIRECT_QUANTS:
+        raise UserError(f"--shape writes {', '.join(DIRECT_QUANTS)} directly, not {quant!r}")
+    if out.exists() and out.is_dir():
+        raise UserError(f"{out} is a directory — give a file path for --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    s = REAL_SHAPES[name]
+    rng = np.random.default_rng(seed)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
+    try:
+        w = gguf.GGUFWriter(str(tmp), s.arch)
+        w.add_name(f"tokensleuth-shape-{name}")
+        w.add_context_length(s.n_ctx_train)
+        w.add_embedding_length(s.n_embd)
+        w.add_block_count(s.n_layer)
+        w.add_feed_forward_length(s.n_ff or s.n_ff_exp)
+        w.add_head_count(s.n_head)
+        w.add_head_count_kv(s.n_head_kv)
+        w.add_rope_freq_base(s.rope_base)
+        w.add_layer_norm_rms_eps(1e-6)
+        w.add_file_type(_FILE_TYPE[quant])
+        w.add_key_length(s.head_dim)
+        w.add_value_length(s.head_dim)
+        if s.n_expert:
+            w.add_expert_count(s.n_expert)
+            w.add_expert_used_count(s.n_expert_used)
+            w.add_expert_feed_forward_length(s.n_ff_exp)
+        else:
+            w.add_rope_dimension_count(s.head_dim)
+        tok, n_tok, n_vocab = tokenizer_kvs(find_vocab(llama_tree, s.vocab))
+        qt = _QTYPE[quant]
+        f32 = gguf.GGMLQuantizationType.F32
+        plan = _tensors(s, n_vocab)
+        for tname, shape, quantized in plan:
+            n = int(np.prod(shape))
+            t = qt if quantized else f32
+            block, size = gguf.GGML_QUANT_SIZES[t]
+            w.add_tensor_info(tname, shape, np.dtype(np.float32), n // block * size, raw_dtype=t)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_ti_data_to_file()
+        w.close()
+        _splice(tmp, tok, n_tok)
+        # the data section, tensor by tensor, each at the writer's alignment (32 bytes)
+        align = 32
+        pool = _pool(quant, rng)
+        with open(tmp, "r+b") as fh:
+            fh.seek(0, os.SEEK_END)
+            for tname, shape, quantized in plan:
+                fh.write(b"\0" * (-fh.tell() % align))
+                n = int(np.prod(shape))
+                if quantized:
+                    for chunk in _blocks(pool, n if quant == "F16" else n // 32, rng):
+                        chunk.tofile(fh)
+                else:
+                    # norms at 1, the router small: finite activations through every layer
+                    v = np.ones(n, np.float32) if "norm" in tname else rng.standard_normal(n, np.float32) * 0.02
+                    v.tofile(fh)
+        tmp.replace(out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
