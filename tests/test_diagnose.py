@@ -109,6 +109,9 @@ def test_rerun_command_changes_the_flags_as_a_new_study() -> None:
     assert rerun_command(argv, threads=1) == "tokensleuth compare --arm a=pypi:x -m 'm q.gguf' -- -r 3 -t 1"
     assert rerun_command(["bisect", "--good", "g"], resume=True) == "tokensleuth bisect --good g --resume"
     assert rerun_command(["bisect", "--good", "g"], threads=3) == "tokensleuth bisect --good g -- -t 3"
+    # --max-pairs is tokensleuth's: before `--`, the one given replaced (it went after the engine's flags)
+    assert rerun_command(["compare", "--max-pairs", "6", "--", "-r", "5"], resume=True, max_pairs=582) == \
+        "tokensleuth compare --resume --max-pairs 582 -- -r 5"
 
 
 def _d(codes: list[str], busy: tuple[str, ...] = (), between: float = 0.25) -> Diagnosis:
@@ -139,6 +142,8 @@ def test_busy_processes_are_named_and_a_wider_band_says_what_it_costs() -> None:
     assert "-t " not in text  # no probe ran: no thread fix is offered
     # a band so wide that it would hide what users look for is no advice
     assert "wider band" not in prescribe(_d(["between"]), 0.02, 500, 20, ["compare"], None).text()
+    text = prescribe(_d(["between"]), 0.02, 500, 20, ["compare", "-m", "m", "--", "-r", "3"], None).text()
+    assert "or keep measuring: tokensleuth compare -m m --resume --max-pairs 500 -- -r 3" in text
 
 
 def test_a_probe_past_counting_helps_when_its_spread_is_clearly_smaller() -> None:

@@ -327,9 +327,11 @@ def with_threads(flags: Sequence[str], threads: int) -> list[str]:
     return [*out, "-t", str(threads)]
 
 
-def rerun_command(argv: Sequence[str], threads: int | None = None, resume: bool = False) -> str:
+def rerun_command(argv: Sequence[str], threads: int | None = None, resume: bool = False,
+                  max_pairs: int | None = None) -> str:
     """The command line to run next: the same command with ``-t threads`` after ``--``
-    (a new study: what is measured changes), or with ``--resume`` (the study goes on)."""
+    (a new study: what is measured changes), or with ``--resume`` (the study goes on) and
+    ``--max-pairs`` set (tokensleuth's own option: before ``--``, replacing the one given)."""
     own, engine = (list(argv[:argv.index("--")]), list(argv[argv.index("--") + 1:])) if "--" in argv else (
         list(argv), [])
     if threads is not None and "--study" in own:
@@ -339,6 +341,17 @@ def rerun_command(argv: Sequence[str], threads: int | None = None, resume: bool 
         own = [a for a in own if a != "--resume"]
     elif resume and "--resume" not in own:
         own.append("--resume")
+    if max_pairs is not None:
+        kept: list[str] = []
+        skip = False
+        for i, a in enumerate(own):
+            if skip:
+                skip = False
+            elif a == "--max-pairs" and i + 1 < len(own):
+                skip = True
+            elif not a.startswith("--max-pairs="):
+                kept.append(a)
+        own = [*kept, "--max-pairs", str(max_pairs)]
     return shlex.join(["tokensleuth", *own, *(["--", *engine] if engine else [])])
 
 
@@ -404,7 +417,7 @@ def prescribe(d: Diagnosis, band: float, pairs_now: int | None, max_pairs: int, 
     if "busy-process" in d.codes():
         lines.append(f"stop {', '.join(d.busy)} or measure on a quieter machine")
     if pairs_now is not None and pairs_now > max_pairs and can_resume and argv:
-        lines.append(f"or keep measuring: {rerun_command(argv, resume=True)} --max-pairs {pairs_now}")
+        lines.append(f"or keep measuring: {rerun_command(argv, resume=True, max_pairs=pairs_now)}")
     # what the pair budget can decide at this spread: a wider band, when one within reason does
     if d.processes:
         half = float(sps.t.ppf(0.995, max(max_pairs - 1, 1))) * math.sqrt(2) * now_cv / math.sqrt(max_pairs)
