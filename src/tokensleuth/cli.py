@@ -316,6 +316,10 @@ def bench(
     else:
         b = get_build(engine, cmake, targets_for([kind]))
         check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
+        if kind == "llama-bench":  # a load that cannot fit is refused before it starts
+            from tokensleuth.memory import guard
+
+            guard(models, flags, workloads, b.backends, warn=lambda line: err.print(line, markup=False))
     with open_store(db) as store:
         study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
                           resume=resume, on_trial=trial_printer(), interval_s=sample_interval, kind=kind,
@@ -423,6 +427,12 @@ def compare(
         check_arm(by_source[key], a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
                   help_cache, a.api_key_env, a.source)  # every arm's own
         builds[a.name] = by_source[key]
+    from tokensleuth.memory import guard
+
+    for a in spec.arms:  # a load that cannot fit is refused before any arm starts
+        if a.kind == "llama-bench":
+            guard(spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
+                  warn=lambda line: err.print(line, markup=False))
     if pin_params:
         spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
     plan = plan_output_checks(spec) if check_outputs else None  # a sweep is refused before measuring
@@ -851,6 +861,41 @@ def model_synth(
     synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed)
     i = model_info(out_path)
     out.print(f"{out_path}: {i.arch} {i.n_params / 1e6:.1f} M params, {i.file_bytes / (1 << 20):.1f} MiB")
+
+
+@model_app.command("fit", context_settings={"allow_extra_args": True})
+def model_fit(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="A .gguf model.")],
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, pp2048@d4096 … (the largest sets the context; default pp512 and tg128).")] = [],  # noqa: B006
+    cpu: Annotated[bool, typer.Option("--cpu", help="Predict for a CPU-only build (default: a GPU build when this machine has a GPU).")] = False,
+) -> None:
+    """What a llama-bench run of MODEL with the flags after `--` will need in memory, per
+    device, against what is free here — nothing is run."""
+    from tokensleuth.memory import Free, gpu_free, host_free, judge, predict, settings_from_flags, tests_of
+
+    flags = engine_flags(ctx)
+    h, hs = host_free()
+    g, gs = (None, "") if cpu else gpu_free()
+    s = settings_from_flags(flags, tests_of(workload or ["pp512", "tg128"]))
+    need = predict(path, s, gpu=g is not None)
+    rows = []
+    for where in need.places():
+        have = h if where == "host" else g
+        rows.append([where, f"{need.weights.get(where, 0) / 1e9:.2f}", f"{need.kv.get(where, 0) / 1e9:.2f}",
+                     f"{need.compute.get(where, 0) / 1e9:.2f}", f"{need.total(where) / 1e9:.2f}",
+                     "?" if have is None else f"{have / 1e9:.2f}"])
+    from tokensleuth.report.markdown import table
+
+    out.print(table(["memory", "weights GB", "KV GB", "compute GB", "total GB", "free GB"], rows,
+                    [False, True, True, True, True, True]), markup=False)
+    out.print(f"context {s.n_ctx} cells, n_ubatch {min(s.n_ubatch, s.n_batch, s.n_tokens)}, "
+              f"{'mmap' if s.mmap else 'no mmap'}: {need.weights_mapped / 1e9:.2f} GB of host weights mapped"
+              f" · free: host from {hs}" + (f", GPU from {gs}" if gs else ", no GPU"), markup=False)
+    v = judge(path, need, Free(h, g), s)
+    if not v.ok:
+        raise UserError(v.line)
+    out.print(f"fits{': ' + v.line if v.line else ''}", markup=False)
 
 
 @model_app.command("info")

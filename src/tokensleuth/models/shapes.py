@@ -145,24 +145,27 @@ def _splice(path: Path, raw: bytes, n: int) -> None:
     path.write_bytes(buf[:16] + (n_kv + n).to_bytes(8, "little") + buf[24:kv_end] + raw + buf[kv_end:])
 
 
-def write_shape(name: str, out: Path, quant: str, llama_tree: Path, seed: int = 0) -> Path:
-    """Write the real-size shape ``name`` at ``quant`` to ``out`` (atomically: a half-written
-    model never appears there)."""
+def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, seed: int = 0,
+                sparse: bool = False) -> Path:
+    """Write the real-size shape ``name`` (or a shape of one's own) at ``quant`` to ``out``
+    (atomically: a half-written model never appears there). ``sparse``: the data section is a
+    hole of the right size (its header is complete; nothing can run it, everything can read it)."""
     from tokensleuth.models.synth import find_vocab
 
-    if name not in REAL_SHAPES:
+    if isinstance(name, str) and name not in REAL_SHAPES:
         raise UserError(f"no shape {name!r} — choose from {', '.join(REAL_SHAPES)}")
     if quant not in DIRECT_QUANTS:
         raise UserError(f"--shape writes {', '.join(DIRECT_QUANTS)} directly, not {quant!r}")
     if out.exists() and out.is_dir():
         raise UserError(f"{out} is a directory — give a file path for --out")
     out.parent.mkdir(parents=True, exist_ok=True)
-    s = REAL_SHAPES[name]
+    s = REAL_SHAPES[name] if isinstance(name, str) else name
+    label = name if isinstance(name, str) else "custom"
     rng = np.random.default_rng(seed)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
     try:
         w = gguf.GGUFWriter(str(tmp), s.arch)
-        w.add_name(f"tokensleuth-shape-{name}")
+        w.add_name(f"tokensleuth-shape-{label}")
         w.add_context_length(s.n_ctx_train)
         w.add_embedding_length(s.n_embd)
         w.add_block_count(s.n_layer)
@@ -199,6 +202,15 @@ def write_shape(name: str, out: Path, quant: str, llama_tree: Path, seed: int = 
         pool = _pool(quant, rng)
         with open(tmp, "r+b") as fh:
             fh.seek(0, os.SEEK_END)
+            if sparse:
+                end = fh.tell()
+                for _, shape, quantized in plan:
+                    end += -end % align
+                    n = int(np.prod(shape))
+                    block, size = gguf.GGML_QUANT_SIZES[qt if quantized else f32]
+                    end += n // block * size
+                fh.truncate(end)
+                plan = []
             for tname, shape, quantized in plan:
                 fh.write(b"\0" * (-fh.tell() % align))
                 n = int(np.prod(shape))

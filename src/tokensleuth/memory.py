@@ -1,0 +1,335 @@
+"""What a llama-bench run will need in memory, per device, before it starts — and whether it fits.
+
+A model larger than the memory it is loaded into does not fail politely: the MoE field
+report's gpt-oss-120b froze the whole machine on load. So before any trial the need is
+predicted from the model's header and the flags, and compared with what is free:
+
+- **weights**, tensor by tensor (exact sizes from the header): llama.cpp offloads the last
+  ``-ngl`` repeating layers, the output layer when ``-ngl`` exceeds them, never the input
+  embedding; ``-ncmoe N`` keeps the experts of the first N layers on the host; ``-ot
+  PATTERN=BUFT`` moves what it matches. Host weights read through mmap are page cache
+  (reclaimable); without mmap (``-lm none``, ``-mmp 0``) they are the process's own memory.
+- **KV cache**: context cells × layers × (KV heads × head dim) × (K + V bytes per element,
+  from ``-ctk``/``-ctv``), on the device of its layer (the host with ``-nkvo``). llama-bench
+  makes a context of prompt + generated + depth tokens, padded to 256 cells.
+- **compute buffer**: the graph's worst case, reserved for ``n_ubatch`` tokens: their logits
+  (vocabulary wide), hidden state and FFN activation in f32 — 4 · n_ubatch · (n_vocab +
+  n_embd + FFN width) bytes, where the FFN width is ``n_ff`` or ``n_expert_used · n_ff_exp``;
+  n_ubatch is capped by the test's own tokens (llama-bench sizes each test's context to
+  it). Within 3% of what llama.cpp reserved for an 8 B dense, a 20 M dense and a 0.6 B MoE
+  model on the CPU and a 1 B MoE model on the H200 (their load logs). It lives on the GPU when the build has
+  one (it offloads large operations even at ``-ngl 0``), else on the host.
+
+Available: host MemAvailable and the cgroup's memory limit less its usage; NVIDIA free
+memory from NVML; on AMD, VRAM and GTT (the system memory an APU's GPU allocates) from the
+amdgpu driver's sysfs. A prediction over what is free is refused before anything runs;
+one within 10% of it is warned about.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.models.info import _read_header
+
+MIB = 1 << 20
+WARN_WITHIN = 0.10
+# bytes per element of a KV cache type
+KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
+            "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
+_LAYER = re.compile(r"^blk\.(\d+)\.")
+_EXPERTS = re.compile(r"_exps\.")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The flags that decide where memory goes (llama-bench's spelling; defaults as b11434's)."""
+
+    ngl: int = -1  # -1: every layer (llama-bench's default on a GPU build)
+    ncmoe: int = 0
+    overrides: tuple[tuple[str, str], ...] = ()  # -ot pattern=buffer type
+    mmap: bool = True
+    nkvo: bool = False
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    # the largest test: prompt + generated + depth tokens (n_tokens), in cells padded to 256 (n_ctx)
+    n_ctx: int = 512
+    n_tokens: int = 512
+
+
+def _values(flags: Sequence[str], *names: str) -> list[str]:
+    out = []
+    for i, f in enumerate(flags):
+        key, eq, val = f.partition("=")
+        if key in names:
+            if eq:
+                out.append(val)
+            elif i + 1 < len(flags):
+                out.append(flags[i + 1])
+    return out
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in re.split(r"[,;/]", text) if x.strip().lstrip("-").isdigit()]
+
+
+def settings_from_flags(flags: Sequence[str],
+                        tests: Sequence[tuple[int, int, int]] = ((512, 0, 0), (0, 128, 0))) -> Settings:
+    """Settings from llama-bench flags and the tests to run ((prompt, generated, depth) each).
+    Where a flag lists several values (``-ngl 0,99``) the one that needs most counts."""
+    def last_int(*names: str, default: int) -> int:
+        vals = [v for x in _values(flags, *names) for v in _ints(x)]
+        return max(vals, key=lambda v: v if v >= 0 else 10 ** 9) if vals else default
+
+    ngl = last_int("-ngl", "--n-gpu-layers", default=-1)
+    ncmoe = min((v for x in _values(flags, "-ncmoe", "--n-cpu-moe") for v in _ints(x)), default=0)
+    ot = []
+    for x in _values(flags, "-ot", "--override-tensor"):
+        for part in re.split(r"[,;]", x):
+            pat, _, buft = part.partition("=")
+            if pat and buft:
+                ot.append((pat, buft))
+    no_mmap = any(v.strip() in ("0", "false") for x in _values(flags, "-mmp", "--mmap") for v in x.split(","))
+    no_mmap |= any(v.strip() in ("none", "dio", "mlock") for x in _values(flags, "-lm", "--load-mode")
+                   for v in x.split(","))
+    nkvo = any(v.strip() == "1" for x in _values(flags, "-nkvo", "--no-kv-offload") for v in x.split(","))
+    tk = (_values(flags, "-ctk", "--cache-type-k") or ["f16"])[-1].split(",")[0]
+    tv = (_values(flags, "-ctv", "--cache-type-v") or ["f16"])[-1].split(",")[0]
+    p_extra = [v for x in _values(flags, "-p", "--n-prompt") for v in _ints(x)]
+    n_extra = [v for x in _values(flags, "-n", "--n-gen") for v in _ints(x)]
+    d_extra = [v for x in _values(flags, "-d", "--n-depth") for v in _ints(x)]
+    sizes = [p + n + d for p, n, d in tests]
+    if p_extra or n_extra or d_extra:  # llama-bench runs each -p and each -n as a test of its own
+        sizes.append(max(p_extra + n_extra or [0]) + max(d_extra or [0]))
+    for x in _values(flags, "-pg"):  # a pp,tg test runs both in one context
+        pg = _ints(x)
+        if len(pg) == 2:
+            sizes.append(sum(pg) + max(d_extra or [0]))
+    tokens = max(sizes or [512])
+    ctx = -(-max(tokens, 1) // 256) * 256
+    return Settings(ngl, ncmoe, tuple(ot), not no_mmap, nkvo, tk, tv,
+                    last_int("-b", "--batch-size", default=2048), last_int("-ub", "--ubatch-size", default=512), ctx,
+                    max(tokens, 1))
+
+
+@dataclass(slots=True)
+class Need:
+    """Bytes per place: 'host' and each GPU ('gpu' when the build has one)."""
+
+    weights: dict[str, float] = field(default_factory=dict)
+    weights_mapped: float = 0.0  # host weights read through mmap (page cache, not the process's own)
+    kv: dict[str, float] = field(default_factory=dict)
+    compute: dict[str, float] = field(default_factory=dict)
+
+    def total(self, where: str) -> float:
+        return self.weights.get(where, 0.0) + self.kv.get(where, 0.0) + self.compute.get(where, 0.0)
+
+    def places(self) -> list[str]:
+        return sorted(set(self.weights) | set(self.kv) | set(self.compute), key=lambda k: (k != "host", k))
+
+    def to_json(self) -> dict[str, Any]:
+        return {w: {"weights_mib": self.weights.get(w, 0.0) / MIB, "kv_mib": self.kv.get(w, 0.0) / MIB,
+                    "compute_mib": self.compute.get(w, 0.0) / MIB, "total_mib": self.total(w) / MIB}
+                for w in self.places()} | {"host_mapped_weights_mib": self.weights_mapped / MIB}
+
+
+def _add(d: dict[str, float], k: str, v: float) -> None:
+    d[k] = d.get(k, 0.0) + v
+
+
+def predict(model: Path, s: Settings, gpu: bool) -> Need:
+    """What a run of ``model`` with settings ``s`` will hold, per place (bytes)."""
+    head = _read_header(model)
+    kv = head.kv
+    arch = str(kv.get("general.architecture", ""))
+
+    def num(key: str, default: int = 0) -> int:
+        v = kv.get(f"{arch}.{key}", default)
+        return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else default
+
+    n_layer = num("block_count")
+    n_embd = num("embedding_length")
+    n_head = num("attention.head_count", 1)
+    n_kv = num("attention.head_count_kv", n_head)
+    head_k = num("attention.key_length", n_embd // max(n_head, 1))
+    head_v = num("attention.value_length", head_k)
+    n_ff = num("feed_forward_length")
+    n_used, n_ff_exp = num("expert_used_count"), num("expert_feed_forward_length")
+    tok = kv.get("tokenizer.ggml.tokens")
+    n_vocab = int(getattr(tok, "count", 0)) or num("vocab_size")
+    ngl = n_layer + 1 if s.ngl < 0 else s.ngl
+    first_gpu_layer = n_layer - min(ngl, n_layer) if gpu else n_layer
+    output_on_gpu = gpu and ngl > n_layer
+    need = Need()
+    for t in head.tensors:
+        m = _LAYER.match(t.name)
+        if m:
+            layer = int(m.group(1))
+            where = "gpu" if layer >= first_gpu_layer else "host"
+            if where == "gpu" and layer < s.ncmoe and _EXPERTS.search(t.name):
+                where = "host"
+        elif t.name.startswith("token_embd"):
+            where = "host"  # the input embedding stays on the host by design
+        else:
+            where = "gpu" if output_on_gpu else "host"
+        for pat, buft in s.overrides:
+            try:
+                if re.search(pat, t.name):
+                    where = "host" if buft.upper().startswith("CPU") else "gpu"
+                    break
+            except re.error:
+                continue
+        if where == "host" and s.mmap:
+            need.weights_mapped += t.n_bytes
+        else:
+            _add(need.weights, where, t.n_bytes)
+    need.weights.setdefault("host", 0.0)
+    per_cell = n_kv * (head_k * KV_BYTES.get(s.type_k, 2.0) + head_v * KV_BYTES.get(s.type_v, 2.0))
+    for layer in range(n_layer):
+        where = "gpu" if layer >= first_gpu_layer and not s.nkvo else "host"
+        _add(need.kv, where, s.n_ctx * per_cell)
+    # llama-bench makes each test's context just large enough for it, and a batch never
+    # exceeds the context: a tg16 test reserves for 16 tokens whatever -ub says
+    ub = max(1, min(s.n_ubatch, s.n_batch, s.n_tokens))
+    width = n_used * n_ff_exp if n_used and n_ff_exp else n_ff
+    _add(need.compute, "gpu" if gpu else "host", 4.0 * ub * (n_vocab + n_embd + width))
+    if gpu:
+        _add(need.compute, "host", 16.0 * ub * n_embd)  # inputs staged on the host
+    return need
+
+
+# -- what is free -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Free:
+    """Bytes free per place, and where each figure came from."""
+
+    host: float | None
+    gpu: float | None
+    sources: tuple[str, ...] = ()
+
+
+def host_free(proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> tuple[float | None, str]:
+    avail = None
+    try:
+        for line in (proc_root / "meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    src = "MemAvailable"
+    try:
+        limit = (cgroup_root / "memory.max").read_text().strip()
+        if limit.isdigit():
+            left = float(limit) - float((cgroup_root / "memory.current").read_text().strip())
+            if avail is None or left < avail:
+                avail, src = max(left, 0.0), "the cgroup's memory.max"
+    except (OSError, ValueError):
+        pass
+    return avail, src
+
+
+def gpu_free(nvml: Any | None = None, sys_root: Path = Path("/sys")) -> tuple[float | None, str]:
+    """Free GPU memory: NVML's, else amdgpu's VRAM — or, on an APU (little VRAM), its GTT."""
+    from tokensleuth.monitor.nvidia import NvidiaSource
+
+    src = NvidiaSource.probe(nvml)
+    if src is not None:
+        total = 0.0
+        for _, h in src.handles:
+            info = src.nvml.nvmlDeviceGetMemoryInfo(h)
+            total += float(info.total - info.used)
+        return total, "NVML"
+    for card in sorted((sys_root / "class" / "drm").glob("card[0-9]*")):
+        d = card / "device"
+
+        def num(name: str) -> float | None:
+            try:
+                return float((d / name).read_text().strip())
+            except (OSError, ValueError):
+                return None
+
+        vt, vu, gt, gu = (num(f"mem_info_{k}") for k in ("vram_total", "vram_used", "gtt_total", "gtt_used"))
+        if vt is None or vu is None:
+            continue
+        if vt < (1 << 30) and gt is not None and gu is not None:  # an APU: its GPU's memory is GTT
+            return gt - gu + (vt - vu), "amdgpu GTT + VRAM"
+        return vt - vu, "amdgpu VRAM"
+    return None, ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    ok: bool
+    line: str  # the refusal, the warning, or "" when it fits with room
+
+
+def _gb(b: float) -> str:
+    return f"{b / 1e9:.1f} GB"
+
+
+def judge(model: Path, need: Need, free: Free, s: Settings) -> Verdict:
+    """Refuse a run that cannot fit, warn about one within WARN_WITHIN of filling a place."""
+    warn = []
+    places = {"host": free.host, "gpu": free.gpu}
+    for where in need.places():
+        have = places.get(where)
+        want = need.total(where)
+        if have is None or want <= 0:
+            continue
+        parts = (f"{_gb(need.weights.get(where, 0))} weights + {_gb(need.kv.get(where, 0))} KV + "
+                 f"{_gb(need.compute.get(where, 0))} compute")
+        if want > have:
+            fix = ("fewer layers on the GPU (-ngl), a smaller -ub, or -ncmoe N to keep experts on the host"
+                   if where == "gpu" else
+                   "mmap on (drop -lm none / -mmp 0), fewer layers on the host (more -ngl), or a smaller -ub")
+            return Verdict(False, f"{model.name} needs {_gb(want)} of {where} memory ({parts}) but {_gb(have)} "
+                                  f"is free — it would not fit (a load past memory can freeze the machine): {fix}")
+        if want > (1 - WARN_WITHIN) * have:
+            warn.append(f"{model.name} needs {_gb(want)} of the {_gb(have)} of {where} memory free ({parts}): "
+                        "within 10% of full")
+    if free.host is not None and need.weights_mapped > free.host:
+        warn.append(f"{model.name}'s {_gb(need.weights_mapped)} of host weights are read through mmap but only "
+                    f"{_gb(free.host)} is free: they will be read from disk again and again")
+    return Verdict(True, "; ".join(warn))
+
+
+GPU_BACKENDS = ("CUDA", "ROCm", "HIP", "Vulkan", "Metal", "SYCL", "OpenCL", "MUSA", "CANN")
+
+
+def tests_of(workloads: Sequence[str]) -> list[tuple[int, int, int]]:
+    """(prompt, generated, depth) of each workload; llama-bench's defaults when there are none."""
+    from tokensleuth.workloads import parse
+
+    return [(w.n_prompt, w.n_gen, w.n_depth) for w in map(parse, workloads)] or [(512, 0, 0), (0, 128, 0)]
+
+
+def guard(models: Sequence[str], flags: Sequence[str], workloads: Sequence[str], backends: Sequence[str],
+          warn: Any = None, free: Free | None = None) -> list[tuple[str, Need]]:
+    """Refuse (UserError, before anything runs) a run that cannot fit; ``warn`` each one close
+    to full. Returns each model's prediction (recorded with the study)."""
+    from tokensleuth.errors import UserError
+
+    gpu = any(b.split("_")[0] in GPU_BACKENDS for b in backends)
+    s = settings_from_flags(flags, tests_of(workloads))
+    if free is None:
+        h, hs = host_free()
+        g, gs = gpu_free() if gpu else (None, "")
+        free = Free(h, g, (hs, gs))
+    out = []
+    for m in models:
+        need = predict(Path(m), s, gpu)
+        v = judge(Path(m), need, free, s)
+        if not v.ok:
+            raise UserError(v.line)
+        if v.line and warn is not None:
+            warn(f"memory: {v.line}")
+        out.append((m, need))
+    return out

@@ -1,0 +1,130 @@
+"""The memory guard: predictions against the real engine's load log, placement rules, what is
+free (fixture trees for hardware this machine lacks), and the refusal before a run."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tests.monitor.fakes import FakeNVML
+from tokensleuth.engines.placement import parse_load_log
+from tokensleuth.errors import UserError
+from tokensleuth.memory import MIB, Free, gpu_free, guard, host_free, predict, settings_from_flags
+from tokensleuth.models.shapes import REAL_SHAPES, write_shape
+from tokensleuth.sources.build import EngineBuild
+
+
+@pytest.fixture(scope="module")
+def mini(llama_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_shape("qwen3-moe-mini", tmp_path_factory.mktemp("mini") / "mini.gguf", "Q8_0", llama_tree)
+
+
+@pytest.mark.parametrize("which,flags", [("dense", ["-p", "512", "-n", "0"]), ("mini", ["-p", "256", "-n", "0"]),
+                                         ("mini", ["-p", "0", "-n", "16", "-ub", "128", "-ctk", "q8_0"])])
+def test_the_prediction_is_the_engines_own_figures(engine: EngineBuild, dense_model: Path, mini: Path, which: str,
+                                                   flags: list[str]) -> None:
+    model = dense_model if which == "dense" else mini
+    p = subprocess.run([str(Path(engine.bin_dir) / "llama-bench"), "-m", str(model), *flags, "-r", "1", "-t", "1",
+                        "-v", "-o", "jsonl"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-1500:]
+    got = parse_load_log(p.stderr)
+    need = predict(model, settings_from_flags(flags, []), gpu=False)
+    assert abs(need.weights_mapped / MIB - got.model_mib["CPU_Mapped"]) < 0.01  # tensor sizes: exact
+    assert abs(need.kv["host"] / MIB - got.kv_mib["CPU"]) < 0.01  # the KV formula: exact
+    assert abs(need.compute["host"] / MIB - got.compute_mib["CPU"]) <= 0.05 * got.compute_mib["CPU"]
+    total = sum(got.model_mib.values()) + sum(got.kv_mib.values()) + sum(got.compute_mib.values())
+    assert abs((need.weights_mapped + need.total("host")) / MIB - total) <= 0.02 * total
+
+
+def test_flags_that_move_memory() -> None:
+    s = settings_from_flags(["-ngl", "0,99", "-ncmoe", "4", "-ot", "exps=CPU;attn=CUDA0", "-lm", "none", "-nkvo", "1",
+                             "-ctk", "q8_0", "-ub", "2048", "-b", "1024", "-p", "512", "-n", "128", "-d", "4096"], [])
+    assert (s.ngl, s.ncmoe, s.mmap, s.nkvo, s.type_k, s.type_v) == (99, 4, False, True, "q8_0", "f16")
+    assert s.overrides == (("exps", "CPU"), ("attn", "CUDA0"))
+    assert (s.n_ubatch, s.n_batch) == (2048, 1024)
+    assert s.n_ctx == 4608  # the largest test (pp512 at depth 4096), padded to 256 cells
+    assert settings_from_flags(["-mmp", "0"], []).mmap is False and settings_from_flags([], []).mmap is True
+    assert settings_from_flags(["-pg", "2048,256"], []).n_ctx == 2304
+    assert settings_from_flags([], [(0, 32, 0)]).n_ctx == 256
+
+
+def test_layers_experts_and_overrides_are_placed_as_llama_cpp_does(mini: Path) -> None:
+    every = predict(mini, settings_from_flags(["-ngl", "99"], []), gpu=True)
+    embd = 151936 * 512 * 34 // 32  # token_embd, Q8_0: on the host whatever -ngl says
+    assert abs(every.weights_mapped - embd) < 1 and every.weights["host"] == 0
+    assert every.kv.get("host", 0) == 0 and every.kv["gpu"] > 0 and every.compute["gpu"] > every.compute["host"]
+    none = predict(mini, settings_from_flags(["-ngl", "0"], []), gpu=True)
+    assert none.weights.get("gpu", 0) == 0 and none.kv.get("gpu", 0) == 0 and none.compute["gpu"] > 0
+    half = predict(mini, settings_from_flags(["-ngl", "4"], []), gpu=True)  # 4 of 8 layers, not the output
+    layer = (every.weights["gpu"] - (151936 * 512 * 34 // 32 + 512 * 4)) / 8
+    assert abs(half.weights["gpu"] - 4 * layer) < 1e3 and abs(half.kv["gpu"] - every.kv["gpu"] / 2) < 1
+    moe = predict(mini, settings_from_flags(["-ngl", "99", "-ncmoe", "8"], []), gpu=True)
+    ot = predict(mini, settings_from_flags(["-ngl", "99", "-ot", r"ffn_.*_exps=CPU"], []), gpu=True)
+    experts = 8 * 3 * 128 * 256 * 512 * 34 // 32
+    assert abs(moe.weights_mapped - every.weights_mapped - experts) < 1
+    assert abs(ot.weights_mapped - moe.weights_mapped) < 1
+    cpu = predict(mini, settings_from_flags(["-ngl", "99"], []), gpu=False)  # a CPU build: all on the host
+    assert "gpu" not in cpu.places() and cpu.compute["host"] == every.compute["gpu"]
+
+
+def test_what_is_free_from_fixture_trees(tmp_path: Path) -> None:
+    proc, cg = tmp_path / "proc", tmp_path / "cg"
+    proc.mkdir()
+    cg.mkdir()
+    (proc / "meminfo").write_text("MemTotal: 100000000 kB\nMemAvailable: 50000000 kB\n")
+    assert host_free(proc, cg) == (50000000 * 1024, "MemAvailable")
+    (cg / "memory.max").write_text("8589934592\n")
+    (cg / "memory.current").write_text("1073741824\n")
+    assert host_free(proc, cg) == (7 * 1073741824, "the cgroup's memory.max")
+    assert gpu_free(FakeNVML(), tmp_path) == (75 << 30, "NVML")
+    # an APU (Strix Halo): 512 MiB of VRAM carved out, the rest of its GPU's memory is GTT
+    dev = tmp_path / "sys" / "class" / "drm" / "card0" / "device"
+    dev.mkdir(parents=True)
+    for k, v in {"vram_total": 512 << 20, "vram_used": 100 << 20, "gtt_total": 96 << 30, "gtt_used": 6 << 30}.items():
+        (dev / f"mem_info_{k}").write_text(f"{v}\n")
+    assert gpu_free(_NoNVML(), tmp_path / "sys") == ((90 << 30) + (412 << 20), "amdgpu GTT + VRAM")
+    (dev / "mem_info_vram_total").write_text(f"{32 << 30}\n")  # a discrete card: its VRAM only
+    assert gpu_free(_NoNVML(), tmp_path / "sys") == ((32 << 30) - (100 << 20), "amdgpu VRAM")
+
+
+class _NoNVML:
+    def nvmlInit(self) -> None:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+
+def test_a_run_that_cannot_fit_is_refused_and_one_close_to_full_is_warned(mini: Path) -> None:
+    need = predict(mini, settings_from_flags(["-ngl", "99"], []), gpu=True).total("gpu")
+    with pytest.raises(UserError, match=r"needs .* of gpu memory .* but 0\.1 GB is free — it would not fit.*-ngl"):
+        guard([str(mini)], ["-ngl", "99"], ["pp512"], ["CPU", "CUDA"], free=Free(64e9, 0.1e9))
+    warned: list[str] = []
+    guard([str(mini)], ["-ngl", "99"], ["pp512"], ["CPU", "CUDA"], warn=warned.append, free=Free(64e9, need / 0.95))
+    assert len(warned) == 1 and "within 10% of full" in warned[0]
+    warned.clear()
+    guard([str(mini)], ["-ngl", "99"], ["pp512"], ["CPU", "CUDA"], warn=warned.append, free=Free(64e9, 2 * need))
+    assert warned == []
+    # a CPU build never asks the GPU
+    guard([str(mini)], ["-ngl", "99"], ["pp512"], ["CPU"], warn=warned.append, free=Free(64e9, 0.0))
+    assert warned == []
+
+
+def test_the_cli_refuses_before_anything_runs(engine: EngineBuild, llama_tree: Path, cli_env: dict[str, str],
+                                              tmp_path: Path) -> None:
+    """A model larger than any machine's memory (a sparse file: its header is real, its data a
+    hole), loaded without mmap: refused in one line, exit 2, nothing stored."""
+    big = dataclasses.replace(REAL_SHAPES["qwen3-30b-a3b"], n_expert=4096, n_layer=96)
+    model = write_shape(big, tmp_path / "huge.gguf", "Q8_0", llama_tree, sparse=True)
+    assert model.stat().st_size > 1e12 and model.stat().st_blocks * 512 < 100e6
+    for argv in (["bench", "--model", str(model), "--", "-lm", "none", "-p", "16", "-n", "0"],
+                 ["compare", "--arm", f"a={engine.source}", "--arm", f"b={engine.source}", "-m", str(model),
+                  "-w", "pp16", "--", "-lm", "none"],
+                 ["model", "fit", str(model), "--cpu", "--", "-lm", "none"]):
+        p = subprocess.run([tokensleuth_bin(), *argv], env=cli_env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 2, (argv, p.stderr[-1500:])
+        line = p.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: huge.gguf needs ") and "of host memory" in line and "would not fit" in line
+        assert "Traceback" not in p.stderr
+    assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()  # refused before a study was opened
