@@ -429,10 +429,12 @@ def compare(
         builds[a.name] = by_source[key]
     from tokensleuth.memory import guard
 
+    predicted: dict[str, dict[str, Any]] = {}
     for a in spec.arms:  # a load that cannot fit is refused before any arm starts
         if a.kind == "llama-bench":
-            guard(spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
-                  warn=lambda line: err.print(line, markup=False))
+            predicted[a.name] = {m: need.to_json() for m, need in guard(
+                spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
+                warn=lambda line: err.print(line, markup=False))}
     if pin_params:
         spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
     plan = plan_output_checks(spec) if check_outputs else None  # a sweep is refused before measuring
@@ -445,6 +447,10 @@ def compare(
 
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  on_round=on_round, placement=True)
+        if predicted:  # beside the placement the load log reported (state "placement")
+            from tokensleuth.memory import MEMORY_STATE
+
+            store.put_state(sid, MEMORY_STATE, predicted)
         warn = render_warnings(store.warnings(sid))
         found_noise = noise_of(store, sid)
         rx = None

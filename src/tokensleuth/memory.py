@@ -38,6 +38,7 @@ from tokensleuth.models.info import _read_header
 
 MIB = 1 << 20
 WARN_WITHIN = 0.10
+MEMORY_STATE = "memory_prediction"  # a compare's predictions: {arm: {model: Need.to_json()}}
 # bytes per element of a KV cache type
 KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
             "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
