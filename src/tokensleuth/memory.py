@@ -4,9 +4,9 @@ A model larger than the memory it is loaded into does not fail politely: the MoE
 report's gpt-oss-120b froze the whole machine on load. So before any trial the need is
 predicted from the model's header and the flags, and compared with what is free:
 
-- **weights**, tensor by tensor (exact sizes from the header): llama.cpp offloads the last
-  ``-ngl`` repeating layers, the output layer when ``-ngl`` exceeds them, never the input
-  embedding; ``-ncmoe N`` keeps the experts of the first N layers on the host; ``-ot
+- **weights**, tensor by tensor (exact sizes from the header): llama.cpp counts the output
+  layer as the last layer and offloads from the top, so ``-ngl N`` puts the output and the
+  last N − 1 repeating layers on the GPU, never the input embedding; ``-ncmoe N`` keeps the experts of the first N layers on the host; ``-ot
   PATTERN=BUFT`` moves what it matches. Host weights read through mmap are page cache
   (reclaimable); without mmap (``-lm none``, ``-mmp 0``) they are the process's own memory.
 - **KV cache**: context cells × layers × (KV heads × head dim) × (K + V bytes per element,
@@ -18,7 +18,8 @@ predicted from the model's header and the flags, and compared with what is free:
   n_ubatch is capped by the test's own tokens (llama-bench sizes each test's context to
   it). Within 3% of what llama.cpp reserved for an 8 B dense, a 20 M dense and a 0.6 B MoE
   model on the CPU and a 1 B MoE model on the H200 (their load logs). It lives on the GPU when the build has
-  one (it offloads large operations even at ``-ngl 0``), else on the host.
+  one (it offloads large operations even at ``-ngl 0``, and then copies the output weights in
+  for each batch: their size is added), else on the host.
 
 Available: host MemAvailable and the cgroup's memory limit less its usage; NVIDIA free
 memory from NVML; on AMD, VRAM and GTT (the system memory an APU's GPU allocates) from the
@@ -164,9 +165,11 @@ def predict(model: Path, s: Settings, gpu: bool) -> Need:
     n_used, n_ff_exp = num("expert_used_count"), num("expert_feed_forward_length")
     tok = kv.get("tokenizer.ggml.tokens")
     n_vocab = int(getattr(tok, "count", 0)) or num("vocab_size")
-    ngl = n_layer + 1 if s.ngl < 0 else s.ngl
-    first_gpu_layer = n_layer - min(ngl, n_layer) if gpu else n_layer
-    output_on_gpu = gpu and ngl > n_layer
+    # llama.cpp counts the output layer as layer n_layer and offloads from the top: -ngl N puts
+    # the output and the last N - 1 repeating layers on the GPU (-ngl 4 of 12: output + 3 layers)
+    ngl = n_layer + 1 if s.ngl < 0 else min(s.ngl, n_layer + 1)
+    first_gpu_layer = n_layer + 1 - ngl if gpu else n_layer + 1
+    output_on_gpu = gpu and ngl >= 1
     need = Need()
     for t in head.tensors:
         m = _LAYER.match(t.name)
@@ -202,6 +205,8 @@ def predict(model: Path, s: Settings, gpu: bool) -> Need:
     _add(need.compute, "gpu" if gpu else "host", 4.0 * ub * (n_vocab + n_embd + width))
     if gpu:
         _add(need.compute, "host", 16.0 * ub * n_embd)  # inputs staged on the host
+        if not output_on_gpu:  # -ngl 0: the output matmul is offloaded, its weights copied in per batch
+            _add(need.compute, "gpu", float(sum(t.n_bytes for t in head.tensors if t.name == "output.weight")))
     return need
 
 
