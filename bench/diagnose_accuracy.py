@@ -1,19 +1,19 @@
 """How often the diagnosis names a planted noise source, and what the threads fix buys here.
 
-Each run is a real A/A compare (the default engine against itself, tiny dense model, tg32,
--r 3, a fixed number of pairs at a ±0.1% band, so it ends unresolved) with one noise source
+Each run is a real A/A compare (the default engine against itself, tiny dense model, tg128,
+-r 5, a fixed number of pairs at a ±0.1% band, so it ends unresolved) with one noise source
 planted, and the diagnosis's first finding is checked against it:
 
 - ``busy``:    -t 1 beside a process that keeps a core busy           -> busy-process
 - ``threads``: the engine's threads = the CPUs it may use, machine quiet -> threads
-- ``stall``:   -t 1; every ~1.5 s the engine is stopped for 250 ms       -> stall
+- ``stall``:   -t 1; every ~2 s the engine is stopped for 1 s            -> stall
 - ``drift``:   -t 1; the engine is duty-cycled (SIGSTOP/SIGCONT every
-               10 ms) with a stopped share growing from 0 to 35%         -> drift
+               10 ms) with a stopped share growing from 0 to 50%         -> drift
 
 Then the figure the prescription rests on: pairs for ±2% at the default threads and at one
 thread fewer, each from an A/A of its own (doctor.run_aa), on the quiet machine.
 
-    .venv/bin/python bench/diagnose_accuracy.py [--pairs 6] [--plan busy,busy,threads,...]
+    .venv/bin/python bench/diagnose_accuracy.py [--pairs 8] [--plan busy,busy,threads,...]
 """
 
 from __future__ import annotations
@@ -63,14 +63,14 @@ class Plant(threading.Thread):
     def run(self) -> None:
         while not self.done.is_set():
             if self.kind == "stall":
-                if self.done.wait(1.5):
+                if self.done.wait(1.0):
                     break
                 self.signal_all(signal.SIGSTOP)
-                time.sleep(0.25)
+                time.sleep(1.0)
                 self.signal_all(signal.SIGCONT)
             elif self.kind == "drift":
                 # grows with the study: the share of its processes started so far
-                share = min(0.35, 0.35 * len(self.seen) / self.processes)
+                share = min(0.5, 0.5 * len(self.seen) / self.processes)
                 self.signal_all(signal.SIGSTOP)
                 time.sleep(0.01 * share)
                 self.signal_all(signal.SIGCONT)
@@ -82,8 +82,8 @@ def one(kind: str, build: object, model: Path, pairs: int, cpus: int) -> diagnos
     threads = cpus if kind == "threads" else 1
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source},  # type: ignore[attr-defined]
                                         {"name": "b", "source": build.source}],  # type: ignore[attr-defined]
-                               "models": [str(model)], "workloads": ["tg32"], "min_pairs": pairs, "max_pairs": pairs,
-                               "band": 0.001, "common_flags": ["-r", "3", "-t", str(threads)]}, "bench")
+                               "models": [str(model)], "workloads": ["tg128"], "min_pairs": pairs, "max_pairs": pairs,
+                               "band": 0.001, "common_flags": ["-r", "5", "-t", str(threads)]}, "bench")
     busy = None
     if kind == "busy":
         exe = Path(tempfile.mkdtemp()) / "tsbusy"
@@ -107,7 +107,7 @@ def one(kind: str, build: object, model: Path, pairs: int, cpus: int) -> diagnos
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--pairs", type=int, default=6)
+    ap.add_argument("--pairs", type=int, default=8)
     ap.add_argument("--plan", default=",".join(PLAN))
     ap.add_argument("--no-threads-figure", action="store_true")
     args = ap.parse_args()
