@@ -112,7 +112,7 @@ def test_resume_continues_with_its_pairs(engine: EngineBuild, dense_model: Path,
 
     db = cli_env["TOKENSLEUTH_DB"]
     args = [tokensleuth_bin(), "compare", "--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
-            "-w", "tg16", "--min-pairs", "5", "--max-pairs", "5", "--", "-r", "2"]
+            "-w", "tg16", "--min-pairs", "5", "--max-pairs", "5", "--no-probe", "--", "-r", "2"]
     proc = subprocess.Popen(args, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
 

@@ -205,7 +205,7 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         out2 = tmp_path / "d2.json"
         p = subprocess.run([tokensleuth_bin(), "decompose", "--repo", str(repo), "--base", base, "--series",
                             "decompose-spin-eps", "--model", str(moe_model), "-w", "pp64", "-w", "tg64",
-                            "--band", "25%", "--max-pairs", "6", "--json", str(out2), "--out-dir",
+                            "--band", "25%", "--max-pairs", "10", "--json", str(out2), "--out-dir",
                             str(tmp_path / "kept"), "--no-output-check", "--", "-r", "3", "-t", "1"],
                            env=cli_env, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stderr[-3000:]

@@ -98,7 +98,8 @@ def test_poll_flag_cpu_cost_is_reported_per_arm(engine: EngineBuild, dense_model
     p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out),
                         "--arm", f"poll0={DEFAULT_ENGINE}", "--arm", f"poll100={DEFAULT_ENGINE}",
                         "--flags", "poll0=--poll 0", "--flags", "poll100=--poll 100",
-                        "--model", str(dense_model), "-w", "tg64", "--max-pairs", "5", "--", "-r", "3", "-t", "2"],
+                        "--model", str(dense_model), "-w", "tg64", "--max-pairs", "5", "--no-probe", "--", "-r", "3", "-t",
+                        "2"],
                        env=cli_env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())

@@ -291,13 +291,16 @@ def _run_rounds(
         if not open_cells:
             break
         plan = []
-        reps = adaptive_reps(store, study_id, spec)
-        reps = reps if reps is not None else asked_reps(spec)
+        chosen = adaptive_reps(store, study_id, spec)  # None: the user's -r (or a server's)
+        asked = asked_reps(spec)
         cold = {(c.model, c.workload): c.cold.count for c in comps if c.cold is not None}
         for (model, w), target in open_cells.items():
             start = have.get((model, w), 0)
             # cold leading repetitions are left out, so they are added: the measured ones stay as many
-            extra = ("-r", str(reps + cold.get((model, w), 0))) if reps is not None else ()
+            # (the user's own -r is only ever added to, never restated)
+            n_cold = cold.get((model, w), 0)
+            extra: tuple[str, ...] = (("-r", str(chosen + n_cold)) if chosen is not None else
+                                      ("-r", str(asked + n_cold)) if asked is not None and n_cold else ())
             plan += pair_round(names, model, w, (*planned_argv(w), *extra), start, target)
         plan = _interleave_cells(plan)
         store.add_trials(study_id, plan)

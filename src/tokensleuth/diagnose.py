@@ -451,8 +451,10 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
     found = None
     base = next(a for a in spec.arms if a.name == worst.baseline)
     build = builds.get(base.name)
+    # arms that set their own thread counts compare them: one thread fewer for all is no fix then
+    arms_set_threads = any(f in ("-t", "--threads") or f.startswith("--threads=") for a in spec.arms for f in a.flags)
     if (probe and "threads" in d.codes() and d.threads is not None and build is not None
-            and base.kind == "llama-bench"):
+            and base.kind == "llama-bench" and not arms_set_threads):
         if log:
             log(f"probe: {2 * PROBE_PAIRS} processes of {worst.workload} at -t {d.threads - 1} "
                 "(--no-probe skips it)")

@@ -111,7 +111,8 @@ def test_compare_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env
     out = tmp_path / "c.json"
     e = f"bin:{engine.bin_dir}"
     cmd = [tokensleuth_bin(), "compare", "--arm", f"a={e}", "--arm", f"b={e}", "-m", str(dense_model),
-           "-w", "pp32", "-w", "tg8", "--min-pairs", "4", "--max-pairs", "4", "--json", str(out), "--", "-r", "2"]
+           "-w", "pp32", "-w", "tg8", "--min-pairs", "4", "--max-pairs", "4", "--no-probe", "--json", str(out), "--",
+           "-r", "2"]
     final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 16)
     assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
     con = sqlite3.connect(db)
