@@ -90,7 +90,7 @@ def test_planted_slowdown_is_found_with_the_true_ratio_inside(
 
     logs = np.log(np.array(truth_c) / np.array(truth_b))
     true_ratio = float(np.exp(logs.mean()))
-    assert 0.8 < true_ratio < 0.97
+    assert 0.6 < true_ratio < 0.97  # a real slowdown (the calibration itself is timed: 0.78 was seen)
     # the reference is a measurement too: its own 99% interval (t on the 8 paired log ratios),
     # computed here apart from the tool's statistics
     half = float(st.t.ppf(0.995, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
