@@ -113,23 +113,15 @@ def _groups(procs: Sequence[Proc]) -> dict[tuple[str, str], list[Proc]]:
 
 
 def _components(groups: Mapping[tuple[str, str], list[Proc]]) -> tuple[float, float, float]:
-    """(between CV, within CV, mean repetitions): one-way random effects by moments."""
-    ss_w, df_w, reps, n = 0.0, 0, 0, 0
-    for ps in groups.values():
-        for p in ps:
-            a = np.asarray(p.log_tps)
-            ss_w += float(((a - a.mean()) ** 2).sum())
-            df_w += len(a) - 1
-            reps, n = reps + len(a), n + 1
-    var_w = ss_w / df_w if df_w else 0.0
-    rbar = reps / n if n else 1.0
-    num, den = 0.0, 0
-    for ps in groups.values():
-        if len(ps) >= 2:
-            means = np.asarray([np.mean(p.log_tps) for p in ps])
-            num += max(float(means.var(ddof=1)) - var_w / rbar, 0.0) * (len(ps) - 1)
-            den += len(ps) - 1
-    return (math.sqrt(num / den) if den else 0.0), math.sqrt(var_w), rbar
+    """(between CV, within CV, mean repetitions per process): noise.components' one-way random
+    effects, each arm x cell a group (zeros until a group has two processes)."""
+    from tokensleuth import noise
+
+    n = noise.components([noise.Process((arm, cell, 0), p.log_tps, None, 0.0)
+                          for (arm, cell), ps in groups.items() for p in ps])
+    if n is None:
+        return 0.0, 0.0, 1.0
+    return n.between_cv, n.within_cv, n.repetitions / max(n.processes, 1)
 
 
 def _residuals(groups: Mapping[tuple[str, str], list[Proc]]) -> tuple[np.ndarray, np.ndarray]:

@@ -307,9 +307,6 @@ def judge(model: Path, need: Need, free: Free, s: Settings) -> Verdict:
     return Verdict(True, "; ".join(warn))
 
 
-GPU_BACKENDS = ("CUDA", "ROCm", "HIP", "Vulkan", "Metal", "SYCL", "OpenCL", "MUSA", "CANN")
-
-
 def tests_of(workloads: Sequence[str]) -> list[tuple[int, int, int]]:
     """(prompt, generated, depth) of each workload; llama-bench's defaults when there are none."""
     from tokensleuth.workloads import parse
@@ -321,9 +318,10 @@ def guard(models: Sequence[str], flags: Sequence[str], workloads: Sequence[str],
           warn: Any = None, free: Free | None = None) -> list[tuple[str, Need]]:
     """Refuse (UserError, before anything runs) a run that cannot fit; ``warn`` each one close
     to full. Returns each model's prediction (recorded with the study)."""
+    from tokensleuth.engines.placement import GPU_BACKENDS
     from tokensleuth.errors import UserError
 
-    gpu = any(b.split("_")[0] in GPU_BACKENDS for b in backends)
+    gpu = any(b in GPU_BACKENDS for b in backends)
     s = settings_from_flags(flags, tests_of(workloads))
     if free is None:
         h, hs = host_free()

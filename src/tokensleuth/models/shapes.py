@@ -150,15 +150,13 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
     """Write the real-size shape ``name`` (or a shape of one's own) at ``quant`` to ``out``
     (atomically: a half-written model never appears there). ``sparse``: the data section is a
     hole of the right size (its header is complete; nothing can run it, everything can read it)."""
-    from tokensleuth.models.synth import find_vocab
+    from tokensleuth.models.synth import find_vocab, out_file
 
     if isinstance(name, str) and name not in REAL_SHAPES:
         raise UserError(f"no shape {name!r} — choose from {', '.join(REAL_SHAPES)}")
     if quant not in DIRECT_QUANTS:
         raise UserError(f"--shape writes {', '.join(DIRECT_QUANTS)} directly, not {quant!r}")
-    if out.exists() and out.is_dir():
-        raise UserError(f"{out} is a directory — give a file path for --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out_file(out)
     s = REAL_SHAPES[name] if isinstance(name, str) else name
     label = name if isinstance(name, str) else "custom"
     rng = np.random.default_rng(seed)

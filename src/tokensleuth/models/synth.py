@@ -48,6 +48,13 @@ SHAPES: dict[tuple[str, str], Shape] = {
 }
 
 
+def out_file(out: Path) -> None:
+    """Refuse a directory as the model's path; make the folder it goes in."""
+    if out.exists() and out.is_dir():
+        raise UserError(f"{out} is a directory — give a file path for --out")
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+
 def find_vocab(llama_tree: Path, name: str) -> Path:
     p = llama_tree / "models" / f"ggml-vocab-{name}.gguf"
     if not p.exists():
@@ -87,9 +94,7 @@ def synth(
         raise UserError(f"no synthetic shape for {arch}/{size} — archs: {archs}, sizes: tiny|small|medium")
     if quant not in QUANTS:
         raise UserError(f"unsupported quant {quant!r} — choose from {', '.join(QUANTS)}")
-    if out.exists() and out.is_dir():
-        raise UserError(f"{out} is a directory — give a file path for --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    out_file(out)
     s = SHAPES[(arch, size)]
     rng = np.random.default_rng(seed)
 
