@@ -163,7 +163,9 @@ def test_bad_revisions_exit_2(tmp_path: Path, dense_model: Path, cli_env: dict[s
 
 
 def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> None:
-    """A pp-only regression: tg stays the same at every commit and must not blur the verdict."""
+    """A pp-only regression: tg stays the same at every commit and must not blur the verdict.
+    The question is one-sided (which side of half the endpoint regression?), so a step whose
+    interval straddles the band's far edge is still good."""
     from tokensleuth import stats
     from tokensleuth.bisect import Bisector, Candidate
     from tokensleuth.compare import Comparison
@@ -171,9 +173,9 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
     from tokensleuth.sources.build import EngineBuild
     from tokensleuth.store import Store
 
-    def comp(w: str, verdict: str, ratio: float) -> Comparison:
-        est = stats.RatioEstimate(5, ratio, ratio - 0.01, ratio + 0.01, 0.99)
-        return Comparison("m.gguf", w, "A", "B", 5, [1.0], [1.0], est, verdict)
+    def comp(w: str, lo: float, hi: float) -> Comparison:
+        est = stats.RatioEstimate(5, (lo * hi) ** 0.5, lo, hi, 0.99)
+        return Comparison("m.gguf", w, "A", "B", 5, [1.0], [1.0], est, stats.verdict(est, 0.075))
 
     with Store(tmp_path / "s.db") as store:
         sid = store.create_study("bisect", {}, "h", [], [])
@@ -184,15 +186,34 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
                 "cmake": [], "flags": [], "timeout_s": 60}
         bis = Bisector(store, sid, cands, spec)
         build = EngineBuild("bin:/x1", "/x1", "k", None, None, (), "cc", ("CPU",), ())
-        bis.compare = lambda a, b, models, band, max_pairs: Judgement(  # type: ignore[method-assign]
-            "s", [comp("pp512", "slower", 0.86), comp("tg128", "same", 1.0)])
+        edges: list[float | None] = []
+
+        def answer(*pp: tuple[float, float]):  # type: ignore[no-untyped-def]
+            def compare(a, b, models, band, max_pairs, edge=None):  # type: ignore[no-untyped-def]
+                edges.append(edge)
+                return Judgement("s", [comp("pp512", *pp[0]), comp("tg128", 0.5, 0.6)])
+            return compare
+        bis.compare = answer((0.85, 0.87))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "bad"
-        bis.compare = lambda a, b, models, band, max_pairs: Judgement(  # type: ignore[method-assign]
-            "s", [comp("pp512", "same", 1.0), comp("tg128", "same", 1.0)])
+        assert edges[0] == pytest.approx(0.925)  # half the endpoint's 15%, one-sided
+        bis.compare = answer((0.99, 1.01))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "good"
-        bis.compare = lambda a, b, models, band, max_pairs: Judgement(  # type: ignore[method-assign]
-            "s", [comp("pp512", "unresolved", 0.95), comp("tg128", "same", 1.0)])
+        bis.compare = answer((0.97, 1.12))  # type: ignore[method-assign]
+        assert stats.verdict(comp("pp512", 0.97, 1.12).estimate, 0.075) == "unresolved"
+        assert bis.classify(1, build).outcome == "good"  # wholly on good's side of 0.925
+        edges.clear()
+        bis.compare = answer((0.90, 0.96))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "unresolved"
+        assert len(edges) == 2  # straddles the edge: measured again at twice the pairs
+
+
+def test_a_one_sided_question_is_settled_by_the_side_the_interval_lies_on() -> None:
+    from tokensleuth import stats
+
+    est = stats.RatioEstimate(10, 1.04, 0.97, 1.12, 0.99)
+    assert stats.side(est, 0.9) == "above" and stats.side(est, 1.1) is None and stats.side(est, 1.2) == "below"
+    assert stats.side(stats.RatioEstimate(10, 0.8, 0.75, 0.85, 0.99), 0.9) == "below"
+    assert stats.side(None, 0.9) is None
 
 
 @pytest.mark.slow

@@ -182,3 +182,26 @@ def test_bad_compare_inputs(args: list[str], msg: str, engine: EngineBuild, dens
     assert p.returncode == 2
     assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr
     assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()
+
+
+def test_a_one_sided_question_stops_once_its_side_is_settled(engine: EngineBuild, dense_model: Path,
+                                                              tmp_path: Path) -> None:
+    """An A/A with edge 0.2 (bisect's "like good or like bad?" far below): the first round
+    settles which side the interval lies on, so no more pairs are spent, although a ±0.1%
+    band is far from settled."""
+    from tokensleuth import stats
+    from tokensleuth.compare import run_compare
+    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.store import Store
+
+    data: dict[str, Any] = {"arms": [{"name": "A", "source": E}, {"name": "B", "source": E}],
+                            "models": [str(dense_model)], "workloads": ["tg8"], "band": 0.001,
+                            "min_pairs": 4, "max_pairs": 40, "common_flags": ["-r", "2", "-t", "1"]}
+    with Store(tmp_path / "s.db") as store:
+        _, comps = run_compare(store, build_compare_spec({**data, "edge": 0.2}, "t"), {"A": engine, "B": engine},
+                               create=True)
+        assert comps[0].pairs == 4 and stats.side(comps[0].estimate, 0.2) == "above"
+        # the same study asked two-sided goes on: its interval is no answer to a ±0.1% band
+        _, comps = run_compare(store, build_compare_spec({**data, "max_pairs": 8}, "t"), {"A": engine, "B": engine},
+                               create=True)
+        assert comps[0].pairs == 8 or comps[0].verdict != "unresolved"

@@ -303,8 +303,10 @@ class Bisector:
     def builds(self) -> dict[str, EngineBuild | None]:
         return self.judge_.builds
 
-    def compare(self, a: int, b: int, models: Sequence[str], band: float, max_pairs: int) -> Judgement:
-        return self.judge_.compare(self.cands[a].source, self.cands[b].source, models, band, max_pairs)
+    def compare(self, a: int, b: int, models: Sequence[str], band: float, max_pairs: int,
+                edge: float | None = None) -> Judgement:
+        return self.judge_.compare(self.cands[a].source, self.cands[b].source, models, band, max_pairs,
+                                   edge=edge)
 
     def judge(self, i: int, judge: Judge | None = None, store: Store | None = None) -> str:
         """Judge candidate ``i`` (with ``judge``/``store`` of a thread of :meth:`judge_many`)."""
@@ -330,14 +332,23 @@ class Bisector:
         return step.outcome
 
     def classify(self, i: int, b: EngineBuild, judge: Judge | None = None, store: Store | None = None) -> Step:
-        """bad when clearly slower than good, in line with the endpoint regression; good when the same."""
+        """bad when beyond half the endpoint regression from good, good when short of it.
+
+        One-sided: the question is which side of that edge the step lies on, so a step whose
+        interval is wholly on good's side is good even where it straddles the band's far edge
+        (a neutral step measured a little faster than good is not "unresolved").
+        """
         judge, store = judge or self.judge_, store or self.store
         endpoint = float(store.get_state(self.study, "endpoint_ratio"))
         band = half_regression_band(endpoint, self.spec["band"])
+        slower = endpoint < 1
+        edge = 1 - band if slower else 1 + band
+        like_bad = "below" if slower else "above"
         outcome, comps, note = "unresolved", [], ""
         for max_pairs in (self.spec["max_pairs"], self.spec["max_pairs"] * 2):  # unresolved: measure again
-            j = (self.compare(0, i, self.spec["models"], band, max_pairs) if judge is self.judge_ else
-                 judge.compare(self.cands[0].source, self.cands[i].source, self.spec["models"], band, max_pairs))
+            j = (self.compare(0, i, self.spec["models"], band, max_pairs, edge) if judge is self.judge_ else
+                 judge.compare(self.cands[0].source, self.cands[i].source, self.spec["models"], band, max_pairs,
+                               edge=edge))
             if (f := j.failed("B")) is not None:
                 return Step(self.cands[i].label, "crash", None, None, 0, b.build_s,
                             f"engine {f.status}: {f.message}"[:200])
@@ -349,12 +360,11 @@ class Bisector:
             # leaves tg the same at every commit, which says nothing about the culprit).
             cells = {tuple(x) for x in store.get_state(self.study, "endpoint_cells", [])}
             comps = [c for c in j.comparisons if (c.model, c.workload) in cells] or j.comparisons
-            verdicts = {c.verdict for c in comps}
-            slower = endpoint < 1
-            if verdicts == {"slower" if slower else "faster"}:
+            sides = {stats.side(c.estimate, edge) for c in comps}
+            if sides == {like_bad}:
                 outcome = "bad"
                 break
-            if verdicts <= {"same", "faster" if slower else "slower"}:
+            if len(sides) == 1 and None not in sides:
                 outcome = "good"
                 break
         e = comps[0].estimate if comps else None

@@ -277,13 +277,16 @@ def _run_rounds(
         for c in comps:
             key = (c.model, c.workload)
             n_planned = have.get(key, 0)
-            if c.verdict != "unresolved" or key in broken:
+            if not still_open(c, spec) or key in broken:
                 continue
             if add_pairs_to is not None and n_planned < add_pairs_to:
                 open_cells[key] = max(open_cells.get(key, 0), add_pairs_to)
                 continue
-            if not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):
-                continue  # futile: no ratio in the interval could give a verdict by max_pairs
+            # futile: no ratio in the interval could give a verdict by max_pairs. (A one-sided
+            # question is never futile before its cap: today's interval always reaches past
+            # the narrower one that more pairs would give.)
+            if spec.edge is None and not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):
+                continue
             target = stats.next_pair_target(n_planned, spec.min_pairs, spec.max_pairs)
             if target is not None:
                 open_cells[key] = max(open_cells.get(key, 0), target)
@@ -419,7 +422,15 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
 
 # What decides when to stop, not what is measured: a study asked again with another band
 # or pair budget continues the pairs it has (bisect re-judges at twice the pairs).
-STOPPING_RULES = ("band", "min_pairs", "max_pairs", "budget_s")
+STOPPING_RULES = ("band", "min_pairs", "max_pairs", "budget_s", "edge")
+
+
+def still_open(c: Comparison, spec: CompareSpec) -> bool:
+    """Whether the cell's question is still open: its verdict is unresolved, or, for a
+    one-sided question, its interval still straddles the edge."""
+    if spec.edge is not None:
+        return stats.side(c.estimate, spec.edge) is None
+    return c.verdict == "unresolved"
 
 
 def spec_dump(spec: CompareSpec) -> dict[str, Any]:
@@ -428,6 +439,8 @@ def spec_dump(spec: CompareSpec) -> dict[str, Any]:
     out = spec.model_dump()
     if not out.get("hosts"):
         out.pop("hosts", None)  # a study without a fleet keeps the identity it always had
+    if out.get("edge") is None:
+        out.pop("edge", None)
     for arm in out["arms"]:
         if arm.get("kind") == "llama-bench":
             del arm["kind"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.compare import Comparison, run_compare
+from tokensleuth.compare import Comparison, run_compare, still_open
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.errors import EngineError
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
@@ -110,8 +110,10 @@ class Judge:
         check_arm(build, source, self.kind, self.flags, {}, self.workloads, self._help, source=source)
 
     def compare(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
-                fresh: str = "") -> Judgement:
+                fresh: str = "", edge: float | None = None) -> Judgement:
         """Compare source ``b`` (candidate) with ``a`` (baseline); both must build.
+
+        ``edge``: ask only which side of this ratio each cell lies on (see ``CompareSpec.edge``).
 
         ``fresh``: a label that makes this a measurement of its own (in the arms' environment,
         so in the comparison's identity), not the pairs an earlier ask of the same A and B took.
@@ -126,6 +128,7 @@ class Judge:
                      {"name": "B", "source": b, "cmake": self.cmake, "flags": self.arm_flags.get(b, [])}],
             "models": list(models), "workloads": self.workloads, "band": band,
             "max_pairs": max_pairs, "common_flags": self.flags, "timeout_s": self.timeout_s,
+            "edge": edge,
         }
         if fresh:
             for arm in spec_data["arms"]:
@@ -139,9 +142,10 @@ class Judge:
             # First ask in this process: an unresolved answer stored by an earlier run is a
             # place to add pairs (one doubling past what it has), never an answer to hand back.
             self._extended.add(key)
-            prev_id, prev = run_compare(self.store, build_compare_spec(spec_data, "judge"),
-                                        {"A": ba, "B": bb}, resume=True, create=True, measure=False)
-            done = max((c.pairs for c in prev if c.verdict == "unresolved"), default=0)
+            prev_spec = build_compare_spec(spec_data, "judge")
+            prev_id, prev = run_compare(self.store, prev_spec, {"A": ba, "B": bb}, resume=True, create=True,
+                                        measure=False)
+            done = max((c.pairs for c in prev if still_open(c, prev_spec)), default=0)
             # (a study cut short by a kill just continues its plan: same totals as an uninterrupted run)
             if done >= 2 and self.store.study(prev_id)["status"] == "done":
                 add_to = 2 * done

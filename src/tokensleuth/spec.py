@@ -159,6 +159,9 @@ class CompareSpec(BaseModel):
     max_pairs: int = Field(40, ge=2, le=10000)
     min_pairs: int = Field(5, ge=2, le=1000)
     budget_s: float | None = None
+    # A one-sided question (a bisect step: like good, or like bad?): a cell is decided once
+    # its interval lies wholly on one side of this ratio, whatever the band's verdict says.
+    edge: float | None = Field(None, gt=0)
     common_flags: list[str] = []
     timeout_s: float = 1800
     sample_interval_s: float = Field(0.2, ge=0.02, le=60)

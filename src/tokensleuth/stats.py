@@ -276,6 +276,18 @@ def can_still_decide(est: RatioEstimate | None, band: float, max_pairs: int) -> 
     return math.log(est.lo) < lo_b - h or math.log(est.hi) > hi_b + h
 
 
+def side(est: RatioEstimate | None, edge: float) -> Literal["below", "above"] | None:
+    """Which side of ``edge`` the interval lies wholly on, if it does: a one-sided question
+    (a bisect step: like the good endpoint, or like the bad one?)."""
+    if est is None:
+        return None
+    if est.hi < edge:
+        return "below"
+    if est.lo > edge:
+        return "above"
+    return None
+
+
 def pairs_for_same(est: RatioEstimate, band: float, limit: int = 10_000) -> int | None:
     """Pairs at which the interval would be narrow enough to fit in ±band (spread as seen)."""
     width = math.log(1 + band) - math.log(1 - band)
