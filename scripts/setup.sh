@@ -15,7 +15,10 @@ need() {
 if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         (apt-get update -qq && apt-get install -y -qq ccache ninja-build) >/dev/null 2>&1 \
+            || { [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && need "ccache/ninja (builds, and the compiler-cache test)"; } \
             || echo "note: could not install ccache/ninja; builds will be slower" >&2
+    elif [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && ! command -v ccache >/dev/null; then
+        need "ccache (the compiler-cache test; apt-get as root installs it)"
     else
         echo "note: install ccache and ninja-build for faster engine builds" >&2
     fi

@@ -113,6 +113,7 @@ NEEDS: dict[str, tuple[Callable[[], bool], str]] = {  # part -> (is it here?, ho
                 "install Debian's chromium and chromium-driver (scripts/setup.sh does, as root)"),
     "podman": (lambda: _which("podman", "runc"), "install Debian's podman and runc (scripts/setup.sh does, as root)"),
     "tmpfs": (_can_mount_tmpfs, "run the suite as root: a full-disk fault needs a small tmpfs mounted"),
+    "ccache": (lambda: _which("ccache"), "install Debian's ccache (scripts/setup.sh does, as root)"),
     "chattr": (_can_chattr, "install e2fsprogs' chattr and run as root on a file system with the immutable flag"),
 }
 _seen: dict[str, bool] = {}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,12 +40,17 @@ def ninja_steps(lines: list[str]) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.needs("ccache")
 def test_the_next_commit_recompiles_only_what_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One build directory per family, reused; and another cache root (another machine, or a
+    new clone) compiles from the compiler cache: its worktree and build directory have the same
+    names under each root, so compile lines (paths relative to the root) are the same."""
     from tests.planted import bisect_history
 
     repo, shas = bisect_history()
     # a cache of its own (no finished build to hit), with the machine's warm compiler cache
     monkeypatch.setenv("CCACHE_DIR", str(cache_dir() / "ccache"))
+    monkeypatch.setenv("TOKENSLEUTH_LAUNCHER", "ccache")
     cache = BuildCache(tmp_path / "cache")
     first: list[str] = []
     cache.get(f"git:{repo}@{shas['n1']}", log=first.append)
@@ -54,6 +60,21 @@ def test_the_next_commit_recompiles_only_what_changed(tmp_path: Path, monkeypatc
     assert ninja_steps(first) > 100  # the first build in the family: everything
     assert 0 < ninja_steps(second) < 30, second[-20:]  # then: the changed file, its library, the links
     assert len([d for d in (tmp_path / "cache" / "work").glob("build-*") if d.is_dir()]) == 1  # one, reused
+
+    log = tmp_path / "ccache-stats.log"
+    monkeypatch.setenv("CCACHE_STATSLOG", str(log))
+    # another machine: its own cache root and its own copy of the history (a fleet machine's
+    # mirror is a bare repository fetched from a bundle)
+    mirror = tmp_path / "other" / "src" / "mirror.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(mirror)], check=True)
+    third: list[str] = []
+    BuildCache(tmp_path / "other").get(f"git:{mirror}@{shas['n2']}", log=third.append)
+    assert ninja_steps(third) > 100  # a build directory of its own: every object asked for
+    results = [r for ln in log.read_text().splitlines()
+               if (r := ln.strip()) in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")]
+    hits = sum(r != "cache_miss" for r in results)
+    assert len(results) > 100 and hits >= 0.9 * len(results), f"{hits} of {len(results)} compiles hit"
+
 
 
 def test_build_tools_come_from_the_wheels_when_the_machine_has_none(monkeypatch: pytest.MonkeyPatch,
@@ -95,3 +116,27 @@ def test_a_busy_build_directory_gives_the_next_build_a_slot_of_its_own(tmp_path:
     assert got == [""]
     with _slot(tmp_path, "build-f") as again:
         assert again == ""
+
+
+def test_a_second_repository_of_one_history_gets_a_worktree_of_its_own(tmp_path: Path) -> None:
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout.strip()
+
+    one = tmp_path / "one"
+    one.mkdir()
+    git("-C", str(one), "init", "-q")
+    (one / "f").write_text("x\n")
+    git("-C", str(one), "add", "f")
+    git("-C", str(one), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "first")
+    sha = git("-C", str(one), "rev-parse", "HEAD")
+    two = tmp_path / "two.git"
+    git("clone", "-q", "--bare", str(one), str(two))
+    cache = BuildCache(tmp_path / "cache")
+    cache.work.mkdir(parents=True)
+    name = cache._worktree_name(one, sha)
+    assert name == f"wt-{sha[:12]}"  # the history's first commit: the same on every machine
+    assert cache._worktree_name(two, sha) == name  # nothing checked out yet: either may take it
+    git("-C", str(one), "worktree", "add", "-q", "--detach", str(cache.work / name), sha)
+    assert cache._worktree_name(one, sha) == name
+    other = cache._worktree_name(two, sha)
+    assert other != name and other.startswith("wt-")  # taken by the other repository

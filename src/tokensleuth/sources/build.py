@@ -320,12 +320,12 @@ class BuildCache:
         hit = self._hit(key, str(src), sha, number)
         if hit:
             return hit
-        repo_id = hashlib.sha256(str(src.path).encode()).hexdigest()[:12]
         self.work.mkdir(parents=True, exist_ok=True)
+        name = self._worktree_name(src.path, sha)
         # The worktree is checked out and built under its slot's lock: a second build of the
         # same repository at once takes the next slot (its own worktree and build directory).
-        with _slot(self.work, f"wt-{repo_id}") as slot:
-            wt = self.work / f"wt-{repo_id}{slot}"
+        with _slot(self.work, name) as slot:
+            wt = self.work / f"{name}{slot}"
             if not (wt / ".git").exists():
                 shutil.rmtree(wt, ignore_errors=True)
                 subprocess.run(["git", "-C", str(src.path), "worktree", "prune"], capture_output=True)
@@ -334,6 +334,19 @@ class BuildCache:
                 _run(["git", "-C", str(wt), "checkout", "--detach", "--force", sha], None)
                 _run(["git", "-C", str(wt), "clean", "-fdxq"], None)
             return self._build(src, wt, f"git-tree:{tree_id}", sha, number, flags, targets, log, key=key)
+
+    def _worktree_name(self, repo: Path, sha: str) -> str:
+        """The worktree's name: the history's first commit, the same on every machine and in
+        every cache root, so compiler-cache entries (paths relative to the root) are shared
+        between machines and between clones of one history. A second repository of the same
+        history on this machine, whose worktree would be the first's, is told apart by its path."""
+        roots = subprocess.run(["git", "-C", str(repo), "rev-list", "--max-parents=0", sha],
+                               capture_output=True, text=True).stdout.split()
+        name = f"wt-{min(roots)[:12]}" if roots else ""
+        if name and all(_worktree_of(self.work / f"{name}{s}") in (None, _git_dir(repo))
+                        for s in ("", *(f"-{i}" for i in range(1, BUILD_SLOTS)))):
+            return name
+        return f"wt-{hashlib.sha256(str(repo).encode()).hexdigest()[:12]}"
 
     # -- build -------------------------------------------------------------------
 
@@ -370,7 +383,9 @@ class BuildCache:
         # slot (a directory of its own) instead of waiting, and families build side by side.
         mirror = src.kind != "git" and reuse_build_dirs()
         name = f"tree-{src.package}" if mirror else ""
-        family = hashlib.sha256(json.dumps([str(tree) if not mirror else name, list(BASE_FLAGS), list(flags),
+        # (named by the tree's path under the cache root: the same name on every machine)
+        where = name if mirror else str(tree.relative_to(self.root) if tree.is_relative_to(self.root) else tree)
+        family = hashlib.sha256(json.dumps([where, list(BASE_FLAGS), list(flags),
                                             compiler_id()]).encode()).hexdigest()[:16]
         base = f"build-{family}" if reuse_build_dirs() else f"build-{key}"
         # one build of a key at a time (the second finds the first's result); other keys take slots
@@ -434,6 +449,24 @@ class BuildCache:
         if not reuse_build_dirs():
             shutil.rmtree(bdir, ignore_errors=True)
         return b
+
+
+def _git_dir(repo: Path) -> Path | None:
+    p = subprocess.run(["git", "-C", str(repo), "rev-parse", "--path-format=absolute", "--git-common-dir"],
+                       capture_output=True, text=True)
+    return Path(p.stdout.strip()).resolve() if p.returncode == 0 else None
+
+
+def _worktree_of(wt: Path) -> Path | None:
+    """The repository (its git directory) that the worktree ``wt`` belongs to; None when there
+    is no worktree there."""
+    try:
+        line = (wt / ".git").read_text().strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    return Path(line.removeprefix("gitdir:").strip()).resolve().parent.parent  # <git dir>/worktrees/<name>
 
 
 def reuse_build_dirs() -> bool:
