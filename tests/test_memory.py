@@ -132,3 +132,36 @@ def test_the_cli_refuses_before_anything_runs(engine: EngineBuild, llama_tree: P
         assert line.startswith("error: huge.gguf needs ") and "of host memory" in line and "would not fit" in line
         assert "Traceback" not in p.stderr
     assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()  # refused before a study was opened
+    # bisect (and decompose: both judge through tokensleuth.judge) refuse before the first trial
+    dirs = []
+    for name in ("good", "bad"):
+        (tmp_path / name).symlink_to(engine.bin_dir, target_is_directory=True)
+        dirs += ["--bin", str(tmp_path / name)]
+    p = subprocess.run([tokensleuth_bin(), "bisect", *dirs, "-m", str(model), "-w", "pp16", "--", "-lm", "none"],
+                       env=cli_env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 2, p.stderr[-1500:]
+    line = p.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: huge.gguf needs ") and "would not fit" in line and "Traceback" not in p.stderr
+    import sqlite3
+
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    assert con.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 0
+
+
+def test_the_judge_refuses_a_load_that_cannot_fit_before_its_first_trial(engine: EngineBuild, llama_tree: Path,
+                                                                         tmp_path: Path) -> None:
+    """What bisect and decompose compare through: a source whose load would not fit is refused
+    (UserError) before either arm runs, on the prediction for its own flags."""
+    import sqlite3
+
+    from tokensleuth.judge import Judge
+    from tokensleuth.store import Store
+
+    huge = dataclasses.replace(REAL_SHAPES["qwen3-30b-a3b"], n_expert=4096, n_layer=96)
+    model = write_shape(huge, tmp_path / "huge.gguf", "Q8_0", llama_tree, sparse=True)
+    src = f"bin:{engine.bin_dir}"
+    with Store(tmp_path / "s.db") as store:
+        judge = Judge(store, workloads=["pp16"], flags=["-lm", "none"], cmake=[], timeout_s=60)
+        with pytest.raises(UserError, match="huge.gguf needs .* would not fit"):
+            judge.compare(src, src, [str(model)], 0.02, 4)
+    assert sqlite3.connect(tmp_path / "s.db").execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 0

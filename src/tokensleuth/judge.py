@@ -83,6 +83,7 @@ class Judge:
         self.build_errors: dict[str, str] = {}
         self._help: dict[str, str] = {}  # each build's llama-bench --help, for the flag check
         self._extended: set[tuple[str, str, tuple[str, ...], str]] = set()
+        self._guarded: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
 
     def build(self, source: str) -> EngineBuild | None:
         """The source's build, or None when it does not build (the reason in build_errors)."""
@@ -123,6 +124,7 @@ class Judge:
             raise EngineError(f"cannot compare: {a if ba is None else b} does not build")
         for src, build in ((a, ba), (b, bb)):
             self._pin(src, build, models[0])
+            self._guard(src, build, models)
         spec_data: dict[str, Any] = {
             "arms": [{"name": "A", "source": a, "cmake": self.cmake, "flags": self.arm_flags.get(a, [])},
                      {"name": "B", "source": b, "cmake": self.cmake, "flags": self.arm_flags.get(b, [])}],
@@ -155,6 +157,19 @@ class Judge:
                                  add_pairs_to=add_to, executor=self.executor)
         unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
         return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
+
+    def _guard(self, source: str, build: EngineBuild, models: Sequence[str]) -> None:
+        """A load that cannot fit in this machine's memory is refused (one line, exit 2) before
+        the first trial of ``source`` runs; one close to full is logged. (A fleet machine's
+        memory is not this machine's: there the engine's own load failure is the trial's.)"""
+        extra = self.arm_flags.get(source, [])
+        key = (build.key, tuple(models), tuple(extra))
+        if self.kind != "llama-bench" or key in self._guarded or getattr(self.cache, "check_arm", None):
+            return
+        from tokensleuth.memory import guard
+
+        guard(models, [*self.flags, *extra], self.workloads, build.backends, warn=self.log)
+        self._guarded.add(key)
 
     def _pin(self, source: str, build: EngineBuild, model: str) -> None:
         """Flags that give ``source`` the pinned source's llama-bench settings (once each)."""
