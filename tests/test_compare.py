@@ -205,3 +205,34 @@ def test_a_one_sided_question_stops_once_its_side_is_settled(engine: EngineBuild
         _, comps = run_compare(store, build_compare_spec({**data, "max_pairs": 8}, "t"), {"A": engine, "B": engine},
                                create=True)
         assert comps[0].pairs == 8 or comps[0].verdict != "unresolved"
+
+
+def test_the_placement_comes_from_each_arms_first_trial_with_no_load_of_its_own(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Where the weights live is read from the load log of each arm's first real trial (-v): no
+    engine process loads the model except the trials (at 32 GB a load is 5-14 s)."""
+    real = Path(engine.bin_dir) / "llama-bench"
+    log = tmp_path / "loads.log"
+    arms = []
+    for name in ("a", "b"):
+        d = tmp_path / name
+        d.mkdir()
+        w = d / "llama-bench"  # the real engine, counting the processes that load a model
+        w.write_text(f'#!/bin/bash\ncase " $* " in *" -m "*) echo "$*" >> {log};; esac\nexec {real} "$@"\n')
+        w.chmod(0o755)
+        arms += ["--arm", f"{name}=bin:{d}"]
+    p, doc = compare([*arms, "--model", str(dense_model), "-w", "tg8", "--min-pairs", "3", "--max-pairs", "3",
+                      "--no-probe", "--", "-r", "2", "-t", "1"], cli_env, tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    sid = doc["study"]
+    argvs = [json.loads(r[0]) for r in con.execute("SELECT argv_json FROM trials WHERE study_id=?", (sid,))]
+    loads = log.read_text().splitlines()
+    assert len(loads) == len(argvs) == 6  # one load per trial, none besides
+    assert sum("-v" in a for a in argvs) == 2  # the first trial of each arm logs its load
+    placement = json.loads(con.execute("SELECT value_json FROM state WHERE study_id=? AND key='placement'",
+                                       (sid,)).fetchone()[0])
+    assert set(placement) == {"a", "b"}
+    for arm in placement.values():
+        entry = arm[str(dense_model)]
+        assert sum(entry["model_mib"].values()) > 0 and any("CPU" in k for k in entry["model_mib"]), entry

@@ -6,6 +6,7 @@ Orchestration only: the plan comes from :mod:`tokensleuth.plan`, trials run in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -22,7 +23,7 @@ from tokensleuth.executors import Executor, execute
 from tokensleuth.runner import TrialCallback, arm_runtime
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
-from tokensleuth.store import Store, StudyHandle
+from tokensleuth.store import PlannedTrial, Store, StudyHandle
 from tokensleuth.workloads import planned_argv
 
 if TYPE_CHECKING:
@@ -201,7 +202,7 @@ def run_compare(
     one only where its cells are still open under this spec), else a new one starts.
     ``on_study`` is told which (:class:`StudyHandle`) before anything runs. The study's
     lease is held while it runs (a second process resuming it gets a one-line error).
-    ``placement``: first capture each llama-bench arm's load log once per model (where the
+    ``placement``: the first trial of each llama-bench arm and model logs its load (where the
     weights and buffers live; state PLACEMENT_STATE), for the report's explanation.
     ``executor``: where the trials run (default: here, one at a time; a fleet's runs pairs on
     its machines). ``identity``: more of what the study measures (a per-host study's machine).
@@ -219,33 +220,46 @@ def run_compare(
     if on_study:
         on_study(handle)
     with store.lease(handle.id):
-        if placement:
-            record_placements(store, handle.id, spec, builds)
-        return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor)
+        return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor,
+                                      placement)
 
 
 PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": …}}}
+# llama-bench's flag that prints the load log (where the weights and buffers live)
+VERBOSE = "-v"
 
 
-def record_placements(store: Store, study_id: str, spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> None:
-    """One load log per llama-bench arm and model, parsed and stored as soon as it exists
-    (a resumed study captures only what is missing). A capture that fails is recorded as
-    such: it never stops the measurement."""
-    from tokensleuth.engines.placement import capture, parse_load_log
+def _verbose_first(store: Store, study_id: str, spec: CompareSpec, plan: list[PlannedTrial]) -> list[PlannedTrial]:
+    """The first planned trial of each llama-bench arm and model whose placement is not yet
+    known runs with the load log on (``-v``): the placement comes from a real trial, not
+    from a load of its own. (Measured: -v changes no verdict; bench/verbose_overhead.sh.)"""
+    got = store.get_state(study_id, PLACEMENT_STATE, {})
+    kinds = {a.name: a.kind for a in spec.arms}
+    want = {(t.arm, t.model) for t in plan if kinds.get(t.arm) == "llama-bench" and t.model not in got.get(t.arm, {})}
+    out = []
+    for t in plan:
+        if (t.arm, t.model) in want:
+            want.discard((t.arm, t.model))
+            t = dataclasses.replace(t, argv=(*t.argv, VERBOSE))
+        out.append(t)
+    return out
 
+
+def record_placements(store: Store, study_id: str) -> None:
+    """The placements that verbose trials reported (llamabench.outcome_from parses the load
+    log into the trial's environment), stored per arm and model once each. A trial whose log
+    held no placement is recorded as such: it never stops the measurement."""
     got: dict[str, dict[str, Any]] = dict(store.get_state(study_id, PLACEMENT_STATE, {}))
-    for a in spec.arms:
-        b = builds.get(a.name)
-        if a.kind != "llama-bench" or b is None or not b.bin_dir:
+    new = False
+    for t in store.trials(study_id):
+        if t["status"] == "planned" or t["model"] in got.get(t["arm"], {}) or not t["env_json"]:
             continue
-        for model in spec.models:
-            if model in got.get(a.name, {}):
-                continue
-            log = capture(Path(b.bin_dir) / "llama-bench", model, [*spec.common_flags, *a.flags], a.env)
-            p = parse_load_log(log)
-            entry = p.to_json() if p.model_mib else {"error": (log.strip().splitlines() or ["no log"])[-1][:300]}
-            got.setdefault(a.name, {})[model] = entry
-            store.put_state(study_id, PLACEMENT_STATE, got)
+        entry = json.loads(t["env_json"]).get("placement")
+        if entry is not None:
+            got.setdefault(t["arm"], {})[t["model"]] = entry
+            new = True
+    if new:
+        store.put_state(study_id, PLACEMENT_STATE, got)
 
 
 def _run_rounds(
@@ -257,6 +271,7 @@ def _run_rounds(
     on_round: Callable[[int, int], None] | None,
     add_pairs_to: int | None,
     executor: Executor | None = None,
+    placement: bool = False,
 ) -> list[Comparison]:
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = {
@@ -267,6 +282,8 @@ def _run_rounds(
     while True:
         execute(store, study_id, runtimes, timeout_s=spec.timeout_s, on_trial=on_trial,
                 interval_s=spec.sample_interval_s, executor=executor)
+        if placement:
+            record_placements(store, study_id)
         comps = analyze(store, study_id, spec)
         if spec.budget_s is not None and store.engine_seconds(study_id) >= spec.budget_s:
             break
@@ -306,6 +323,8 @@ def _run_rounds(
                                       ("-r", str(asked + n_cold)) if asked is not None and n_cold else ())
             plan += pair_round(names, model, w, (*planned_argv(w), *extra), start, target)
         plan = _interleave_cells(plan)
+        if placement:
+            plan = _verbose_first(store, study_id, spec, plan)
         store.add_trials(study_id, plan)
         if on_round:
             on_round(len(open_cells), max(open_cells.values()))

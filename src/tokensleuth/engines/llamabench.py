@@ -394,6 +394,13 @@ def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, st
         status, message = "failed", "engine printed no results"
     else:
         status, message = "done", ""
+    if "-v" in res.argv[1:]:  # the load log is on: where the weights and buffers went (compare.VERBOSE)
+        from tokensleuth.engines.placement import parse_load_log
+
+        err = res.text("err")
+        p = parse_load_log(err)
+        environment["placement"] = p.to_json() if p.model_mib else {
+            "error": (err.strip().splitlines() or ["no log"])[-1][:300]}
     windows = extract_windows(res) if status == "done" else []
     if status == "done":
         expected = sum(len(r.samples) for r in results)
