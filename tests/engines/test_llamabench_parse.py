@@ -162,3 +162,40 @@ def test_every_workload_form_gets_its_resources(engine: Any, dense_model: Any, t
         assert c["pairs"] == 2, name
         for arm in ("baseline", "candidate"):
             assert c["resources"][arm]["cpu_ms_per_token"] is not None, (name, arm)
+
+
+def test_a_window_is_the_timed_repetition_not_the_next_ones_memory_clear() -> None:
+    """The stamped lines of `-n 32 -d 4096 -r 4` on the 30B shape (H200): each repetition's
+    window closed at the next "depth run (cached)" line, 60 ms after llama-bench's clock
+    stopped (the next repetition's memory clear); the window is cut to the timed part and
+    its counters taken in proportion."""
+    import json
+
+    from tokensleuth.engines.llamabench import timed_part
+
+    ms = 1_000_000
+    own = [141.94, 130.26, 130.55, 130.14]
+    at = [("err", 0.0, "starting"), ("err", 5104.19, "warmup generation run"), ("err", 5170.73, "depth run 1/4"),
+          ("err", 5859.28, "generation run 1/4"), ("err", 6057.87, "depth run 2/4 (cached)"),
+          ("err", 6057.89, "generation run 2/4"), ("err", 6249.97, "depth run 3/4 (cached)"),
+          ("err", 6249.98, "generation run 3/4"), ("err", 6438.71, "depth run 4/4 (cached)"),
+          ("err", 6438.73, "generation run 4/4")]
+    row = {"n_prompt": 0, "n_gen": 32, "n_depth": 4096, "avg_ts": 240.0, "stddev_ts": 1.0,
+           "samples_ns": [int(x * ms) for x in own], "samples_ts": [32e3 / x for x in own]}
+    lines = [Line(s, int(t * ms), f"llama-bench: benchmark 1/1: {text}\n", {"cpu_s": t / 1e3, "gpu0_energy_j": t})
+             for s, t, text in at]
+    lines.append(Line("out", int(6568.91 * ms), json.dumps(row) + "\n", {"cpu_s": 6.56891, "gpu0_energy_j": 6568.91}))
+    res = ProcResult(("llama-bench",), 0, False, 0, int(6600 * ms), 0.0, 1.0, lines)
+    raw = extract_windows(res)
+    assert [round((w.end_ns - w.start_ns) / ms, 2) for w in raw] == [198.59, 192.08, 188.73, 130.18]
+    out = outcome_from(res, {}, {})
+    assert out.status == "done"
+    assert [round((w.end_ns - w.start_ns) / ms, 2) for w in out.windows] == own[:3] + [130.14]
+    assert [w.start_ns for w in out.windows] == [w.start_ns for w in raw]
+    first = out.windows[0]
+    # CPU and energy read at the edges, at the window's mean rate over the timed part
+    assert first.cpu_ms == pytest.approx(198.59 * 141.94 / 198.59, rel=1e-3)
+    assert first.counters["gpu0_energy_j"] == pytest.approx(141.94, rel=1e-3)
+    assert first.counters["untimed_ms"] == pytest.approx(198.59 - 141.94, abs=0.01)
+    assert out.windows[3].counters["untimed_ms"] < 0.1  # the last one closed on time (its JSON line)
+    assert timed_part(raw, []) == raw  # no durations from the engine: the windows as stamped
