@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import GOLDEN, tokensleuth_bin
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.sources.build import EngineBuild
@@ -23,9 +25,11 @@ def test_the_b9437_default_change_is_named_and_pinned_in_each_versions_syntax() 
     assert [x.label() for x in d] == ["n_gpu_layers: 99 → -1", "flash_attn: false → auto"]
     flags, cannot = params.pin_flags(b9432, b9437, HELP, set())
     assert flags == ["-ngl", "99", "-fa", "off"] and cannot == []
-    # the other way round: an old version cannot be told "auto"
+    # the other way round: an old version cannot be told "auto" (-fa), nor -1 (-ngl: its ranges
+    # are digits only; its help shows no negative default)
     flags, cannot = params.pin_flags(b9437, b9432, OLD_HELP, set())
-    assert flags == ["-ngl", "-1"] and cannot == ["flash_attn=auto (this version does not accept it)"]
+    assert flags == [] and cannot == ["n_gpu_layers=-1 (this version does not accept it)",
+                                      "flash_attn=auto (this version does not accept it)"]
     # flash_attn spelled three ways across versions is one setting
     assert params.diff({"flash_attn": True}, {"flash_attn": 1}, set()) == []
     assert params.diff({"flash_attn": "on"}, {"flash_attn": True}, set()) == []
@@ -76,3 +80,70 @@ def test_compare_names_an_unasked_setting_change_and_pin_params_removes_it(
     assert j["arms"]["new"]["flags"] == ["-t", str(threads)]
     assert j["comparisons"][0]["param_diffs"] == []
     assert "Not asked for" not in p.stdout
+
+
+# -- the settings map against golden --help and settings of releases across the history -------
+# (bench/golden_help.py builds each release and writes them)
+
+HELPS = GOLDEN / "help"
+RELEASES = sorted(p.name.removesuffix(".settings.json") for p in HELPS.glob("*.settings.json"))
+# what a result row reports besides the run's settings: the build, the model, the test, the timings
+NOT_SETTINGS = {"build_commit", "build_number", "cpu_info", "gpu_info", "backends", "model_filename", "model_type",
+                "model_size", "model_n_params", "n_prompt", "n_gen", "n_depth", "test_time", "avg_ns", "stddev_ns",
+                "avg_ts", "stddev_ts", "samples_ns", "samples_ts"}
+
+
+def _release(name: str) -> tuple[dict[str, object], str]:
+    doc = json.loads((HELPS / f"{name}.settings.json").read_text())
+    return doc["row"], (HELPS / f"{name}.txt").read_text()
+
+
+def test_the_goldens_span_the_history() -> None:
+    numbers = sorted(int(r[1:]) for r in RELEASES if r.startswith("b"))
+    assert len(numbers) >= 5 and numbers[0] < 9500 and numbers[-1] >= 11434, RELEASES
+    assert any(r.startswith("llama-cpp-python-") for r in RELEASES), RELEASES
+
+
+@pytest.mark.parametrize("name", RELEASES)
+def test_every_setting_a_release_reports_is_in_the_map_with_a_flag_it_accepts(name: str) -> None:
+    row, help_ = _release(name)
+    unknown = set(row) - NOT_SETTINGS - set(params.SETTINGS) - set(params.UNPINNABLE)
+    assert not unknown, f"{name} reports settings the map does not know: {sorted(unknown)}"
+    for field in set(row) & set(params.SETTINGS):
+        assert any(params.accepted_values(help_, f) != [] for f in params.SETTINGS[field]), (
+            f"{name}: none of {params.SETTINGS[field]} (for {field}) is in its --help")
+
+
+@pytest.mark.parametrize("base,cand", [(a, b) for a in RELEASES for b in RELEASES if a != b])
+def test_pinning_any_release_to_any_other_passes_only_flags_and_values_its_help_lists(base: str, cand: str) -> None:
+    from tokensleuth.engines.llamabench import known_flags
+
+    b_row, _ = _release(base)
+    c_row, c_help = _release(cand)
+    b_set, c_set = params.settings(b_row), params.settings(c_row)
+    flags, cannot = params.pin_flags(b_set, c_set, c_help, set())
+    pairs = list(zip(flags[::2], flags[1::2], strict=True))
+    for flag, value in pairs:
+        assert flag in known_flags(c_help), (flag, cand)
+        choices = params.accepted_values(c_help, flag)
+        assert choices is None or value in choices, (flag, value, choices)
+    # every difference is either pinned or named as one this version cannot be given
+    named = {c.split("=")[0].split(" ")[0] for c in cannot}
+    pinned = params.flag_fields(flags)
+    for d in params.diff(b_set, c_set, set()):
+        assert d.field in pinned or d.field in named, (d, flags, cannot)
+
+
+def test_the_mmap_setting_renamed_to_load_mode_is_pinned_both_ways() -> None:
+    old, old_help = _release("b9093")
+    new, new_help = _release("b11434")
+    assert "use_mmap" in old and "load_mode" not in old and "load_mode" in new and "use_mmap" not in new
+    assert params.pin_flags(params.settings(old), params.settings(new), new_help, set()) == (
+        ["-ngl", "99", "-fa", "off", "-lm", "mmap"], [])
+    flags, cannot = params.pin_flags(params.settings(new), params.settings(old), old_help, set())
+    assert "-mmp" not in flags and "load_mode=auto (this version does not accept it)" in cannot
+    # b9093 refuses `-ngl -1` ("invalid range format", seen on the real engine): never passed
+    assert "-1" not in flags and "n_gpu_layers=-1 (this version does not accept it)" in cannot
+    no_mmap = dict(params.settings(new), load_mode="none")
+    assert params.pin_flags(no_mmap, params.settings(old), old_help, set())[0][-2:] == ["-mmp", "0"]
+    assert params.flag_fields(["-mmp", "0"]) == {"use_mmap", "load_mode"}  # asked for, in either name

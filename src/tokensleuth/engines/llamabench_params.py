@@ -38,11 +38,22 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "no_kv_offload": ("-nkvo", "--no-kv-offload"),
     "flash_attn": ("-fa", "--flash-attn"),
     "use_mmap": ("-mmp", "--mmap"),
+    "use_direct_io": ("-dio", "--direct-io"),
     "load_mode": ("-lm", "--load-mode"),
+    "lazy_mode": ("-lzm", "--lazy-mode"),
+    "fit_target": ("-fitt", "--fit-target"),
+    "fit_min_ctx": ("-fitc", "--fit-ctx"),
     "embeddings": ("-embd", "--embeddings"),
     "no_op_offload": ("-nopo", "--no-op-offload"),
     "no_host": ("--no-host",),
     "repack": ("--repack",),
+}
+# A setting a later version reports under another field: old field -> (new field, old value ->
+# new value). b9093 reports use_mmap (set by -mmp 0|1); b11434 reports load_mode (-lm
+# auto|none|mmap|…) and has no -mmp. Runs of the two are compared, and pinned, as load_mode;
+# a new value the old field cannot say (auto, dio) cannot be given to the old version.
+RENAMED: dict[str, tuple[str, dict[Any, Any]]] = {
+    "use_mmap": ("load_mode", {True: "mmap", False: "none"}),
 }
 # Settings reported but not worth a line: which devices ran is the host's business, and a
 # tensor split or override list has no single-token flag value to pin.
@@ -79,16 +90,34 @@ def settings(result: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def flag_fields(flags: Sequence[str]) -> set[str]:
-    """Settings that these llama-bench flags set (``-t 1`` sets n_threads)."""
+    """Settings that these llama-bench flags set (``-t 1`` sets n_threads; ``-mmp 0`` sets
+    use_mmap, which later versions report as load_mode)."""
     by_flag = {f: field for field, fs in SETTINGS.items() for f in fs}
-    return {by_flag[f.split("=", 1)[0]] for f in flags if f.split("=", 1)[0] in by_flag}
+    out = {by_flag[f.split("=", 1)[0]] for f in flags if f.split("=", 1)[0] in by_flag}
+    return out | {RENAMED[f][0] for f in out if f in RENAMED}
+
+
+def _canonical(s: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings with a renamed field also under its later name (see RENAMED)."""
+    out = dict(s)
+    for old, (new, to_new) in RENAMED.items():
+        if old in out and new not in out and _hashable(out[old]) and out[old] in to_new:
+            out[new] = to_new[out[old]]
+    return out
+
+
+def _hashable(v: Any) -> bool:
+    return isinstance(v, (bool, int, float, str))
 
 
 def diff(base: Mapping[str, Any], cand: Mapping[str, Any], requested: set[str]) -> list[ParamDiff]:
     """Settings present in both runs whose values differ (a field only one version reports
-    is a new setting, not a change of one)."""
+    is a new setting, not a change of one; a renamed one is compared under its later name)."""
+    base, cand = _canonical(base), _canonical(cand)
     out = []
     for k in (*SETTINGS, *UNPINNABLE):
+        if k in RENAMED and RENAMED[k][0] in base and RENAMED[k][0] in cand:
+            continue  # compared under its later name
         if k in base and k in cand and _norm(k, base[k]) != _norm(k, cand[k]):
             out.append(ParamDiff(k, base[k], cand[k], k in requested))
     return out
@@ -111,17 +140,33 @@ def _fa_state(v: Any) -> str | None:
     return None
 
 
-def accepted_values(help_text: str, flag: str) -> list[str] | None:
-    """The value choices ``--help`` lists for a flag (``<on|off|auto>``), None if open-ended,
-    and [] when this version has no such flag."""
+def help_line(help_text: str, flag: str) -> str | None:
+    """The line of ``--help`` that lists ``flag``; None when this version has no such flag."""
     for line in help_text.splitlines():
         names = re.findall(r"(?<![\w-])(--?[A-Za-z][\w-]*)", line.split("<")[0])
         if flag in names:
-            m = re.search(r"<([^>]*)>", line)
-            if m and "|" in m.group(1):
-                return [c.strip() for c in m.group(1).split("|")]
-            return None
-    return []
+            return line
+    return None
+
+
+def accepted_values(help_text: str, flag: str) -> list[str] | None:
+    """The value choices ``--help`` lists for a flag (``<on|off|auto>``), None if open-ended,
+    and [] when this version has no such flag."""
+    line = help_line(help_text, flag)
+    if line is None:
+        return []
+    m = re.search(r"<([^>]*)>", line)
+    if m and "|" in m.group(1):
+        return [c.strip() for c in m.group(1).split("|")]
+    return None
+
+
+def takes_negative(help_text: str, flag: str) -> bool:
+    """Whether this version reads a negative number for ``flag``: only where its own help shows
+    one (b9437 and later: ``-ngl <n> (default: -1)``, -1 = auto). b9093's number ranges are
+    digits only: ``-ngl -1`` is "invalid range format" there (bench/pin_matrix.py found it)."""
+    line = help_line(help_text, flag) or ""
+    return re.search(r"default: -\d", line) is not None
 
 
 def render(field: str, value: Any, choices: list[str] | None) -> str | None:
@@ -156,11 +201,22 @@ def pin_flags(base: Mapping[str, Any], cand: Mapping[str, Any], cand_help: str,
         if d.field in UNPINNABLE:
             cannot.append(f"{d.field} (no single flag value)")
             continue
-        flag = next((f for f in SETTINGS[d.field] if accepted_values(cand_help, f) != []), None)
+        field, baseline = d.field, d.baseline
+        flag = next((f for f in SETTINGS[field] if accepted_values(cand_help, f) != []), None)
+        old = next((o for o, (n, _) in RENAMED.items() if n == field), None)
+        if flag is None and old is not None:  # an older version: its own field and flag say it
+            flag = next((f for f in SETTINGS[old] if accepted_values(cand_help, f) != []), None)
+            back = {v: k for k, v in RENAMED[old][1].items()}
+            if flag is not None and baseline not in back:
+                cannot.append(f"{field}={show(field, baseline)} (this version does not accept it)")
+                continue
+            field, baseline = old, back.get(baseline)
         if flag is None:
             cannot.append(f"{d.field} (this version has no flag for it)")
             continue
-        value = render(d.field, d.baseline, accepted_values(cand_help, flag))
+        value = render(field, baseline, accepted_values(cand_help, flag))
+        if value is not None and value.startswith("-") and not takes_negative(cand_help, flag):
+            value = None
         if value is None:
             cannot.append(f"{d.field}={show(d.field, d.baseline)} (this version does not accept it)")
             continue
