@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
 from tokensleuth.diagnose import Diagnoser
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.judge import Judge, Judgement
 from tokensleuth.outputs import CHECK_TARGETS
@@ -247,7 +248,7 @@ class Bisector:
                      timeout_s=spec["timeout_s"], log=self.log,
                      pin_to=self.cands[0].source if spec.get("pin_params") else None,
                      targets=CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS,
-                     kind=spec.get("kind", "llama-bench"), cache=cache, executor=executor)
+                     kind=spec.get("kind", DEFAULT_KIND), cache=cache, executor=executor)
 
     def width(self) -> int:
         """How many candidates can be judged at once: the fleet's machines still alive."""

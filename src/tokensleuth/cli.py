@@ -23,6 +23,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tokensleuth import __version__
 from tokensleuth.errors import EngineError, Interrupted, UserError
 from tokensleuth.limits import MAX_TIMEOUT_S, MAX_TRIALS
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.engines.checks import check_arm
 from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
@@ -260,7 +261,7 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
     resources: Annotated[bool, typer.Option(help="Show every resource column.")] = False,
-    kind: Annotated[str, typer.Option("--kind", help="Engine kind: llama-bench, or llama-server (timed requests to the built server); a url: engine is measured as openai.")] = "llama-bench",
+    kind: Annotated[str, typer.Option("--kind", help="Engine kind: llama-bench, or llama-server (timed requests to the built server); a url: engine is measured as openai.")] = DEFAULT_KIND,
     api_key_env: Annotated[Optional[str], typer.Option("--api-key-env", help="url: engine: the environment variable that holds its API key (never stored).")] = None,
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, pp512+tg128, tg128@d4096, tg128xc4 … (repeatable; a server's default: pp512 and tg128).")] = [],  # noqa: B006
     sample_interval: SampleIntervalOpt = 0.2,
@@ -284,20 +285,18 @@ def bench(
     json_target(json_out)
     models = model_paths(model)
     env_map = parse_env(env)
-    from tokensleuth.engines import engine_for
+    from tokensleuth.engines import engine_for, kind_for, served
     from tokensleuth.spec import WORKLOAD_FLAGS
     from tokensleuth.workloads import canonical
 
-    if engine.startswith(("url:", "cmd:")) and kind == "llama-bench":
-        # a running server is measured over its OpenAI-compatible API; a command's, as llama-server
-        kind = "openai" if engine.startswith("url:") else "llama-server"
-    engine_for(kind)  # an unknown kind: one line, before any build
-    if kind == "openai" and not engine.startswith(("url:", "cmd:")):
-        raise UserError("--kind openai measures a server: give it as --engine url:http://HOST:PORT or cmd:'…'")
+    if served(engine) and kind == DEFAULT_KIND:
+        kind = kind_for(engine, None)  # the kind its source's prefix is measured with
+    if not engine_for(kind).builds and not served(engine):  # an unknown kind: one line, before any build
+        raise UserError(f"--kind {kind} measures a server: give it as --engine url:http://HOST:PORT or cmd:'…'")
     parse_source(engine)
     workloads = list(dict.fromkeys(canonical(w) for w in workload))
-    if kind != "llama-bench" and not workloads:
-        workloads = ["pp512", "tg128"]
+    if not workloads:
+        workloads = list(engine_for(kind).default_workloads)
     if workloads:
         for f in flags:
             if f.split("=", 1)[0] in WORKLOAD_FLAGS:
@@ -316,7 +315,7 @@ def bench(
     else:
         b = get_build(engine, cmake, targets_for([kind]))
         check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
-        if kind == "llama-bench":  # a load that cannot fit is refused before it starts
+        if engine_for(kind).bench_flags:  # a load that cannot fit is refused before it starts
             from tokensleuth.memory import guard
 
             guard(models, flags, workloads, b.backends, warn=lambda line: err.print(line, markup=False))
@@ -427,11 +426,12 @@ def compare(
         check_arm(by_source[key], a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
                   help_cache, a.api_key_env, a.source)  # every arm's own
         builds[a.name] = by_source[key]
+    from tokensleuth.engines import engine_for
     from tokensleuth.memory import guard
 
     predicted: dict[str, dict[str, Any]] = {}
     for a in spec.arms:  # a load that cannot fit is refused before any arm starts
-        if a.kind == "llama-bench":
+        if engine_for(a.kind).bench_flags:
             predicted[a.name] = {m: need.to_json() for m, need in guard(
                 spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
                 warn=lambda line: err.print(line, markup=False))}
@@ -621,7 +621,7 @@ def bisect(
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same bisect.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every candidate the good side's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs differ from good's (llama-perplexity KL divergence).")] = False,
-    kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each commit: llama-bench or llama-server.")] = "llama-bench",
+    kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each commit: llama-bench or llama-server.")] = DEFAULT_KIND,
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
     no_probe: NoProbeOpt = False,
@@ -701,7 +701,7 @@ def set_kind(spec: dict[str, Any], kind: str) -> None:
     from tokensleuth.engines import engine_for
 
     engine_for(kind)
-    if kind != "llama-bench":
+    if kind != DEFAULT_KIND:
         spec["kind"] = kind
 
 
@@ -709,7 +709,7 @@ def build_compare_spec_check(spec: dict[str, Any]) -> None:
     """Validate the parts of a bisect that each comparison will use, before any build."""
     from tokensleuth.spec import build_compare_spec
 
-    kind = spec.get("kind", "llama-bench")
+    kind = spec.get("kind", DEFAULT_KIND)
     build_compare_spec({"arms": [{"name": "A", "source": DEFAULT_ENGINE, "kind": kind},
                                  {"name": "B", "source": DEFAULT_ENGINE, "kind": kind}],
                         "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
@@ -742,7 +742,7 @@ def decompose(
     out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write the kept patches as format-patch files here.")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the decompose result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same decompose.")] = False,
-    kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each state: llama-bench or llama-server.")] = "llama-bench",
+    kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each state: llama-bench or llama-server.")] = DEFAULT_KIND,
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
     no_probe: NoProbeOpt = False,

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
+from tokensleuth.engines import engine_for
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth import noise
 from tokensleuth.plan import pair_round
@@ -225,22 +227,20 @@ def run_compare(
 
 
 PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": …}}}
-# llama-bench's flag that prints the load log (where the weights and buffers live)
-VERBOSE = "-v"
 
 
 def _verbose_first(store: Store, study_id: str, spec: CompareSpec, plan: list[PlannedTrial]) -> list[PlannedTrial]:
-    """The first planned trial of each llama-bench arm and model whose placement is not yet
-    known runs with the load log on (``-v``): the placement comes from a real trial, not
+    """The first planned trial of each arm and model whose placement is not yet known runs with
+    its engine's load log on (llama-bench's ``-v``): the placement comes from a real trial, not
     from a load of its own. (Measured: -v changes no verdict; bench/verbose_overhead.sh.)"""
     got = store.get_state(study_id, PLACEMENT_STATE, {})
-    kinds = {a.name: a.kind for a in spec.arms}
-    want = {(t.arm, t.model) for t in plan if kinds.get(t.arm) == "llama-bench" and t.model not in got.get(t.arm, {})}
+    flag = {a.name: engine_for(a.kind).load_log_flag for a in spec.arms}
+    want = {(t.arm, t.model) for t in plan if flag.get(t.arm) and t.model not in got.get(t.arm, {})}
     out = []
     for t in plan:
         if (t.arm, t.model) in want:
             want.discard((t.arm, t.model))
-            t = dataclasses.replace(t, argv=(*t.argv, VERBOSE))
+            t = dataclasses.replace(t, argv=(*t.argv, str(flag[t.arm])))
         out.append(t)
     return out
 
@@ -346,7 +346,7 @@ def user_reps(spec: CompareSpec) -> bool:
 def asked_reps(spec: CompareSpec) -> int | None:
     """The -r every llama-bench arm was given (the last one of its flags counts), None when
     none was, the arms differ or one is a server (its -r is requests per trial)."""
-    if any(a.kind != "llama-bench" for a in spec.arms):
+    if not all(engine_for(a.kind).reps_per_process for a in spec.arms):
         return None
     got = set()
     for a in spec.arms:
@@ -363,7 +363,7 @@ def adaptive_reps(store: Store, study_id: str, spec: CompareSpec) -> int | None:
     """Repetitions per process for the next round: the user's -r wins (None: keep it), as does
     a server arm (its -r is requests per trial); else FIRST_REPS until the study's own noise
     can be estimated, then the cheapest allocation for it (noise.Noise.best_reps)."""
-    if user_reps(spec) or any(a.kind != "llama-bench" for a in spec.arms):
+    if user_reps(spec) or not all(engine_for(a.kind).reps_per_process for a in spec.arms):
         return None
     n = noise.estimate(store, study_id)
     if n is None:
@@ -421,7 +421,7 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
     differ unasked (read from one short run of each arm on the first model)."""
     base = spec.baseline_name()
     arms = {a.name: a for a in spec.arms}
-    probe = {n: params.probe_settings(Path(builds[n].bin_dir) / "llama-bench", spec.models[0],
+    probe = {n: params.probe_settings(params.bench(builds[n]), spec.models[0],
                                       [*a.flags, *spec.common_flags], spec.timeout_s)
              for n, a in arms.items()}
     new_arms = []
@@ -431,7 +431,7 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
             continue
         asked = params.flag_fields(arms[base].flags) | params.flag_fields(a.flags)
         flags, cannot = params.pin_flags(probe[base], probe[a.name],
-                                         params.help_text(Path(builds[a.name].bin_dir) / "llama-bench"), asked)
+                                         params.help_text(params.bench(builds[a.name])), asked)
         if log:
             log(f"pinned {a.name} to {base}'s settings: {' '.join(flags) or 'nothing differed'}"
                 + (f"; cannot pin {', '.join(cannot)}" if cannot else ""))
@@ -461,7 +461,7 @@ def spec_dump(spec: CompareSpec) -> dict[str, Any]:
     if out.get("edge") is None:
         out.pop("edge", None)
     for arm in out["arms"]:
-        if arm.get("kind") == "llama-bench":
+        if arm.get("kind") == DEFAULT_KIND:
             del arm["kind"]
         if arm.get("api_key_env") is None:
             arm.pop("api_key_env", None)

@@ -19,6 +19,7 @@ from typing import Any
 
 from tokensleuth.compare import Comparison
 from tokensleuth.diagnose import Diagnoser
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.judge import Judge, Judgement
 from tokensleuth.patches import Patch, PatchFailed, PrivateRepo, build_error, read_patch_files, series_patches
@@ -85,7 +86,7 @@ class Decomposer:
         self.judge = judge or Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
                                     timeout_s=spec["timeout_s"], log=self.log,
                                     targets=CHECK_TARGETS if check_outputs is not None else DEFAULT_TARGETS,
-                                    kind=spec.get("kind", "llama-bench"))
+                                    kind=spec.get("kind", DEFAULT_KIND))
         self.check_outputs = check_outputs
         self.models = list(spec["models"]) + list(spec.get("control_models") or [])
 

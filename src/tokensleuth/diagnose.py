@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from tokensleuth.engines import engine_for
 from tokensleuth import stats
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
@@ -446,7 +447,7 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
     # arms that set their own thread counts compare them: one thread fewer for all is no fix then
     arms_set_threads = any(f in ("-t", "--threads") or f.startswith("--threads=") for a in spec.arms for f in a.flags)
     if (probe and "threads" in d.codes() and d.threads is not None and build is not None
-            and base.kind == "llama-bench" and not arms_set_threads):
+            and engine_for(base.kind).bench_flags and not arms_set_threads):
         if log:
             log(f"probe: {2 * PROBE_PAIRS} processes of {worst.workload} at -t {d.threads - 1} "
                 "(--no-probe skips it)")

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth.compare import Comparison, run_compare, still_open
-from tokensleuth.engines import llamabench_params as params
+from tokensleuth.engines import engine_for, llamabench_params as params
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import EngineError
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import build_compare_spec
@@ -61,7 +61,7 @@ class Judge:
     def __init__(self, store: Store, *, workloads: Sequence[str], flags: Sequence[str],
                  cmake: Sequence[str], timeout_s: float, arm_flags: dict[str, list[str]] | None = None,
                  pin_to: str | None = None, log: Log | None = None, cache: BuildCache | None = None,
-                 targets: Sequence[str] = DEFAULT_TARGETS, kind: str = "llama-bench",
+                 targets: Sequence[str] = DEFAULT_TARGETS, kind: str = DEFAULT_KIND,
                  executor: Executor | None = None) -> None:
         self.store = store
         self.workloads = list(workloads)
@@ -135,7 +135,7 @@ class Judge:
         if fresh:
             for arm in spec_data["arms"]:
                 arm["env"] = {"TOKENSLEUTH_MEASUREMENT": fresh}
-        if self.kind != "llama-bench":
+        if self.kind != DEFAULT_KIND:  # (a default kind is left out: older studies keep their identity)
             for arm in spec_data["arms"]:
                 arm["kind"] = self.kind
         key = (a, b, tuple(models), fresh)
@@ -164,7 +164,7 @@ class Judge:
         memory is not this machine's: there the engine's own load failure is the trial's.)"""
         extra = self.arm_flags.get(source, [])
         key = (build.key, tuple(models), tuple(extra))
-        if self.kind != "llama-bench" or key in self._guarded or getattr(self.cache, "check_arm", None):
+        if not engine_for(self.kind).bench_flags or key in self._guarded or getattr(self.cache, "check_arm", None):
             return
         from tokensleuth.memory import guard
 
@@ -178,9 +178,9 @@ class Judge:
         base_build = self.build(self.pin_to)
         if base_build is None:
             raise EngineError(f"cannot pin settings to {self.pin_to}: it does not build")
-        bench = Path(build.bin_dir) / "llama-bench"
+        bench = params.bench(build)
         if self._pin_base is None:
-            self._pin_base = params.probe_settings(Path(base_build.bin_dir) / "llama-bench", model,
+            self._pin_base = params.probe_settings(params.bench(base_build), model,
                                                    self.flags, self.timeout_s)
         mine = params.probe_settings(bench, model, self.flags, self.timeout_s)
         flags, cannot = params.pin_flags(self._pin_base, mine, params.help_text(bench),

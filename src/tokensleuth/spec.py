@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from tokensleuth.engines import engine_for, kind_for, served
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
 from tokensleuth.models.info import check_gguf
@@ -101,7 +103,7 @@ class ArmSpec(BaseModel):
     flags: list[str] = []
     env: dict[str, str] = {}
     cmake: list[str] = []
-    kind: str = "llama-bench"  # the engine kind that runs this arm (tokensleuth.engines.KINDS)
+    kind: str = DEFAULT_KIND  # the engine kind that runs this arm (tokensleuth.engines.KINDS)
     # url: arms: the environment variable that holds the API key (its name is stored, never the key)
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -111,18 +113,21 @@ class ArmSpec(BaseModel):
         # an arm on a running server (url:) is measured over its OpenAI-compatible API
         # (a command that starts a server speaks llama-server's API unless its kind says openai)
         if isinstance(v, dict) and "kind" not in v:
-            src = str(v.get("source", ""))
-            if src.startswith(("url:", "cmd:")):
-                return dict(v, kind="openai" if src.startswith("url:") else "llama-server")
+            return dict(v, kind=kind_for(str(v.get("source", "")), None))
         return v
 
     @model_validator(mode="after")
     def _kind_fits_source(self) -> ArmSpec:
-        served = self.source.startswith(("url:", "cmd:"))
-        if served and self.kind == "llama-bench":
-            raise ValueError("a url: or cmd: source is a server — give the arm kind llama-server or openai")
-        if self.kind == "openai" and not served:
-            raise ValueError("kind openai measures a server at a url: or started by a cmd: — give such a source")
+        from tokensleuth.engines import KINDS
+
+        if self.kind not in KINDS:
+            return self  # named by the arm check (engine_for), with the kinds there are
+        engine = engine_for(self.kind)
+        if served(self.source) and not engine.attaches:
+            raise ValueError("a url: or cmd: source is a server — give the arm kind "
+                             + " or ".join(sorted(k for k in KINDS if engine_for(k).attaches)))
+        if not engine.builds and not served(self.source):
+            raise ValueError(f"kind {self.kind} measures a server at a url: or started by a cmd: — give such a source")
         return self
 
     @field_validator("flags", mode="before")

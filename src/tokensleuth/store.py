@@ -682,7 +682,7 @@ class Store:
                 "INSERT INTO arms(study_id, name, source, engine_json, flags_json, env_json, kind)"
                 " VALUES (?,?,?,?,?,?,?)",
                 (study_id, name, source, json.dumps(engine), json.dumps(list(flags)),
-                 json.dumps(env), str(engine.get("engine_kind") or "llama-bench")),
+                 json.dumps(env), str(engine.get("engine_kind") or "llama-bench")),  # (engines.base.DEFAULT_KIND: the store sits below engines)
             )
         self._insert_plan(db, study_id, plan, start_seq=0)
         return study_id

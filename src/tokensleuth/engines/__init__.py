@@ -17,6 +17,24 @@ if TYPE_CHECKING:
 
 # kind name -> module of this package (imported on first use)
 KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "openai"}
+# source prefix -> the kind an arm with such a source runs when it names none: a running
+# server (url:) over its OpenAI-compatible API, a command that starts one (cmd:) as llama-server
+DEFAULT_FOR = {"url:": "openai", "cmd:": "llama-server"}
+
+
+def kind_for(source: str, kind: str | None) -> str:
+    """The engine kind an arm runs: the one it names, else its source prefix's (DEFAULT_FOR),
+    else the default kind."""
+    from tokensleuth.engines.base import DEFAULT_KIND
+
+    if kind:
+        return kind
+    return next((k for p, k in DEFAULT_FOR.items() if source.startswith(p)), DEFAULT_KIND)
+
+
+def served(source: str) -> bool:
+    """Whether a source is a server to attach to (url:) or a command that starts one (cmd:)."""
+    return source.startswith(tuple(DEFAULT_FOR))
 
 
 def engine_for(kind: str) -> Engine:

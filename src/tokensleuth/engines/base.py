@@ -47,6 +47,13 @@ class Engine(Protocol):
 
     kind: str
     targets: tuple[str, ...]  # build targets it runs (llama-bench, llama-server)
+    # What the core asks of a kind instead of its name:
+    attaches: bool  # it can measure a server the arm attaches to (a url:/cmd: source)
+    builds: bool  # it can run from a build of a source (not only from a server)
+    reps_per_process: bool  # -r is repetitions inside one process: the design may choose it
+    bench_flags: bool  # its flags are llama-bench's: settings, memory guard, threads probe
+    load_log_flag: str | None  # the flag that makes a trial print its load log (placement)
+    default_workloads: tuple[str, ...]  # when none is given (empty: the engine's own defaults)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         """Refuse, before any trial, what this engine cannot run (UserError, one line)."""

@@ -419,7 +419,7 @@ def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, st
         status, message = "failed", "engine printed no results"
     else:
         status, message = "done", ""
-    if "-v" in res.argv[1:]:  # the load log is on: where the weights and buffers went (compare.VERBOSE)
+    if ENGINE_LOAD_LOG_FLAG in res.argv[1:]:  # the load log is on: where the weights and buffers went
         from tokensleuth.engines.placement import parse_load_log
 
         err = res.text("err")
@@ -475,11 +475,20 @@ def check_flags(flags: Sequence[str], help_text: str) -> None:
             )
 
 
+ENGINE_LOAD_LOG_FLAG = "-v"  # llama-bench's verbose output: the load log, before the first test
+
+
 class LlamaBench:
     """The llama-bench engine kind: one process per trial, its repetitions timed by itself."""
 
     kind = "llama-bench"
     targets = ("llama-bench",)
+    attaches = False
+    builds = True
+    reps_per_process = True
+    bench_flags = True
+    load_log_flag: str | None = ENGINE_LOAD_LOG_FLAG
+    default_workloads: tuple[str, ...] = ()  # llama-bench's own (-p 512 -n 128)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         for w in workloads:

@@ -224,6 +224,11 @@ def pin_flags(base: Mapping[str, Any], cand: Mapping[str, Any], cand_help: str,
     return flags, cannot
 
 
+def bench(build: Any) -> Path:
+    """The llama-bench of a build (an EngineBuild, or anything with its ``bin_dir``)."""
+    return Path(build.bin_dir) / "llama-bench"
+
+
 def help_text(bench_bin: Path) -> str:
     """llama-bench's ``--help`` (the flags and values this version accepts)."""
     try:

@@ -191,6 +191,12 @@ class LlamaServer:
 
     kind = "llama-server"
     targets = (BINARY,)
+    attaches = True
+    builds = True
+    reps_per_process = False  # -r is requests per trial
+    bench_flags = False
+    load_log_flag: str | None = None
+    default_workloads = ("pp512", "tg128")
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         _, flags = split_flags(arm.flags)

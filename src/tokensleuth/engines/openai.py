@@ -138,6 +138,12 @@ def timings_of(w: Workload) -> Any:
 class OpenAICompatible:
     kind = "openai"
     targets: tuple[str, ...] = ()
+    attaches = True
+    builds = False
+    reps_per_process = False  # -r is requests per trial
+    bench_flags = False
+    load_log_flag: str | None = None
+    default_workloads = ("pp512", "tg128")
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         if not (arm.endpoint or "").startswith(("url:", "cmd:")):

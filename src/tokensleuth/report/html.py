@@ -17,6 +17,7 @@ from typing import Any
 
 import jinja2
 
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
 
@@ -45,7 +46,7 @@ def arms_table(store: Store, study_id: str) -> list[dict[str, str]]:
     for a in store.arms(study_id):
         eng = json.loads(a["engine_json"] or "{}")
         flags = json.loads(a["flags_json"] or "[]")
-        out.append({"name": str(a["name"]), "kind": str(a["kind"] if "kind" in a.keys() else "llama-bench"),
+        out.append({"name": str(a["name"]), "kind": str(a["kind"] if "kind" in a.keys() else DEFAULT_KIND),
                     "source": str(a["source"]), "commit": str(eng.get("commit") or eng.get("build_number") or "—"),
                     "backends": ",".join(eng.get("backends") or []) or "—", "flags": " ".join(map(str, flags))})
     return out
