@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "tokensleuth"
 BINARIES = ("llama-bench", "llama-server", "llama-perplexity", "llama-batched-bench")
 
 
-def _modules(*outside: str) -> list[tuple[str, ast.AST]]:
+def _modules(*outside: str) -> list[tuple[str, ast.Module]]:
     out = []
     for p in sorted(SRC.rglob("*.py")):
         rel = p.relative_to(SRC).as_posix()
@@ -44,6 +44,19 @@ def test_the_core_never_builds_an_engine_binarys_path_by_name() -> None:
              for rel, tree in _modules("engines/", "sources/") for node in ast.walk(tree)
              if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and _const(node.right) in BINARIES]
     assert found == [], "the engine's module knows its binary:\n" + "\n".join(found)
+
+
+def test_workload_names_and_model_facts_import_no_engine() -> None:
+    """Shared by every engine kind, so below them: workloads.py and models/ import nothing from
+    engines/ (workload names were llama-bench's module's; the core's now)."""
+    found = []
+    for rel, tree in _modules():
+        if rel == "workloads.py" or rel.startswith("models/"):
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                    found += [f"{rel}:{node.lineno} imports {m}" for m in mods if m.startswith("tokensleuth.engines")]
+    assert found == [], "\n".join(found)
 
 
 def test_the_guards_see_what_they_look_for() -> None:

@@ -32,3 +32,9 @@ class Interrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+def show(text: str, limit: int = 60) -> str:
+    """A piece of untrusted input, fit for a one-line message: quoted, ASCII, short."""
+    shown = ascii(text[:limit])
+    return shown + "…" if len(text) > limit else shown

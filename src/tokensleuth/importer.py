@@ -13,14 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.engines.llamabench import (
-    MalformedOutput,
-    parse_json,
-    parse_jsonl,
-    result_row,
-    show,
-    summary_row,
-)
+from tokensleuth.engines.llamabench import MalformedOutput, parse_json, parse_jsonl, result_row, summary_row
+from tokensleuth.errors import show
 from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.errors import UserError
 from tokensleuth.spec import spec_hash

@@ -17,7 +17,7 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tokensleuth.engines.llamabench import INT32_MAX, parse_workload
+from tokensleuth.workloads import INT32_MAX, parse_workload
 from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
 from tokensleuth.sources import Source, parse_source

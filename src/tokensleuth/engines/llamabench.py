@@ -22,7 +22,11 @@ from typing import Any
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.engines.proc import Probe, ProcResult, run_process
 from tokensleuth.monitor.attribute import counter_deltas
-from tokensleuth.errors import UserError
+from tokensleuth.errors import UserError, show
+from tokensleuth.workloads import (  # llama-bench's workload names, the core's since every kind uses them
+    INT32_MAX,
+    bench_test_name,
+)
 from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
 
 # Flags tokensleuth sets itself; a user passing them would break parsing.
@@ -40,7 +44,6 @@ PROGRESS_RE = re.compile(
 # What the store can hold: SQLite integers are signed 64-bit.
 INT64_MAX = 2**63 - 1
 # llama-bench's counts (tokens, depth) are C ints.
-INT32_MAX = 2**31 - 1
 # llama-bench's JSON is two levels deep; anything much deeper is not its output.
 MAX_JSON_DEPTH = 16
 
@@ -76,65 +79,6 @@ def parse_progress(line: str) -> Progress | None:
         return Progress(test, "prompt", int(m.group("prep")))
     return Progress(test, "gen", int(m.group("grep")))
 
-
-def bench_test_name(n_prompt: int, n_gen: int, n_depth: int) -> str:
-    """llama-bench's name for a test: pp512, tg128, pp512+tg128, with @d4096 when deep."""
-    if n_prompt and n_gen:
-        name = f"pp{n_prompt}+tg{n_gen}"
-    elif n_prompt:
-        name = f"pp{n_prompt}"
-    else:
-        name = f"tg{n_gen}"
-    return f"{name}@d{n_depth}" if n_depth else name
-
-
-# pp<N>, tg<N> or pp<N>+tg<N>, each optionally @d<N>; ASCII digits only, at most 10 of
-# them (a longer number is out of llama-bench's int range anyway).
-WORKLOAD_RE = re.compile(
-    r"(?:pp(?P<p>[0-9]{1,10}))?(?P<plus>\+)?(?:tg(?P<g>[0-9]{1,10}))?(?:@d(?P<d>[0-9]{1,10}))?"
-)
-
-
-def parse_workload(name: str) -> tuple[int, int, int]:
-    """``pp512`` / ``tg128`` / ``pp512+tg128``, each optionally ``@d4096`` -> (n_prompt, n_gen, n_depth)."""
-    m = WORKLOAD_RE.fullmatch("".join(name.split()))
-    both = bool(m and m["p"] and m["g"])
-    if not m or not (m["p"] or m["g"]) or bool(m["plus"]) != both:
-        raise UserError(
-            f"unknown workload {show(name)} — use llama-bench's names: pp512, tg128, pp512+tg128, pp2048@d4096"
-        )
-    n_prompt, n_gen, n_depth = (int(m[k] or 0) for k in ("p", "g", "d"))
-    if (m["p"] and not n_prompt) or (m["g"] and not n_gen):
-        raise UserError(f"workload {show(name)} times no tokens — give a count above 0, e.g. pp512 or tg128")
-    if max(n_prompt, n_gen, n_depth) > INT32_MAX:
-        raise UserError(f"workload {show(name)} is larger than llama-bench can run — use counts below 2^31")
-    return n_prompt, n_gen, n_depth
-
-
-def canonical_workload(name: str) -> str:
-    """The one name a workload is planned, stored and matched under: llama-bench's own.
-
-    ``tg128@d0`` -> ``tg128``, ``pp0512`` -> ``pp512``: results come back under the
-    name :func:`bench_test_name` gives them, so a study keyed by anything else finds
-    no cells for its workload.
-    """
-    return bench_test_name(*parse_workload(name))
-
-
-def workload_flags(name: str) -> list[str]:
-    """llama-bench flags that run exactly this one workload."""
-    n_prompt, n_gen, n_depth = parse_workload(name)
-    if n_prompt and n_gen:
-        flags = ["-p", "0", "-n", "0", "-pg", f"{n_prompt},{n_gen}"]
-    else:
-        flags = ["-p", str(n_prompt), "-n", str(n_gen)]
-    return flags + ["-d", str(n_depth)]
-
-
-def show(text: str, limit: int = 60) -> str:
-    """A piece of untrusted input, fit for a one-line message: quoted, ASCII, short."""
-    shown = ascii(text[:limit])
-    return shown + "…" if len(text) > limit else shown
 
 
 # -- strict JSON ---------------------------------------------------------------------

@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
-from tokensleuth.engines.llamabench import show
+from tokensleuth.errors import show
 from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, http_client, model_meta, post_stream,
                                          result_of,

@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 
 from tokensleuth.engines.base import ArmRuntime, EngineRun
-from tokensleuth.engines.llamabench import show
+from tokensleuth.errors import show
 from tokensleuth.engines.serving import (RequestFailed, Served, Stream, http_client, model_meta, post_stream, result_of,
                                          sample_of,
                                          split_flags, sse_events)

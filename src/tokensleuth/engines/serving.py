@@ -26,7 +26,7 @@ import httpx
 import psutil
 
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.engines.llamabench import show
+from tokensleuth.errors import show
 from tokensleuth.engines.proc import Background
 from tokensleuth.errors import UserError
 from tokensleuth.monitor.attribute import counter_deltas

@@ -13,7 +13,7 @@ from typing import Any
 
 import gguf
 
-from tokensleuth.engines.llamabench import show
+from tokensleuth.errors import show
 from tokensleuth.errors import UserError
 
 
