@@ -32,7 +32,7 @@ from _common import default_engine, tiny_model
 from tests.planted import planted_engine
 from tokensleuth import stats
 from tokensleuth.compare import run_compare
-from tokensleuth.engines.llamabench import workload_flags
+from tokensleuth.workloads import workload_flags
 from tokensleuth.spec import build_compare_spec
 from tokensleuth.store import Store
 

@@ -232,7 +232,9 @@ PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": 
 def _verbose_first(store: Store, study_id: str, spec: CompareSpec, plan: list[PlannedTrial]) -> list[PlannedTrial]:
     """The first planned trial of each arm and model whose placement is not yet known runs with
     its engine's load log on (llama-bench's ``-v``): the placement comes from a real trial, not
-    from a load of its own. (Measured: -v changes no verdict; bench/verbose_overhead.sh.)"""
+    from a load of its own. (An A/A of -v against none on the tiny MoE model, 40 pairs: tg32
+    0.998 [0.924, 1.078], pp64 1.014 [0.958, 1.073]; bench/device_verbose.sh asks the same at
+    30B scale.)"""
     got = store.get_state(study_id, PLACEMENT_STATE, {})
     flag = {a.name: engine_for(a.kind).load_log_flag for a in spec.arms}
     want = {(t.arm, t.model) for t in plan if flag.get(t.arm) and t.model not in got.get(t.arm, {})}
