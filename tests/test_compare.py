@@ -77,10 +77,12 @@ def test_planted_slowdown_is_found_with_the_true_ratio_inside(
                              capture_output=True, text=True, check=True)
         return float(json.loads(out.stdout)["avg_ts"])
 
-    # Calibrate a spin that costs ~10% of a token, then measure the true ratio with many
-    # interleaved repetitions (5% ended unresolved, [0.905, 0.998], with another core busy).
+    # Calibrate a spin that costs ~30% of a token, then measure the true ratio with many
+    # interleaved repetitions. (5% ended unresolved, [0.905, 0.998], with another core busy; 10%
+    # ended unresolved at [0.817, 1.011] after 40 pairs on a fresh machine whose processes ran
+    # tg32 at -t 1 anywhere from 800 to 1850 t/s: a plant the host's noise cannot erase.)
     base = tps("0", 20)
-    spin_us = int(0.10 / base * 1e6 / 0.90)
+    spin_us = int(0.30 / base * 1e6 / 0.70)
     truth_b, truth_c = [], []
     for _ in range(8):
         truth_b.append(tps("0", 10))
@@ -90,7 +92,7 @@ def test_planted_slowdown_is_found_with_the_true_ratio_inside(
 
     logs = np.log(np.array(truth_c) / np.array(truth_b))
     true_ratio = float(np.exp(logs.mean()))
-    assert 0.6 < true_ratio < 0.97  # a real slowdown (the calibration itself is timed: 0.78 was seen)
+    assert 0.4 < true_ratio < 0.9  # a real slowdown (the calibration itself is timed)
     # the reference is a measurement too: its own 99% interval (t on the 8 paired log ratios),
     # computed here apart from the tool's statistics
     half = float(st.t.ppf(0.995, len(logs) - 1) * logs.std(ddof=1) / math.sqrt(len(logs)))
