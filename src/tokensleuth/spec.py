@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from tokensleuth.engines import engine_for, kind_for, served
+from tokensleuth.engines import KINDS, engine_for, kind_for, served
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
@@ -118,8 +118,6 @@ class ArmSpec(BaseModel):
 
     @model_validator(mode="after")
     def _kind_fits_source(self) -> ArmSpec:
-        from tokensleuth.engines import KINDS
-
         if self.kind not in KINDS:
             return self  # named by the arm check (engine_for), with the kinds there are
         engine = engine_for(self.kind)

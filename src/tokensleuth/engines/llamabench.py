@@ -43,7 +43,6 @@ PROGRESS_RE = re.compile(
 
 # What the store can hold: SQLite integers are signed 64-bit.
 INT64_MAX = 2**63 - 1
-# llama-bench's counts (tokens, depth) are C ints.
 # llama-bench's JSON is two levels deep; anything much deeper is not its output.
 MAX_JSON_DEPTH = 16
 

@@ -133,20 +133,6 @@ def difference(base_name: str, base: Placement, cand_name: str, cand: Placement)
 # -- running the engine --------------------------------------------------------------------
 
 
-def capture(bench: Path, model: str, flags: Sequence[str], env: dict[str, str] | None = None,
-            timeout_s: float = 600) -> str:
-    """The load log of one short llama-bench run (one 16-token prompt) with the arm's flags."""
-    import os
-
-    argv = [str(bench), "-m", model, *flags, "-p", "16", "-n", "0", "-r", "1", "-v", "-o", "json"]
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s,
-                           env=dict(os.environ, **(env or {})))
-    except subprocess.TimeoutExpired:
-        return ""
-    return p.stderr
-
-
 def listed_devices(bench: Path, timeout_s: float = 60) -> list[str] | None:
     """The devices ``llama-bench --list-devices`` names (None: this llama-bench cannot list)."""
     try:
