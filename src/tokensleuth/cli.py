@@ -374,6 +374,7 @@ def compare(
     on: OnOpt = [],  # noqa: B006
     per_host: Annotated[bool, typer.Option("--per-host", help="With --cluster: run the arms on every selected machine; one table, a row per machine.")] = False,
     no_probe: NoProbeOpt = False,
+    separate_processes: Annotated[bool, typer.Option("--separate-processes", help="A process per trial even when the two arms differ in one context setting only (by default such a pair runs A, B, B, A in one process).")] = False,
     db: DbOpt = None,
 ) -> None:
     """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
@@ -402,6 +403,8 @@ def compare(
                          min_pairs, max_pairs, budget, timeout, engine_args, sample_interval, kind,
                          api_key_env),
             "command line")
+    if separate_processes:
+        spec = spec.model_copy(update={"separate_processes": True})
     builds: dict[str, EngineBuild] = {}
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
     help_cache: dict[str, str] = {}

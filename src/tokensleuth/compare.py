@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
 from tokensleuth.engines import engine_for
-from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+from tokensleuth.engines.shared import differing_setting, per_instance
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth import noise
 from tokensleuth.plan import pair_round
@@ -58,6 +59,7 @@ class Comparison:
     cand_latency: dict[str, Any] | None = None
     # leading repetitions every trial of this cell left out (stats.cold_leading), None when none
     cold: stats.Cold | None = None
+    shared: bool = False  # each pair ran in one engine process (engines.shared), not one per trial
 
     def warnings(self) -> list[str]:
         """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
@@ -98,7 +100,10 @@ class Comparison:
             },
             # leading repetitions left out of every trial's t/s: how many and how slow they ran
             "cold_repetitions": {"per_trial": self.cold.count if self.cold else 0,
+                                 "per_instance": per_instance(self.cold.count) if self.cold and self.shared
+                                 else None,
                                  "ratio": self.cold.ratio if self.cold else None},
+            "design": SHARED_DESIGN if self.shared else "one process per trial",
             # server arms only: client-side TTFT / inter-token latency (None for a llama-bench arm)
             **({"latency": {"baseline": self.base_latency, "candidate": self.cand_latency}}
                if self.base_latency or self.cand_latency else {}),
@@ -139,6 +144,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
 
     reported = arm_settings(store, study_id)
     arm_flags = {a.name: a.flags for a in spec.arms}
+    shared = json.loads(store.study(study_id)["spec_json"]).get("design") == SHARED_DESIGN
 
     def diffs(cand: str) -> list[params.ParamDiff]:
         if base not in reported or cand not in reported:
@@ -172,7 +178,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
                 out.append(Comparison(
                     model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
                     res(base, model, w), res(cand, model, w), diffs(cand), lat(base, model, w),
-                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None)))
+                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None), shared))
     return out
 
 
@@ -211,6 +217,9 @@ def run_compare(
     """
     spec_json = dict(spec_dump(spec), **(identity or {}))
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
+    share = shares_process(spec, builds)
+    if share:  # what is measured: a pair's ratio inside one process (absent: a process per trial)
+        spec_json["design"] = SHARED_DESIGN
     h = spec_hash(measurement_identity(spec_json))
     if not measure:
         study_id = (store.find_resumable("compare", h) if resume else None) or (
@@ -223,7 +232,38 @@ def run_compare(
         on_study(handle)
     with store.lease(handle.id):
         return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor,
-                                      placement)
+                                      placement, share)
+
+
+SHARED_DESIGN = "one process per pair (A,B,B,A)"
+# what run_compare adds to a spec for the study's identity: the builds, a per-host study's
+# machine, the design (a pair in one process)
+IDENTITY_EXTRAS = ("build_keys", "host", "design")
+
+
+def stored_spec(store: Store, study_id: str) -> CompareSpec:
+    """The spec a compare study was run with, as stored (without what only its identity holds)."""
+    spec_json = json.loads(store.study(study_id)["spec_json"])
+    for k in IDENTITY_EXTRAS:
+        spec_json.pop(k, None)
+    return CompareSpec.model_validate(spec_json)
+
+
+def _runtimes(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> dict[str, ArmRuntime]:
+    return {a.name: arm_runtime(a.name, builds[a.name], (*a.flags, *spec.common_flags), a.env, a.kind, a.api_key_env)
+            for a in spec.arms}
+
+
+def shares_process(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> bool:
+    """Whether the study's pairs run in one engine process each (tokensleuth.engines.shared):
+    two arms of an engine kind that can, one build and environment, one context setting apart,
+    and the user did not ask for a process per trial."""
+    if spec.separate_processes or len(spec.arms) != 2:
+        return False
+    if not all(engine_for(a.kind).shares_process for a in spec.arms):
+        return False
+    a, b = _runtimes(spec, builds).values()
+    return differing_setting(a, b) is not None
 
 
 PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": …}}}
@@ -274,12 +314,12 @@ def _run_rounds(
     add_pairs_to: int | None,
     executor: Executor | None = None,
     placement: bool = False,
+    share: bool = False,
 ) -> list[Comparison]:
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
-    runtimes = {
-        a.name: arm_runtime(a.name, builds[a.name], (*a.flags, *spec.common_flags), a.env, a.kind, a.api_key_env)
-        for a in spec.arms
-    }
+    runtimes = _runtimes(spec, builds)
+    if share:
+        runtimes = {n: dataclasses.replace(r, options={**r.options, "share": True}) for n, r in runtimes.items()}
     names = [a.name for a in spec.arms]
     while True:
         execute(store, study_id, runtimes, timeout_s=spec.timeout_s, on_trial=on_trial,
@@ -313,7 +353,9 @@ def _run_rounds(
         if not open_cells:
             break
         plan = []
-        chosen = adaptive_reps(store, study_id, spec)  # None: the user's -r (or a server's)
+        # None: the user's -r (or a server's). A shared process keeps the first design: the
+        # allocation weighs a process's cost against noise between processes, which cancels there
+        chosen = FIRST_REPS if share and not user_reps(spec) else adaptive_reps(store, study_id, spec)
         asked = asked_reps(spec)
         cold = {(c.model, c.workload): c.cold.count for c in comps if c.cold is not None}
         for (model, w), target in open_cells.items():
@@ -321,6 +363,8 @@ def _run_rounds(
             # cold leading repetitions are left out, so they are added: the measured ones stay as many
             # (the user's own -r is only ever added to, never restated)
             n_cold = cold.get((model, w), 0)
+            if share:  # a shared trial's repetitions are its two instances', interleaved
+                n_cold = per_instance(n_cold)
             extra: tuple[str, ...] = (("-r", str(chosen + n_cold)) if chosen is not None else
                                       ("-r", str(asked + n_cold)) if asked is not None and n_cold else ())
             plan += pair_round(names, model, w, (*planned_argv(w), *extra), start, target)
@@ -330,7 +374,9 @@ def _run_rounds(
         store.add_trials(study_id, plan)
         if on_round:
             on_round(len(open_cells), max(open_cells.values()))
-    n = noise.estimate(store, study_id)
+    # (a shared process holds both arms: its trials are not processes of their own, so the
+    # between/within split and the -r it suggests would be about another design)
+    n = None if share else noise.estimate(store, study_id)
     if n is not None:
         store.put_state(study_id, NOISE_STATE, n.to_json())
     store.finish_study(study_id)
@@ -462,6 +508,8 @@ def spec_dump(spec: CompareSpec) -> dict[str, Any]:
         out.pop("hosts", None)  # a study without a fleet keeps the identity it always had
     if out.get("edge") is None:
         out.pop("edge", None)
+    if not out.get("separate_processes"):
+        out.pop("separate_processes", None)
     for arm in out["arms"]:
         if arm.get("kind") == DEFAULT_KIND:
             del arm["kind"]
@@ -532,7 +580,14 @@ def summary_sentence(comps: list[Comparison], band: float) -> str:
             parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is unresolved after "
                          f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band"
                          f"{hint})")
-    return "; ".join(parts) + "." + cold_sentence(comps) + unasked_diffs_sentence(comps)
+    return "; ".join(parts) + "." + shared_sentence(comps) + cold_sentence(comps) + unasked_diffs_sentence(comps)
+
+
+def shared_sentence(comps: Sequence[Comparison]) -> str:
+    if not any(c.shared for c in comps):
+        return ""
+    return (" Each pair ran in one engine process (A, B, B, A on one load; --separate-processes for a "
+            "process per trial).")
 
 
 def cold_sentence(comps: Sequence[Comparison]) -> str:
@@ -543,8 +598,14 @@ def cold_sentence(comps: Sequence[Comparison]) -> str:
             seen[c.workload] = c.cold
     if not seen:
         return ""
-    parts = [f"{w}: the first {'repetition' if k.count == 1 else f'{k.count} repetitions'} ran "
-             f"{(1 - (k.ratio or 1)) * 100:.1f}% slower than the rest" for w, k in seen.items()]
+    shared = any(c.shared for c in comps)
+
+    def first(k: stats.Cold) -> str:
+        n = per_instance(k.count) if shared else k.count
+        return ("the first " + ("repetition" if n == 1 else f"{n} repetitions")
+                + (" of each instance" if shared else ""))
+
+    parts = [f"{w}: {first(k)} ran {(1 - (k.ratio or 1)) * 100:.1f}% slower than the rest" for w, k in seen.items()]
     return (" Cold repetitions left out of every trial (and added to -r): " + "; ".join(parts) + ".")
 
 
@@ -590,11 +651,7 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     from tokensleuth.outputs import render_output_checks
     from tokensleuth.report.markdown import render_compare
 
-    row = store.study(study_id)
-    spec_json = json.loads(row["spec_json"])
-    spec_json.pop("build_keys", None)
-    spec_json.pop("host", None)  # a per-host study's machine (run_compare's identity)
-    spec = CompareSpec.model_validate(spec_json)
+    spec = stored_spec(store, study_id)
     comps = analyze(store, study_id, spec)
     engines = {a["name"]: json.loads(a["engine_json"]) for a in store.arms(study_id)}
     md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band))

@@ -425,14 +425,9 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
              cpus: int | None = None) -> Prescription | None:
     """The diagnosis and prescription of a study with an unresolved comparison (None when
     every comparison has a verdict); stored under DIAGNOSIS_STATE."""
-    from tokensleuth.compare import analyze
-    from tokensleuth.spec import CompareSpec
+    from tokensleuth.compare import analyze, stored_spec
 
-    row = store.study(study_id)
-    spec_json = json.loads(row["spec_json"])
-    for k in ("build_keys", "host"):
-        spec_json.pop(k, None)
-    spec = CompareSpec.model_validate(spec_json)
+    spec = stored_spec(store, study_id)
     comps = [c for c in analyze(store, study_id, spec) if c.verdict == "unresolved" and c.estimate is not None]
     if not comps:
         return None

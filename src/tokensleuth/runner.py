@@ -19,13 +19,14 @@ from typing import Any
 from tokensleuth import confounders
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import ArmRuntime
+from tokensleuth.engines.shared import Shared, split
 from tokensleuth.hostenv import host_environment
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import TrialOutcome
 
-__all__ = ["ArmRuntime", "TrialCallback", "TrialJob", "arm_runtime", "failed_outcome", "run_trial"]
+__all__ = ["ArmRuntime", "TrialCallback", "TrialJob", "arm_runtime", "failed_outcome", "run_shared", "run_trial"]
 
 
 def arm_runtime(name: str, build: EngineBuild, flags: Sequence[str], env: Mapping[str, str], kind: str,
@@ -99,6 +100,15 @@ def run_trial(arm: ArmRuntime, job: TrialJob, *, timeout_s: float | None, source
                 f"{th['name']}[{th['tid']}] {th['cores']:.2f} cores, {th['voluntary_switches_per_s']}/s "
                 "voluntary switches" for th in spin)))
     return replace(out, timeline=tuple(timeline), warnings=tuple(warnings), env=dict(out.env, **host))
+
+
+def run_shared(s: Shared, *, timeout_s: float | None, sources: Sequence[Source], interval_s: float = 0.2,
+               on_sample: Sink | None = None) -> tuple[TrialOutcome, TrialOutcome]:
+    """Both trials of a pair in one engine process (tokensleuth.engines.shared.shared_unit
+    found they fit): one outcome per trial."""
+    out = run_trial(s.arm, replace(s.jobs[0], argv=s.argv), timeout_s=timeout_s, sources=sources,
+                    interval_s=interval_s, on_sample=on_sample)
+    return split(s, out)
 
 
 def failed_outcome(message: str, env: dict[str, Any]) -> TrialOutcome:

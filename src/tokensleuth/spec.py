@@ -169,6 +169,9 @@ class CompareSpec(BaseModel):
     timeout_s: float = 1800
     sample_interval_s: float = Field(0.2, ge=0.02, le=60)
     hosts: list[HostSpec] = []  # with --cluster: the machines (by label) it runs on
+    # two arms that differ in one llama-bench context setting run each pair in one process
+    # (tokensleuth.engines.shared) unless this asks for a process per trial
+    separate_processes: bool = False
 
     @field_validator("band", mode="before")
     @classmethod

@@ -52,6 +52,7 @@ class Engine(Protocol):
     builds: bool  # it can run from a build of a source (not only from a server)
     reps_per_process: bool  # -r is repetitions inside one process: the design may choose it
     bench_flags: bool  # its flags are llama-bench's: settings, memory guard, threads probe
+    shares_process: bool  # arms differing in one context setting can run a pair in one process
     load_log_flag: str | None  # the flag that makes a trial print its load log (placement)
     default_workloads: tuple[str, ...]  # when none is given (empty: the engine's own defaults)
 

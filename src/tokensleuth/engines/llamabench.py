@@ -429,6 +429,7 @@ class LlamaBench:
     attaches = False
     builds = True
     reps_per_process = True
+    shares_process = True
     bench_flags = True
     load_log_flag: str | None = ENGINE_LOAD_LOG_FLAG
     default_workloads: tuple[str, ...] = ()  # llama-bench's own (-p 512 -n 128)

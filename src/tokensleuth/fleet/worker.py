@@ -15,7 +15,8 @@ from typing import Any
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.hostenv import host_environment
-from tokensleuth.runner import TrialJob, failed_outcome, run_trial
+from tokensleuth.engines.shared import shared_unit
+from tokensleuth.runner import TrialJob, failed_outcome, run_shared, run_trial
 from tokensleuth.sources.build import BuildCache, EngineBuild
 from tokensleuth.store import TrialOutcome
 
@@ -78,7 +79,9 @@ class TrialWorker:
 
         if self.sources is None:
             self.sources = list(probe_sources())
-        outs = []
+        outs: list[TrialOutcome | None] = []
+        resolved: dict[str, ArmRuntime] = {}
+        extras: dict[str, dict[str, Any]] = {}
         for job in jobs:
             arm, recipe = arms[job.arm]
             extra: dict[str, Any] = {"node": self.label}
@@ -91,7 +94,16 @@ class TrialWorker:
                     continue
                 arm = replace(arm, bin_dir=Path(b.bin_dir))
                 extra["build_key"] = b.key
-            out = run_trial(arm, job, timeout_s=timeout_s, sources=self.sources, interval_s=interval_s)
-            outs.append(replace(out, env=dict(out.env, **extra)))
-        return outs
+            resolved[job.arm], extras[job.arm] = arm, extra
+            outs.append(None)
+        shared = shared_unit(resolved, jobs) if len(resolved) == len(jobs) else None
+        if shared is not None:  # both arms in one engine process (engines.shared)
+            pair = run_shared(shared, timeout_s=timeout_s, sources=self.sources, interval_s=interval_s)
+            return [replace(o, env=dict(o.env, **extras[j.arm])) for j, o in zip(jobs, pair, strict=True)]
+        for i, job in enumerate(jobs):
+            if outs[i] is None:
+                out = run_trial(resolved[job.arm], job, timeout_s=timeout_s, sources=self.sources,
+                                interval_s=interval_s)
+                outs[i] = replace(out, env=dict(out.env, **extras[job.arm]))
+        return [o for o in outs if o is not None]  # every one is set by now
 

@@ -74,16 +74,12 @@ def _diff(b: Line, c: Line, which: str, confidence: float = 0.99) -> tuple[float
 def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
     """For a compare with the same test at several depths: each arm's line and where the
     change is (the per-token constant, the depth-dependent slope, or both)."""
-    from tokensleuth.compare import analyze
-    from tokensleuth.spec import CompareSpec
+    from tokensleuth.compare import analyze, stored_spec
 
     row = store.study(study_id)
     if row["kind"] != "compare":
         return None
-    spec_json = json.loads(row["spec_json"])
-    spec_json.pop("build_keys", None)
-    spec_json.pop("host", None)
-    spec = CompareSpec.model_validate(spec_json)
+    spec = stored_spec(store, study_id)
     groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
     for c in analyze(store, study_id, spec):
         w = parse_workload(c.workload)

@@ -8,7 +8,6 @@ asks for the figures that fit it (``studies.*.KIND.figures``); the page renders 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -49,14 +48,10 @@ def cell_label(model: str, workload: str, candidate: str | None = None) -> str:
 
 
 def compare_figures(store: Store, study_id: str) -> list[Figure]:
-    from tokensleuth.compare import analyze
+    from tokensleuth.compare import analyze, stored_spec
     from tokensleuth.report import plots
-    from tokensleuth.spec import CompareSpec
 
-    spec_json = json.loads(store.study(study_id)["spec_json"])
-    spec_json.pop("build_keys", None)
-    spec_json.pop("host", None)
-    spec = CompareSpec.model_validate(spec_json)
+    spec = stored_spec(store, study_id)
     comps = analyze(store, study_id, spec)
     many = len({c.candidate for c in comps}) > 1
     label = {id(c): cell_label(c.model, c.workload, c.candidate if many else None) for c in comps}

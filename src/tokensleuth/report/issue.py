@@ -49,6 +49,10 @@ def _engine_commands(store: Store, study_id: str) -> list[str]:
             continue
         env = json.loads(t["env_json"])
         argv = env.get("argv") or json.loads(t["argv_json"] or "[]")
+        if argv and env.get("shared_process"):  # measured beside the other arm, in one process
+            from tokensleuth.engines.shared import own_argv
+
+            argv = own_argv(argv, env["shared_process"], str(t["arm"]))
         if argv:
             extra = " ".join(f"{k}={shlex.quote(str(v))}" for k, v in (env.get("engine_env") or {}).items())
             seen[str(t["arm"])] = (extra + " " if extra else "") + shlex.join(str(a) for a in argv)

@@ -140,8 +140,11 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
         tail = ["", "Latency (client side, every request; ms p50 / p90 / p99):",
                 table(["model", "test", "arm", "TTFT", "inter-token"], lat_rows, [False, True, False, True, True]),
                 *tail]
+    design = ("one pair = one engine process, A, B, B, A on one load, order-balanced"
+              if any(getattr(c, "shared", False) for c in comps) else
+              "one pair = one engine process per arm, order-balanced")
     return "\n".join([summary, "", table(headers, rows, right), "",
-                      f"band ±{band * 100:g}% · one pair = one engine process per arm, order-balanced"
+                      f"band ±{band * 100:g}% · {design}"
                       f" · study: {study_id}", *tail])
 
 
