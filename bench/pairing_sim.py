@@ -15,11 +15,11 @@ parts, the engine seconds a pair costs, and then runs the tool's own sequential 
 (first round of 5 pairs, doubling to 40, the 99% paired interval, the futility stop: the
 functions of tokensleuth.stats that compare uses) on thousands of simulated studies drawn from
 the measured spread (normal, and resampled from the real per-pair ratios): A/A false alarms,
-detection of a 3% slowdown, engine seconds per correct verdict at a ±2% band. The real
+detection of a 3% slowdown (--effect), engine seconds per correct verdict at a ±2% band (--band). The real
 processes are also replayed as back-to-back sequential studies, and each flag A/B's ratio is
 given by both designs (in-process pairing must not change the answer).
 
-    .venv/bin/python bench/pairing_sim.py [PAIRING.jsonl] [--studies 4000] [--band 0.02]
+    .venv/bin/python bench/pairing_sim.py [PAIRING.jsonl] [--studies 4000] [--band 0.02] [--effect 0.03]
 """
 
 from __future__ import annotations
@@ -126,7 +126,7 @@ def simulate(d: np.ndarray, cost: float, mu: float, band: float, studies: int, r
         v, n = sequential(draw, band)
         out[v] += 1
         pairs += n
-    want = "same" if mu == 0 else "slower"
+    want = "same" if mu == 0 else "slower"  # (mu is outside the band)
     right = out[want] / studies
     return {"right": right, "wrong": (studies - out[want] - out["unresolved"]) / studies,
             "unresolved": out["unresolved"] / studies, "pairs": pairs / studies,
@@ -165,6 +165,7 @@ def main() -> None:
     ap.add_argument("path", nargs="?", default=str(ROOT / "bench/results/h200-pairing/pairing.jsonl"))
     ap.add_argument("--studies", type=int, default=4000)
     ap.add_argument("--band", type=float, default=0.02)
+    ap.add_argument("--effect", type=float, default=0.03, help="the slowdown to detect (outside the band)")
     a = ap.parse_args()
     procs = [json.loads(ln) for ln in Path(a.path).read_text().splitlines() if ln.strip()]
     groups: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
@@ -175,7 +176,7 @@ def main() -> None:
           "sd: of the per-pair log ratio; within: of one repetition's log t/s")
     print(f"{'arms':8s} {'cell':7s} {'design':10s} {'pairs':>5s} {'cold':>4s} {'ratio':>7s} {'sd %':>6s} "
           f"{'within %':>8s} {'s/pair':>6s} | {'A/A same':>8s} {'false':>6s} {'pairs':>5s} {'s/right':>7s} | "
-          f"{'3% found':>8s} {'wrong':>6s} {'pairs':>5s} {'s/right':>7s} | boot same/found | real studies")
+          f"{f'{a.effect:.0%} found':>8s} {'wrong':>6s} {'pairs':>5s} {'s/right':>7s} | boot same/found | real studies")
     for (label, w, design), ps in sorted(groups.items()):
         designs = ["inprocess"] if design == "inprocess" else ["today", "cold out"]
         for name in designs:
@@ -184,9 +185,9 @@ def main() -> None:
                 continue
             cost = float(pr.cost.mean())
             aa = simulate(pr.d, cost, 0.0, a.band, a.studies, rng, False)
-            det = simulate(pr.d, cost, math.log(0.97), a.band, a.studies, rng, False)
+            det = simulate(pr.d, cost, math.log(1 - a.effect), a.band, a.studies, rng, False)
             aa_b = simulate(pr.d, cost, 0.0, a.band, a.studies // 4, rng, True)
-            det_b = simulate(pr.d, cost, math.log(0.97), a.band, a.studies // 4, rng, True)
+            det_b = simulate(pr.d, cost, math.log(1 - a.effect), a.band, a.studies // 4, rng, True)
             real = replay(pr.d, a.band)
             ratio = math.exp(pr.d.mean())
             print(f"{label:8s} {w:7s} {name:10s} {len(pr.d):5d} {pr.cold:4d} {ratio:7.4f} "
