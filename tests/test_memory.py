@@ -23,21 +23,49 @@ def mini(llama_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_shape("qwen3-moe-mini", tmp_path_factory.mktemp("mini") / "mini.gguf", "Q8_0", llama_tree)
 
 
+@pytest.fixture(scope="module")
+def oss(llama_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_shape("gpt-oss-mini", tmp_path_factory.mktemp("oss") / "oss.gguf", "MXFP4", llama_tree)
+
+
 @pytest.mark.parametrize("which,flags", [("dense", ["-p", "512", "-n", "0"]), ("mini", ["-p", "256", "-n", "0"]),
-                                         ("mini", ["-p", "0", "-n", "16", "-ub", "128", "-ctk", "q8_0"])])
-def test_the_prediction_is_the_engines_own_figures(engine: EngineBuild, dense_model: Path, mini: Path, which: str,
-                                                   flags: list[str]) -> None:
-    model = dense_model if which == "dense" else mini
+                                         ("mini", ["-p", "0", "-n", "16", "-ub", "128", "-ctk", "q8_0"]),
+                                         # sliding-window layers: 768 cells of the 1024 context
+                                         ("oss", ["-p", "512", "-n", "0", "-d", "512"]),
+                                         ("oss", ["-p", "0", "-n", "16", "-ub", "128"]),
+                                         ("oss", ["-p", "0", "-n", "16", "--repack", "0"])])
+def test_the_prediction_is_the_engines_own_figures(engine: EngineBuild, dense_model: Path, mini: Path, oss: Path,
+                                                   which: str, flags: list[str]) -> None:
+    model = {"dense": dense_model, "mini": mini, "oss": oss}[which]
     p = subprocess.run([str(Path(engine.bin_dir) / "llama-bench"), "-m", str(model), *flags, "-r", "1", "-t", "1",
                         "-v", "-o", "jsonl"], capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-1500:]
     got = parse_load_log(p.stderr)
     need = predict(model, settings_from_flags(flags, []), gpu=False)
     assert abs(need.weights_mapped / MIB - got.model_mib["CPU_Mapped"]) < 0.01  # tensor sizes: exact
-    assert abs(need.kv["host"] / MIB - got.kv_mib["CPU"]) < 0.01  # the KV formula: exact
+    # what the CPU backend repacks (gpt-oss's MXFP4 experts with AVX2) is a copy of the process's own
+    assert abs(need.weights.get("host", 0.0) / MIB - got.model_mib.get("CPU_REPACK", 0.0)) < 0.01
+    if which == "oss" and "avx2" in Path("/proc/cpuinfo").read_text() and "--repack" not in flags:
+        assert got.model_mib["CPU_REPACK"] > 6
+    # the KV formula: exact (gpt-oss's two caches, full and sliding, are printed rounded each)
+    assert abs(need.kv["host"] / MIB - got.kv_mib["CPU"]) < (0.0101 if which == "oss" else 0.01)
     assert abs(need.compute["host"] / MIB - got.compute_mib["CPU"]) <= 0.05 * got.compute_mib["CPU"]
     total = sum(got.model_mib.values()) + sum(got.kv_mib.values()) + sum(got.compute_mib.values())
     assert abs((need.weights_mapped + need.total("host")) / MIB - total) <= 0.02 * total
+
+
+def test_the_repacked_types_follow_the_cpu(tmp_path: Path) -> None:
+    from tokensleuth.memory import repack_types
+
+    x86 = tmp_path / "x86"
+    x86.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    arm = tmp_path / "arm"
+    arm.write_text("processor\t: 0\nFeatures\t: fp asimd asimddp\n")
+    old = tmp_path / "old"
+    old.write_text("flags\t\t: fpu sse2\n")
+    assert repack_types(x86) == {"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"}
+    assert "Q8_0" in repack_types(arm) and repack_types(old) == frozenset()
+    assert repack_types(tmp_path / "missing") == frozenset()
 
 
 def test_flags_that_move_memory() -> None:

@@ -9,9 +9,12 @@ predicted from the model's header and the flags, and compared with what is free:
   last N − 1 repeating layers on the GPU, never the input embedding; ``-ncmoe N`` keeps the experts of the first N layers on the host; ``-ot
   PATTERN=BUFT`` moves what it matches. Host weights read through mmap are page cache
   (reclaimable); without mmap (``-lm none``, ``-mmp 0``) they are the process's own memory.
+  A host weight the CPU backend repacks (with AVX2: Q4_0, Q4_K, IQ4_NL and MXFP4 matrices,
+  gpt-oss's experts among them) is copied into a buffer of the process's own as well.
 - **KV cache**: context cells × layers × (KV heads × head dim) × (K + V bytes per element,
   from ``-ctk``/``-ctv``), on the device of its layer (the host with ``-nkvo``). llama-bench
-  makes a context of prompt + generated + depth tokens, padded to 256 cells.
+  makes a context of prompt + generated + depth tokens, padded to 256 cells. A sliding-window
+  layer (gpt-oss: every other one, 128 tokens) holds the window plus a batch, padded to 256.
 - **compute buffer**: the graph's worst case, reserved for ``n_ubatch`` tokens: their logits
   (vocabulary wide), hidden state and FFN activation in f32 — 4 · n_ubatch · (n_vocab +
   n_embd + FFN width) bytes, where the FFN width is ``n_ff`` or ``n_expert_used · n_ff_exp``;
@@ -63,6 +66,7 @@ class Settings:
     # the largest test: prompt + generated + depth tokens (n_tokens), in cells padded to 256 (n_ctx)
     n_ctx: int = 512
     n_tokens: int = 512
+    repack: bool = True  # --repack 0: the CPU backend uses the weights as they are mapped
 
 
 def _values(flags: Sequence[str], *names: str) -> list[str]:
@@ -115,9 +119,12 @@ def settings_from_flags(flags: Sequence[str],
             sizes.append(sum(pg) + max(d_extra or [0]))
     tokens = max(sizes or [512])
     ctx = -(-max(tokens, 1) // 256) * 256
+    # (several values: the one that needs most, repacking on)
+    repack = not all(v.strip() == "0" for x in _values(flags, "--repack") for v in x.split(",")) \
+        or not _values(flags, "--repack")
     return Settings(ngl, ncmoe, tuple(ot), not no_mmap, nkvo, tk, tv,
                     last_int("-b", "--batch-size", default=2048), last_int("-ub", "--ubatch-size", default=512), ctx,
-                    max(tokens, 1))
+                    max(tokens, 1), repack)
 
 
 @dataclass(slots=True)
@@ -126,6 +133,7 @@ class Need:
 
     weights: dict[str, float] = field(default_factory=dict)
     weights_mapped: float = 0.0  # host weights read through mmap (page cache, not the process's own)
+    repacked: float = 0.0  # of the host weights: the CPU backend's repacked copies (in weights["host"])
     kv: dict[str, float] = field(default_factory=dict)
     compute: dict[str, float] = field(default_factory=dict)
 
@@ -145,8 +153,48 @@ def _add(d: dict[str, float], k: str, v: float) -> None:
     d[k] = d.get(k, 0.0) + v
 
 
-def predict(model: Path, s: Settings, gpu: bool) -> Need:
-    """What a run of ``model`` with settings ``s`` will hold, per place (bytes)."""
+# architectures whose layers alternate sliding-window and full attention, by llama.cpp's default
+# pattern (every n-th layer full); one without an entry is counted as full everywhere (more)
+SWA_PATTERN = {"gpt-oss": 2}
+
+
+def repack_types(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """The weight types this CPU's backend repacks into a layout of its own (ggml-cpu's
+    repack.cpp, b11434): with AVX2 Q4_0, Q4_K, IQ4_NL and MXFP4 (Q2_K with AVX-512); on Arm with
+    the dot-product extension also Q5_K, Q6_K and Q8_0."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return frozenset()
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.partition(":")[2].split())
+            break
+    if "avx2" in flags:
+        return frozenset({"Q4_0", "Q4_K", "IQ4_NL", "MXFP4"} | ({"Q2_K"} if "avx512f" in flags else set()))
+    if "asimddp" in flags:
+        return frozenset({"Q4_0", "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "MXFP4", "Q8_0"})
+    return frozenset()
+
+
+def _repacked(t: Any, types: frozenset[str]) -> bool:
+    """Whether the CPU backend repacks host tensor ``t``: a matrix multiplication's weight (2-D,
+    or an MoE layer's 3-D experts; the input embedding is a row lookup) of a type it repacks,
+    rows a multiple of 8."""
+    import gguf
+
+    if not types or t.name.startswith("token_embd") or len(t.dims) not in (2, 3) or t.dims[1] % 8:
+        return False
+    try:
+        return gguf.GGMLQuantizationType(t.ttype).name in types
+    except ValueError:
+        return False
+
+
+def predict(model: Path, s: Settings, gpu: bool, repack: frozenset[str] | None = None) -> Need:
+    """What a run of ``model`` with settings ``s`` will hold, per place (bytes). ``repack``: the
+    weight types the CPU backend repacks (default: this machine's, repack_types)."""
     head = _read_header(model)
     kv = head.kv
     arch = str(kv.get("general.architecture", ""))
@@ -171,6 +219,7 @@ def predict(model: Path, s: Settings, gpu: bool) -> Need:
     first_gpu_layer = n_layer + 1 - ngl if gpu else n_layer + 1
     output_on_gpu = gpu and ngl >= 1
     need = Need()
+    repack = repack_types() if repack is None else repack
     for t in head.tensors:
         m = _LAYER.match(t.name)
         if m:
@@ -191,13 +240,22 @@ def predict(model: Path, s: Settings, gpu: bool) -> Need:
                 continue
         if where == "host" and s.mmap:
             need.weights_mapped += t.n_bytes
+            if s.repack and _repacked(t, repack):  # read once from the mapping into a buffer of its own
+                _add(need.weights, "host", t.n_bytes)
+                need.repacked += t.n_bytes
         else:
             _add(need.weights, where, t.n_bytes)
     need.weights.setdefault("host", 0.0)
     per_cell = n_kv * (head_k * KV_BYTES.get(s.type_k, 2.0) + head_v * KV_BYTES.get(s.type_v, 2.0))
+    # a sliding-window layer keeps the window and a batch (padded to 256), not the whole context
+    # (llama-kv-cache-iswa.cpp); which layers slide is the architecture's pattern
+    n_swa = num("attention.sliding_window")
+    pattern = num("attention.sliding_window_pattern", SWA_PATTERN.get(arch, 0)) if n_swa else 0
+    swa_cells = min(s.n_ctx, -(-min(s.n_ctx, n_swa + min(s.n_ubatch, s.n_batch)) // 256) * 256)
     for layer in range(n_layer):
         where = "gpu" if layer >= first_gpu_layer and not s.nkvo else "host"
-        _add(need.kv, where, s.n_ctx * per_cell)
+        sliding = pattern > 0 and layer % pattern < pattern - 1
+        _add(need.kv, where, (swa_cells if sliding else s.n_ctx) * per_cell)
     # llama-bench makes each test's context just large enough for it, and a batch never
     # exceeds the context: a tg16 test reserves for 16 tokens whatever -ub says
     ub = max(1, min(s.n_ubatch, s.n_batch, s.n_tokens))
@@ -295,7 +353,10 @@ def judge(model: Path, need: Need, free: Free, s: Settings) -> Verdict:
         if want > have:
             fix = ("fewer layers on the GPU (-ngl), a smaller -ub, or -ncmoe N to keep experts on the host"
                    if where == "gpu" else
-                   "mmap on (drop -lm none / -mmp 0), fewer layers on the host (more -ngl), or a smaller -ub")
+                   f"--repack 0 (the CPU backend copies {_gb(need.repacked)} of weights to repack them), "
+                   "more layers on the GPU (-ngl), or a smaller -ub" if need.repacked > 0.1 * want else
+                   "mmap on (drop -lm none / -mmp 0), more layers on the GPU (-ngl), or a smaller -ub"
+                   if not s.mmap else "more layers on the GPU (-ngl), or a smaller -ub")
             return Verdict(False, f"{model.name} needs {_gb(want)} of {where} memory ({parts}) but {_gb(have)} "
                                   f"is free — it would not fit (a load past memory can freeze the machine): {fix}")
         if want > (1 - WARN_WITHIN) * have:

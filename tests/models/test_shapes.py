@@ -71,9 +71,44 @@ def test_synth_shape_cli_and_bad_input(tmp_path: Path, engine: EngineBuild, cli_
     assert p.returncode == 0, p.stderr
     assert "qwen3-moe-mini (qwen3moe), 0.565 B params" in p.stdout and out.exists()
     for args, what in ((["--shape", "gpt-9"], "no shape 'gpt-9'"), (["--shape", "qwen3-moe-mini", "--quant", "Q4_K_M"],
-                                                                    "writes Q8_0, Q4_0, F16 directly")):
+                                                                    "writes Q8_0, Q4_0, F16, MXFP4 directly"),
+                       (["--shape", "llama-3.1-8b", "--quant", "MXFP4"], "MXFP4 is an expert format")):
         p = subprocess.run([tokensleuth_bin(), "model", "synth", *args, "--out", str(tmp_path / "x.gguf")],
                            env=cli_env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and what in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
         assert not (tmp_path / "x.gguf").exists()
     assert not list(tmp_path.glob(".*.part"))  # nothing half-written left behind
+
+
+def test_gpt_oss_is_written_as_its_architecture_and_runs(engine: EngineBuild, llama_tree: Path, tmp_path: Path) -> None:
+    """gpt-oss (sinks, biases, a sliding window on every other layer, MXFP4 experts), at a test's
+    size: llama.cpp loads it as its own architecture and runs it."""
+    out = write_shape("gpt-oss-mini", tmp_path / "oss.gguf", "MXFP4", llama_tree)
+    p = subprocess.run([str(Path(engine.bin_dir) / "llama-bench"), "-m", str(out), "-p", "16", "-n", "2", "-r", "1",
+                        "-t", "1", "-v", "-o", "jsonl"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 2 and all(r["avg_ts"] > 0 for r in rows) and "MXFP4 MoE" in rows[0]["model_type"]
+    assert "n_swa                 = 128" in p.stderr and "layer   0 assigned to device CPU, is_swa = 1" in p.stderr
+    assert "layer   1 assigned to device CPU, is_swa = 0" in p.stderr
+    i = model_info(out)
+    assert rows[0]["model_n_params"] == i.n_params and rows[0]["model_size"] == sum(i.quant_mix.values())
+    assert set(i.quant_mix) == {"MXFP4", "Q8_0", "F32"}  # experts MXFP4, the other matrices Q8_0
+
+
+def test_gpt_oss_120b_has_its_models_counts_and_vocabulary(llama_tree: Path, tmp_path: Path) -> None:
+    """The full shape, header only (the data a hole of its size): 116.83 B parameters as
+    OpenAI's model card counts them, 5.13 B active without the input embedding, the
+    vocabulary padded to o200k_harmony's 201,088 tokens."""
+    out = write_shape("gpt-oss-120b", tmp_path / "oss120.gguf", "MXFP4", llama_tree, sparse=True)
+    i = model_info(out)
+    assert i.n_vocab == 201088 and i.n_layer == 36 and (i.n_expert, i.n_expert_used) == (128, 4)
+    assert i.n_params == 116_829_156_672
+    embd = 201088 * 2880
+    assert abs((i.n_active_params - embd) / 1e9 - 5.13) < 0.005
+    assert abs(i.file_bytes / 2**30 - 59.0) < 0.1  # the field report's 59 GB (GiB) model
+    # the padded tokens are control tokens after qwen2's own
+    from tokensleuth.models.info import _read_header
+
+    kv = _read_header(out).kv
+    assert kv["tokenizer.ggml.tokens"].count == kv["tokenizer.ggml.token_type"].count == 201088

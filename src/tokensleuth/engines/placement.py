@@ -79,6 +79,31 @@ def _first_block(rx: re.Pattern[str], text: str) -> dict[str, float]:
     return out
 
 
+_SWA_CACHE = re.compile(r"^llama_kv_cache_iswa: creating\s+SWA KV cache", re.M)
+
+
+def _first_kv(text: str) -> dict[str, float]:
+    """The first context's KV buffers per device. A model with sliding-window layers (gpt-oss)
+    has two caches per context, the full layers' and then the sliding ones' (each names its
+    buffers): both are the context's."""
+    out: dict[str, float] = {}
+    events = sorted([(m.start(), "swa", "", 0.0) for m in _SWA_CACHE.finditer(text)]
+                    + [(m.start(), "kv", m.group(1), float(m.group(2))) for m in _KV.finditer(text)])
+    swa_seen = False
+    current: dict[str, float] = {}
+    for _, kind, dev, mib in events:
+        if kind == "swa":
+            if swa_seen:
+                break  # the next context's caches
+            swa_seen, current = True, {}
+            continue
+        if dev in current:
+            break
+        current[dev] = mib
+        out[dev] = out.get(dev, 0.0) + mib
+    return out
+
+
 def parse_load_log(text: str) -> Placement:
     """A llama.cpp load log (llama-bench -v, or llama-server's own log) -> its Placement."""
     model = _first_block(_MODEL, text)
@@ -93,7 +118,7 @@ def parse_load_log(text: str) -> Placement:
         tensors[m.group(1)] = m.group(4)
         if int(m.group(2)):
             others[m.group(1)] = int(m.group(2))
-    return Placement(model, _first_block(_KV, text), _first_block(_COMPUTE, text), layers, tensors, others)
+    return Placement(model, _first_kv(text), _first_block(_COMPUTE, text), layers, tensors, others)
 
 
 def _buffers(d: dict[str, float]) -> str:

@@ -10,6 +10,15 @@ used does not grow with the model (the largest tensor, Qwen3-30B-A3B's 128-exper
 213 MB and is never whole in memory). The tokenizer is the real one,
 copied from the vocab files llama.cpp ships (qwen2's 151,936 tokens, Llama 3's 128,256).
 The weights are noise: speed figures are real, outputs are not meaningful.
+
+gpt-oss (llama.cpp's ``gpt-oss`` architecture) is written as it is: attention with biases and a
+sink per head, a post-attention norm, sliding-window attention (128 tokens) on every other
+layer, experts with biases, and its experts in MXFP4 (``--quant MXFP4``: an E8M0 scale and 16
+bytes of FP4 nibbles per 32 weights; every other weight Q8_0 — the published GGUF keeps those
+in higher precision, so its file is a few GB larger). Its tokenizer, o200k_harmony (201,088
+tokens), is not among the vocab files llama.cpp ships: qwen2's is copied and padded with
+control tokens to 201,088, so the embedding and output layers have their real size (and the
+output matmul its real cost); text tokenizes as qwen2's would.
 """
 
 from __future__ import annotations
@@ -24,11 +33,13 @@ import numpy as np
 
 from tokensleuth.errors import UserError
 
-DIRECT_QUANTS = ("Q8_0", "Q4_0", "F16")
+DIRECT_QUANTS = ("Q8_0", "Q4_0", "F16", "MXFP4")
 _FILE_TYPE = {"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-              "F16": gguf.LlamaFileType.MOSTLY_F16}
+              "F16": gguf.LlamaFileType.MOSTLY_F16, "MXFP4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE}
 _QTYPE = {"Q8_0": gguf.GGMLQuantizationType.Q8_0, "Q4_0": gguf.GGMLQuantizationType.Q4_0,
-          "F16": gguf.GGMLQuantizationType.F16}
+          "F16": gguf.GGMLQuantizationType.F16, "MXFP4": gguf.GGMLQuantizationType.MXFP4}
+# MXFP4 is an expert format (llama.cpp's MOSTLY_MXFP4_MOE): the other weights are written Q8_0
+_REST = {"MXFP4": "Q8_0"}
 CHUNK = 1 << 24  # a tensor's data is written this many bytes at a time (16 MiB), whatever its size
 POOL = 1 << 26  # 64 MiB of random blocks that every tensor's data is cut from
 
@@ -51,6 +62,9 @@ class RealShape:
     n_ctx_train: int = 32768
     rope_base: float = 1e6
     about: str = ""
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (gpt-oss: every other layer)
+    n_vocab: int = 0  # the real vocabulary's size, when the copied tokenizer is padded up to it
+    rope_yarn: tuple[float, int] | None = None  # YaRN (factor, original context)
 
 
 REAL_SHAPES: dict[str, RealShape] = {
@@ -60,7 +74,22 @@ REAL_SHAPES: dict[str, RealShape] = {
                               rope_base=5e5, about="Llama 3.1 8B: a dense control, 8.0 B parameters"),
     "qwen3-moe-mini": RealShape("qwen3moe", "qwen2", 512, 8, 8, 4, 64, 0, 128, 8, 256, 40960, 1e6,
                                 "Qwen3-30B-A3B's proportions (128 experts, 8 used) at a test's size"),
+    "gpt-oss-120b": RealShape("gpt-oss", "qwen2", 2880, 36, 64, 8, 64, 0, 128, 4, 2880, 131072, 150000,
+                              "gpt-oss-120b: 116.8 B parameters, 5.1 B active, 128 experts of which 4 per "
+                              "token, sliding window 128 on every other layer", sliding_window=128,
+                              n_vocab=201088, rope_yarn=(32.0, 4096)),
+    "gpt-oss-mini": RealShape("gpt-oss", "qwen2", 256, 4, 8, 2, 32, 0, 16, 4, 256, 131072, 150000,
+                              "gpt-oss's architecture (sinks, sliding window, expert biases, MXFP4) at a "
+                              "test's size", sliding_window=128, rope_yarn=(32.0, 4096)),
 }
+
+
+def _quant_of(tname: str, quant: str) -> str:
+    """The format a quantized tensor is written in: ``quant``, but for an expert format
+    (MXFP4) only the experts are, the rest in its companion format."""
+    if quant in _REST and "_exps." not in tname:
+        return _REST[quant]
+    return quant
 
 
 def _pool(qtype: str, rng: np.random.Generator) -> np.ndarray:
@@ -69,6 +98,10 @@ def _pool(qtype: str, rng: np.random.Generator) -> np.ndarray:
     model then took a minute of CPU before a byte reached the disk)."""
     if qtype == "F16":
         return (rng.standard_normal(POOL // 2, dtype=np.float32) * 0.02).astype(np.float16).reshape(-1, 1)
+    if qtype == "MXFP4":  # an E8M0 scale byte (2^(e - 127)) and 16 bytes of FP4 (E2M1) nibbles
+        b = rng.integers(0, 256, size=(POOL // 17, 17), dtype=np.uint8)
+        b[:, 0] = 127 - 8  # values up to 6 · 2^-8: about the Q8_0 blocks' range
+        return b
     block_bytes, scale = (34, 0.02 / 127) if qtype == "Q8_0" else (18, 0.02 / 8)
     b = rng.integers(0, 256, size=(POOL // block_bytes, block_bytes), dtype=np.uint8)
     b[:, :2] = np.frombuffer(np.float16(scale).tobytes(), dtype=np.uint8)  # a small fixed scale
@@ -90,6 +123,8 @@ def _tensors(s: RealShape, n_vocab: int) -> list[tuple[str, tuple[int, ...], boo
     out: list[tuple[str, tuple[int, ...], bool]] = [("token_embd.weight", (n_vocab, E), True),
                                                     ("output_norm.weight", (E,), False),
                                                     ("output.weight", (n_vocab, E), True)]
+    if s.arch == "gpt-oss":
+        return out + [t for i in range(s.n_layer) for t in _gpt_oss_layer(s, f"blk.{i}.")]
     for i in range(s.n_layer):
         p = f"blk.{i}."
         out += [(p + "attn_norm.weight", (E,), False), (p + "attn_q.weight", (s.n_head * hd, E), True),
@@ -104,6 +139,57 @@ def _tensors(s: RealShape, n_vocab: int) -> list[tuple[str, tuple[int, ...], boo
         else:
             out += [(p + "ffn_gate.weight", (s.n_ff, E), True), (p + "ffn_up.weight", (s.n_ff, E), True),
                     (p + "ffn_down.weight", (E, s.n_ff), True)]
+    return out
+
+
+def _gpt_oss_layer(s: RealShape, p: str) -> list[tuple[str, tuple[int, ...], bool]]:
+    """One gpt-oss layer (llama.cpp's src/models/openai-moe.cpp): biases everywhere, a sink per
+    head, a norm after attention instead of one before the FFN."""
+    E, hd, X, F = s.n_embd, s.head_dim, s.n_expert, s.n_ff_exp
+    q, kv = s.n_head * hd, s.n_head_kv * hd
+    return [(p + "attn_norm.weight", (E,), False), (p + "post_attention_norm.weight", (E,), False),
+            (p + "attn_q.weight", (q, E), True), (p + "attn_q.bias", (q,), False),
+            (p + "attn_k.weight", (kv, E), True), (p + "attn_k.bias", (kv,), False),
+            (p + "attn_v.weight", (kv, E), True), (p + "attn_v.bias", (kv,), False),
+            (p + "attn_output.weight", (E, q), True), (p + "attn_output.bias", (E,), False),
+            (p + "attn_sinks.weight", (s.n_head,), False),
+            (p + "ffn_gate_inp.weight", (X, E), False), (p + "ffn_gate_inp.bias", (X,), False),
+            (p + "ffn_gate_exps.weight", (X, F, E), True), (p + "ffn_gate_exps.bias", (X, F), False),
+            (p + "ffn_up_exps.weight", (X, F, E), True), (p + "ffn_up_exps.bias", (X, F), False),
+            (p + "ffn_down_exps.weight", (X, E, F), True), (p + "ffn_down_exps.bias", (X, E), False)]
+
+
+def _pad_tokenizer(raw: bytes, n: int, n_to: int) -> bytes:
+    """The tokenizer KVs ``raw`` (``n`` of them) with the vocabulary padded to ``n_to`` tokens:
+    control tokens ``<|tokensleuth_pad_i|>`` appended to ``tokenizer.ggml.tokens`` and their type
+    (3, control) to ``tokenizer.ggml.token_type`` (and a score of 0 where there are scores)."""
+    import struct
+
+    from tokensleuth.models.info import _HeaderReader
+
+    r = _HeaderReader(raw, "<")
+    out = b""
+    for _ in range(n):
+        start = r.pos
+        key = r.string()
+        vtype = r.u32()
+        at = r.pos
+        r.value(vtype)
+        body = raw[start:r.pos]
+        if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.scores"):
+            etype, count = struct.unpack("<IQ", raw[at:at + 12])
+            extra = n_to - count
+            if extra > 0:
+                if key == "tokenizer.ggml.tokens":
+                    names = (f"<|tokensleuth_pad_{i}|>".encode() for i in range(extra))
+                    tail = b"".join(struct.pack("<Q", len(b)) + b for b in names)
+                elif key == "tokenizer.ggml.token_type":
+                    tail = struct.pack("<i", 3) * extra
+                else:
+                    tail = struct.pack("<f", 0.0) * extra
+                head = raw[start:at] + struct.pack("<IQ", etype, count + extra)
+                body = head + raw[at + 12:r.pos] + tail
+        out += body
     return out
 
 
@@ -158,6 +244,8 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
         raise UserError(f"--shape writes {', '.join(DIRECT_QUANTS)} directly, not {quant!r}")
     out_file(out)
     s = REAL_SHAPES[name] if isinstance(name, str) else name
+    if quant in _REST and not s.n_expert:
+        raise UserError(f"{quant} is an expert format and the shape has no experts — give --quant Q8_0, Q4_0 or F16")
     label = name if isinstance(name, str) else "custom"
     rng = np.random.default_rng(seed)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.part")
@@ -181,13 +269,21 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
             w.add_expert_feed_forward_length(s.n_ff_exp)
         else:
             w.add_rope_dimension_count(s.head_dim)
+        if s.sliding_window:
+            w.add_sliding_window(s.sliding_window)
+        if s.rope_yarn:
+            w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+            w.add_rope_scaling_factor(s.rope_yarn[0])
+            w.add_rope_scaling_orig_ctx_len(s.rope_yarn[1])
         tok, n_tok, n_vocab = tokenizer_kvs(find_vocab(llama_tree, s.vocab))
-        qt = _QTYPE[quant]
+        if s.n_vocab > n_vocab:
+            tok, n_vocab = _pad_tokenizer(tok, n_tok, s.n_vocab), s.n_vocab
         f32 = gguf.GGMLQuantizationType.F32
         plan = _tensors(s, n_vocab)
-        for tname, shape, quantized in plan:
+        kinds = {tname: _QTYPE[_quant_of(tname, quant)] if quantized else f32 for tname, _, quantized in plan}
+        for tname, shape, _ in plan:
             n = int(np.prod(shape))
-            t = qt if quantized else f32
+            t = kinds[tname]
             block, size = gguf.GGML_QUANT_SIZES[t]
             w.add_tensor_info(tname, shape, np.dtype(np.float32), n // block * size, raw_dtype=t)
         w.write_header_to_file()
@@ -197,15 +293,15 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
         _splice(tmp, tok, n_tok)
         # the data section, tensor by tensor, each at the writer's alignment (32 bytes)
         align = 32
-        pool = _pool(quant, rng)
+        pools = {q: _pool(q, rng) for q in {_quant_of(t, quant) for t, _, quantized in plan if quantized}}
         with open(tmp, "r+b") as fh:
             fh.seek(0, os.SEEK_END)
             if sparse:
                 end = fh.tell()
-                for _, shape, quantized in plan:
+                for tname, shape, _ in plan:
                     end += -end % align
                     n = int(np.prod(shape))
-                    block, size = gguf.GGML_QUANT_SIZES[qt if quantized else f32]
+                    block, size = gguf.GGML_QUANT_SIZES[kinds[tname]]
                     end += n // block * size
                 fh.truncate(end)
                 plan = []
@@ -213,7 +309,8 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
                 fh.write(b"\0" * (-fh.tell() % align))
                 n = int(np.prod(shape))
                 if quantized:
-                    for chunk in _blocks(pool, n if quant == "F16" else n // 32, rng):
+                    q = _quant_of(tname, quant)
+                    for chunk in _blocks(pools[q], n if q == "F16" else n // 32, rng):
                         chunk.tofile(fh)
                 else:
                     # norms at 1, the router small: finite activations through every layer
