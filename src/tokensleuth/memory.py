@@ -10,7 +10,9 @@ predicted from the model's header and the flags, and compared with what is free:
   PATTERN=BUFT`` moves what it matches. Host weights read through mmap are page cache
   (reclaimable); without mmap (``-lm none``, ``-mmp 0``) they are the process's own memory.
   A host weight the CPU backend repacks (with AVX2: Q4_0, Q4_K, IQ4_NL and MXFP4 matrices,
-  gpt-oss's experts among them) is copied into a buffer of the process's own as well.
+  gpt-oss's experts among them) is copied into a buffer of the process's own as well — in a
+  CPU-only build (a GPU build's host weights stay in its host buffer: none was repacked for
+  gpt-oss-120b at -ngl 18 on the H200).
 - **KV cache**: context cells × layers × (KV heads × head dim) × (K + V bytes per element,
   from ``-ctk``/``-ctv``), on the device of its layer (the host with ``-nkvo``). llama-bench
   makes a context of prompt + generated + depth tokens, padded to 256 cells. A sliding-window
@@ -240,7 +242,9 @@ def predict(model: Path, s: Settings, gpu: bool, repack: frozenset[str] | None =
                 continue
         if where == "host" and s.mmap:
             need.weights_mapped += t.n_bytes
-            if s.repack and _repacked(t, repack):  # read once from the mapping into a buffer of its own
+            # read once from the mapping into a buffer of its own; a GPU build keeps host weights
+            # in its host buffer type instead (llama-model.cpp's make_cpu_buft_list lists it first)
+            if s.repack and not gpu and _repacked(t, repack):
                 _add(need.weights, "host", t.n_bytes)
                 need.repacked += t.n_bytes
         else:

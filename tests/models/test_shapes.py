@@ -94,6 +94,16 @@ def test_gpt_oss_is_written_as_its_architecture_and_runs(engine: EngineBuild, ll
     i = model_info(out)
     assert rows[0]["model_n_params"] == i.n_params and rows[0]["model_size"] == sum(i.quant_mix.values())
     assert set(i.quant_mix) == {"MXFP4", "Q8_0", "F32"}  # experts MXFP4, the other matrices Q8_0
+    # a vocabulary padded past the copied tokenizer's (gpt-oss-120b's 201,088) loads and runs
+    import dataclasses
+
+    padded = write_shape(dataclasses.replace(REAL_SHAPES["gpt-oss-mini"], n_vocab=160_000), tmp_path / "pad.gguf",
+                         "MXFP4", llama_tree)
+    p = subprocess.run([str(Path(engine.bin_dir) / "llama-bench"), "-m", str(padded), "-p", "16", "-n", "2", "-r", "1",
+                        "-t", "1", "-v", "-o", "jsonl"], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "n_vocab               = 160000" in p.stderr and model_info(padded).n_vocab == 160_000
+    assert "tokensleuth_pad" not in p.stderr  # padding is not logged token by token at each load
 
 
 def test_gpt_oss_120b_has_its_models_counts_and_vocabulary(llama_tree: Path, tmp_path: Path) -> None:
@@ -107,7 +117,7 @@ def test_gpt_oss_120b_has_its_models_counts_and_vocabulary(llama_tree: Path, tmp
     embd = 201088 * 2880
     assert abs((i.n_active_params - embd) / 1e9 - 5.13) < 0.005
     assert abs(i.file_bytes / 2**30 - 59.0) < 0.1  # the field report's 59 GB (GiB) model
-    # the padded tokens are control tokens after qwen2's own
+    # the padded tokens come after qwen2's own
     from tokensleuth.models.info import _read_header
 
     kv = _read_header(out).kv

@@ -17,7 +17,7 @@ layer, experts with biases, and its experts in MXFP4 (``--quant MXFP4``: an E8M0
 bytes of FP4 nibbles per 32 weights; every other weight Q8_0 — the published GGUF keeps those
 in higher precision, so its file is a few GB larger). Its tokenizer, o200k_harmony (201,088
 tokens), is not among the vocab files llama.cpp ships: qwen2's is copied and padded with
-control tokens to 201,088, so the embedding and output layers have their real size (and the
+unused tokens to 201,088, so the embedding and output layers have their real size (and the
 output matmul its real cost); text tokenizes as qwen2's would.
 """
 
@@ -161,8 +161,9 @@ def _gpt_oss_layer(s: RealShape, p: str) -> list[tuple[str, tuple[int, ...], boo
 
 def _pad_tokenizer(raw: bytes, n: int, n_to: int) -> bytes:
     """The tokenizer KVs ``raw`` (``n`` of them) with the vocabulary padded to ``n_to`` tokens:
-    control tokens ``<|tokensleuth_pad_i|>`` appended to ``tokenizer.ggml.tokens`` and their type
-    (3, control) to ``tokenizer.ggml.token_type`` (and a score of 0 where there are scores)."""
+    unused tokens ``<|tokensleuth_pad_i|>`` appended to ``tokenizer.ggml.tokens`` and their type
+    (5, unused: as control tokens, llama.cpp logged each one at load) to
+    ``tokenizer.ggml.token_type`` (and a score of 0 where there are scores)."""
     import struct
 
     from tokensleuth.models.info import _HeaderReader
@@ -184,7 +185,7 @@ def _pad_tokenizer(raw: bytes, n: int, n_to: int) -> bytes:
                     names = (f"<|tokensleuth_pad_{i}|>".encode() for i in range(extra))
                     tail = b"".join(struct.pack("<Q", len(b)) + b for b in names)
                 elif key == "tokenizer.ggml.token_type":
-                    tail = struct.pack("<i", 3) * extra
+                    tail = struct.pack("<i", 5) * extra
                 else:
                     tail = struct.pack("<f", 0.0) * extra
                 head = raw[start:at] + struct.pack("<IQ", etype, count + extra)
