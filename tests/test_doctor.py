@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth import doctor
+from tokensleuth import doctor, stats
 from tokensleuth.diagnose import allowed_cpus
 from tokensleuth.sources.build import EngineBuild
 
@@ -65,12 +65,12 @@ def test_gpu_checks_on_the_fake_nvml() -> None:
 
 
 def test_pairs_needed_follow_the_noise() -> None:
-    need = doctor.pairs_needed(0.02)
+    need = stats.pairs_needed(0.02)
     assert need[0.05] is not None and need[0.02] is not None and need[0.01] is not None
     assert need[0.05] < need[0.02] < need[0.01]
     # 99% t interval: t(0.995, n-1) * 0.02 / sqrt(n) < 0.05 first holds at n = 5 (4.60 * 0.02 / 2.24)
     assert need[0.05] == 5
-    assert doctor.pairs_needed(0.5, limit=50)[0.01] is None
+    assert stats.pairs_needed(0.5, limit=50)[0.01] is None
 
 
 def test_doctor_command_runs_its_checks_and_an_aa(engine: EngineBuild, cli_env: dict[str, str]) -> None:

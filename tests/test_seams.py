@@ -66,3 +66,82 @@ def test_the_guards_see_what_they_look_for() -> None:
     assert len(compares) == 2 and _const(compares[0].comparators[0]) in KINDS
     divs = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div)]
     assert _const(divs[0].right) in BINARIES
+
+
+def import_graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
+    """Module -> the tokensleuth modules it imports: at the top, inside functions, and for type
+    checking alike (a lazy import still couples the two modules)."""
+    names = set(modules)
+    graph: dict[str, set[str]] = {}
+    for mod, tree in modules.items():
+        deps: set[str] = set()
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and n.module and n.module.split(".")[0] == "tokensleuth":
+                for a in n.names:
+                    sub = f"{n.module}.{a.name}"
+                    deps.add(sub if sub in names else n.module)
+            elif isinstance(n, ast.Import):
+                deps.update(a.name for a in n.names if a.name.split(".")[0] == "tokensleuth")
+        graph[mod] = {d for d in deps if d in names and d != mod}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _package_modules() -> dict[str, ast.Module]:
+    out = {}
+    for p in sorted(SRC.rglob("*.py")):
+        parts = p.relative_to(SRC.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = ast.parse(p.read_text(), str(p))
+    return out
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph = import_graph(_package_modules())
+    assert len(graph) > 70 and sum(map(len, graph.values())) > 250  # the whole package was read
+    assert cycles(graph) == []
+
+
+def test_the_cycle_guard_sees_a_cycle() -> None:
+    """A lazy import back (inside a function) and a type-checking one both close a cycle."""
+    mods = {
+        "tokensleuth.a": ast.parse("from tokensleuth.b import x"),
+        "tokensleuth.b": ast.parse("def f():\n    from tokensleuth import c"),
+        "tokensleuth.c": ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tokensleuth.a"),
+        "tokensleuth.d": ast.parse("from tokensleuth.a import y"),
+    }
+    assert cycles(import_graph(mods)) == [["tokensleuth.a", "tokensleuth.b", "tokensleuth.c"]]

@@ -22,6 +22,7 @@ from tokensleuth import stats
 from tokensleuth.diagnose import Diagnoser
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import EngineError, UserError
+from tokensleuth.executors.ray import on_fleet
 from tokensleuth.judge import Judge, Judgement
 from tokensleuth.outputs import CHECK_TARGETS
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
@@ -240,7 +241,7 @@ class Bisector:
         self._lock = threading.Lock()  # the steps state, when several candidates are judged at once
         # endpoints, verification, controls: pairs spread over every machine of the fleet
         self.judge_ = judge or self.new_judge(
-            store, fleet.cache(fleet.nodes[0]) if fleet else None, fleet.executor() if fleet else None)
+            store, fleet.cache(fleet.nodes[0]) if fleet else None, on_fleet(fleet) if fleet else None)
 
     def new_judge(self, store: Store, cache: Any = None, executor: Any = None) -> Judge:
         spec = self.spec
@@ -273,7 +274,7 @@ class Bisector:
             def one(i: int, node: Any) -> None:
                 try:
                     with Store(self.store.path) as st:  # a connection per thread; this process writes
-                        j = self.new_judge(st, self.fleet.cache(node), self.fleet.executor([node]))  # type: ignore[union-attr]
+                        j = self.new_judge(st, self.fleet.cache(node), on_fleet(self.fleet, [node]))  # type: ignore[union-attr, arg-type]
                         got[i] = self.judge(i, j, st)
                 except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                     errors[i] = exc

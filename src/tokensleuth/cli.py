@@ -311,7 +311,9 @@ def bench(
         fleet.check_files(fleet_paths(models, [engine]))
         b = fleet.build(fleet.nodes[0], engine, cmake, targets_for([kind]))
         fleet.check_arm(fleet.nodes[0], b, "engine", kind, flags, env_map, workloads, engine)
-        executor, identity = fleet.executor(), {"host": fleet.nodes[0].label}
+        from tokensleuth.executors.ray import on_fleet
+
+        executor, identity = on_fleet(fleet), {"host": fleet.nodes[0].label}
     else:
         b = get_build(engine, cmake, targets_for([kind]))
         check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
@@ -512,9 +514,11 @@ def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_o
         builds[a.name] = fleet.build(fleet.nodes[0], a.source, list(a.cmake), targets(a))
         fleet.check_arm(fleet.nodes[0], builds[a.name], a.name, a.kind, [*spec.common_flags, *a.flags], a.env,
                         spec.workloads, a.source)
+    from tokensleuth.executors.ray import on_fleet
+
     with open_store(db) as store:
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
-                                 executor=fleet.executor())
+                                 executor=on_fleet(fleet))
         warn = render_warnings(store.warnings(sid))
         found_noise = noise_of(store, sid)
     out.print(render_compare(comps, sid, spec.band, summary_sentence(comps, spec.band))
@@ -783,11 +787,12 @@ def decompose(
     with open_store(db) as store:
         judge = None
         if fleet is not None:  # pairs spread over the machines; each builds the states itself
+            from tokensleuth.executors.ray import on_fleet
             from tokensleuth.judge import Judge
 
             judge = Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
                           timeout_s=timeout, log=lambda line: err.print(line, markup=False), kind=kind,
-                          cache=fleet.cache(fleet.nodes[0]), executor=fleet.executor())
+                          cache=fleet.cache(fleet.nodes[0]), executor=on_fleet(fleet))
         result = dec.run_decompose(store, private, base_sha, plist, spec, resume=resume,
                                    log=lambda line: err.print(line, markup=False), check_outputs=checker,
                                    judge=judge, diagnose=diagnoser(store, ctx, probe=not no_probe and fleet is None))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.compare import render_stored_compare, run_compare, spec_dump
 from tokensleuth.errors import EngineError, UserError
+from tokensleuth.executors.ray import on_fleet
 from tokensleuth.report.markdown import table
 from tokensleuth.spec import ArmSpec, CompareSpec, spec_hash
 from tokensleuth.store import Store
@@ -98,7 +99,7 @@ def _run_host(db: Path, fleet: Fleet, node: Node, spec: CompareSpec, targets: Ca
                 builds[a.name] = by_source[key]
                 fleet.check_arm(node, builds[a.name], a.name, a.kind, [*spec.common_flags, *a.flags], a.env,
                                 spec.workloads, a.source)
-            child, comps = run_compare(st, spec, builds, resume=resume, executor=fleet.executor([node]),
+            child, comps = run_compare(st, spec, builds, resume=resume, executor=on_fleet(fleet, [node]),
                                        identity={"host": node.label}, on_trial=on_trial)
             backends = sorted({x for b in builds.values() for x in b.backends})
             log(f"{node.label}: done ({child})")

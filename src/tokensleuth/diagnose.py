@@ -298,9 +298,7 @@ class Probe:
 def pairs_at(process_cv: float, band: float, limit: int = 10_000) -> int | None:
     """Pairs for a 99% interval of a ratio near 1 to fit in ±band, when each process mean
     spreads ``process_cv`` (a pair's log ratio then spreads √2 times that)."""
-    from tokensleuth.doctor import pairs_needed
-
-    return pairs_needed(math.sqrt(2) * process_cv, (band,), limit)[band]
+    return stats.pairs_needed(math.sqrt(2) * process_cv, (band,), limit)[band]
 
 
 def with_threads(flags: Sequence[str], threads: int) -> list[str]:

@@ -190,7 +190,7 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
 
     import numpy as np
 
-    from tokensleuth import diagnose, noise
+    from tokensleuth import diagnose, noise, stats
     from tokensleuth.compare import run_compare
     from tokensleuth.spec import build_compare_spec, model_paths
     from tokensleuth.store import Store
@@ -205,20 +205,4 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     c = comps[0]
     logs = [math.log(y / x) for x, y in zip(c.base_ts, c.cand_ts, strict=True)]
     sd = float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
-    return AA(len(logs), sd, n, pairs_needed(sd), d.threads, d)
-
-
-def pairs_needed(log_ratio_sd: float, bands: Sequence[float] = (0.01, 0.02, 0.05), limit: int = 10_000) -> dict[float, int | None]:
-    """Pairs for a 99% interval of an A/A ratio to fit inside ±band, at this SD of a pair's log ratio."""
-    from scipy import stats as sps
-
-    out: dict[float, int | None] = {}
-    for band in bands:
-        half = band  # log(1 ± band) ≈ ±band for small bands
-        n = 2
-        while n <= limit:
-            if sps.t.ppf(0.995, n - 1) * log_ratio_sd / n ** 0.5 < half:
-                break
-            n += 1 if n < 100 else max(1, n // 20)
-        out[band] = n if n <= limit else None
-    return out
+    return AA(len(logs), sd, n, stats.pairs_needed(sd), d.threads, d)

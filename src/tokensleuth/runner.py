@@ -106,7 +106,9 @@ def run_shared(s: Shared, *, timeout_s: float | None, sources: Sequence[Source],
                on_sample: Sink | None = None) -> tuple[TrialOutcome, TrialOutcome]:
     """Both trials of a pair in one engine process (tokensleuth.engines.shared.shared_unit
     found they fit): one outcome per trial."""
-    out = run_trial(s.arm, replace(s.jobs[0], argv=s.argv), timeout_s=timeout_s, sources=sources,
+    first = s.jobs[0]
+    assert isinstance(first, TrialJob)  # the unit's own jobs (shared_unit keeps them)
+    out = run_trial(s.arm, replace(first, argv=s.argv), timeout_s=timeout_s, sources=sources,
                     interval_s=interval_s, on_sample=on_sample)
     return split(s, out)
 

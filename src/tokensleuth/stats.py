@@ -299,3 +299,17 @@ def pairs_for_same(est: RatioEstimate, band: float, limit: int = 10_000) -> int 
             return n
         n = n + max(1, n // 8)
     return None
+
+
+def pairs_needed(log_ratio_sd: float, bands: Sequence[float] = (0.01, 0.02, 0.05), limit: int = 10_000) -> dict[float, int | None]:
+    """Pairs for a 99% interval of an A/A ratio to fit inside ±band, at this SD of a pair's log ratio."""
+    out: dict[float, int | None] = {}
+    for band in bands:
+        half = band  # log(1 ± band) ≈ ±band for small bands
+        n = 2
+        while n <= limit:
+            if sps.t.ppf(0.995, n - 1) * log_ratio_sd / n ** 0.5 < half:
+                break
+            n += 1 if n < 100 else max(1, n // 20)
+        out[band] = n if n <= limit else None
+    return out

@@ -28,13 +28,25 @@ import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.store import ResultRow, TrialOutcome, WindowRow
 
-if TYPE_CHECKING:
-    from tokensleuth.runner import TrialJob
+
+class TrialJob(Protocol):
+    """What is read of a planned trial (the runner's TrialJob: engines do not import the runner)."""
+
+    @property
+    def arm(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def workload(self) -> str: ...
+    @property
+    def argv(self) -> tuple[str, ...]: ...
+    @property
+    def pair(self) -> int: ...
 
 # llama-bench's context settings: an instance's own, so a change of one keeps the model loaded
 CONTEXT_FLAGS = frozenset({

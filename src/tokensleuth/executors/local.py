@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.executors import Delivery, Done, Handout, Unit
+from tokensleuth.executors.base import Delivery, Done, Handout, Unit
 from tokensleuth.monitor.sources import Source, probe_sources
 from tokensleuth.engines.shared import shared_unit
 from tokensleuth.runner import run_shared, run_trial

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.errors import EngineError, UserError
-from tokensleuth.executors import Delivery, Done, Handout, Lost, Unit
+from tokensleuth.executors.base import Delivery, Done, Handout, Lost, Unit
 from tokensleuth.runner import failed_outcome
 
 if TYPE_CHECKING:
@@ -89,3 +89,8 @@ class RayExecutor:
                     continue
                 free.append(node)
                 yield Done(unit, tuple(outs))
+
+
+def on_fleet(fleet: Fleet, nodes: Sequence[Node] | None = None) -> RayExecutor:
+    """The executor that runs units on ``nodes`` of ``fleet`` (default: all of them)."""
+    return RayExecutor(fleet, list(nodes) if nodes is not None else fleet.nodes)

@@ -3,7 +3,7 @@
 A machine joins with ``ray start --address HEAD:6379 --labels host=strix1,backend=rocm``
 (tokensleuth installed in its Python, nothing else). The driver connects
 (:class:`Fleet`), picks machines by their labels or resources (``--on``), and hands
-them units of work through :class:`~tokensleuth.executors.ray.RayExecutor`. Each
+them units of work through :class:`~tokensleuth.executors.ray.RayExecutor` (``on_fleet``). Each
 machine builds its own engines in its own cache (:meth:`Fleet.build`); samples come
 back to the driver, the store's only writer. Nothing here imports Ray until a fleet is
 asked for, so the single-machine path pays nothing for it.
@@ -232,11 +232,6 @@ class Fleet:
 
     def cache(self, node: Node) -> RemoteCache:
         return RemoteCache(self, node)
-
-    def executor(self, nodes: Sequence[Node] | None = None) -> Any:
-        from tokensleuth.executors.ray import RayExecutor
-
-        return RayExecutor(self, list(nodes) if nodes is not None else self.nodes)
 
     def _get(self, ref: Any) -> Any:
         """A remote call's value; the worker's UserError/EngineError come through as themselves."""
