@@ -168,7 +168,7 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
     interval straddles the band's far edge is still good."""
     from tokensleuth import stats
     from tokensleuth.bisect import Bisector, Candidate
-    from tokensleuth.compare import Comparison
+    from tokensleuth.comparisons import Comparison
     from tokensleuth.judge import Judgement
     from tokensleuth.sources.build import EngineBuild
     from tokensleuth.store import Store

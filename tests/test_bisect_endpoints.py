@@ -10,7 +10,7 @@ from pathlib import Path
 from tests.conftest import tokensleuth_bin
 from tokensleuth import stats
 from tokensleuth.bisect import endpoint_answer
-from tokensleuth.compare import Comparison
+from tokensleuth.comparisons import Comparison
 from tokensleuth.judge import ArmFailure, Judgement
 from tokensleuth.sources.build import EngineBuild
 

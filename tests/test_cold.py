@@ -53,7 +53,7 @@ def test_a_faster_first_repetition_is_not_cold() -> None:
 
 
 def test_the_statistic_leaves_cold_repetitions_out(tmp_path: Path) -> None:
-    from tokensleuth.compare import analyze, summary_sentence
+    from tokensleuth.comparisons import analyze, summary_sentence
     from tokensleuth.noise import estimate
     from tokensleuth.spec import build_compare_spec
     from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome

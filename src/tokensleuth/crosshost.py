@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.compare import render_stored_compare, run_compare, spec_dump
+from tokensleuth.compare import run_compare, spec_dump
+
+from tokensleuth.studies.compare import render_stored_compare
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.executors.ray import on_fleet
 from tokensleuth.report.markdown import table

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.compare import Comparison
+from tokensleuth.comparisons import Comparison
 from tokensleuth.diagnose import Diagnoser
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import EngineError, UserError

@@ -423,7 +423,7 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
              cpus: int | None = None) -> Prescription | None:
     """The diagnosis and prescription of a study with an unresolved comparison (None when
     every comparison has a verdict); stored under DIAGNOSIS_STATE."""
-    from tokensleuth.compare import analyze, stored_spec
+    from tokensleuth.comparisons import analyze, stored_spec
 
     spec = stored_spec(store, study_id)
     comps = [c for c in analyze(store, study_id, spec) if c.verdict == "unresolved" and c.estimate is not None]

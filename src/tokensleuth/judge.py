@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.compare import Comparison, run_compare, still_open
+from tokensleuth.compare import run_compare, still_open
+
+from tokensleuth.comparisons import Comparison
 from tokensleuth.engines import engine_for, llamabench_params as params
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import EngineError

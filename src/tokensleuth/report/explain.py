@@ -74,7 +74,7 @@ def _diff(b: Line, c: Line, which: str, confidence: float = 0.99) -> tuple[float
 def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
     """For a compare with the same test at several depths: each arm's line and where the
     change is (the per-token constant, the depth-dependent slope, or both)."""
-    from tokensleuth.compare import analyze, stored_spec
+    from tokensleuth.comparisons import analyze, stored_spec
 
     row = store.study(study_id)
     if row["kind"] != "compare":
@@ -131,7 +131,7 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
     """Per arm and model: buffers per device, offloaded layers, named tensors; and for each
     candidate one sentence on how its placement differs from the baseline's, beside the
     measured ratios of that model."""
-    from tokensleuth.compare import PLACEMENT_STATE
+    from tokensleuth.comparisons import PLACEMENT_STATE
     from tokensleuth.engines.placement import Placement, difference
 
     got = store.get_state(study_id, PLACEMENT_STATE)

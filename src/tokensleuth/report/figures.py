@@ -48,7 +48,7 @@ def cell_label(model: str, workload: str, candidate: str | None = None) -> str:
 
 
 def compare_figures(store: Store, study_id: str) -> list[Figure]:
-    from tokensleuth.compare import analyze, stored_spec
+    from tokensleuth.comparisons import analyze, stored_spec
     from tokensleuth.report import plots
 
     spec = stored_spec(store, study_id)
