@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -147,3 +148,35 @@ def test_the_mmap_setting_renamed_to_load_mode_is_pinned_both_ways() -> None:
     no_mmap = dict(params.settings(new), load_mode="none")
     assert params.pin_flags(no_mmap, params.settings(old), old_help, set())[0][-2:] == ["-mmp", "0"]
     assert params.flag_fields(["-mmp", "0"]) == {"use_mmap", "load_mode"}  # asked for, in either name
+
+
+def test_bisect_pin_params_gives_each_candidate_the_good_sides_settings(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], db: Path, tmp_path: Path) -> None:
+    """--pin-params in a bisect (the Judge's pinning, the same code as compare's): the candidates
+    whose default changed run with the good side's value, the others with nothing added."""
+    import sqlite3
+
+    real = Path(engine.bin_dir) / "llama-bench"
+    dirs = []
+    for i, changed in enumerate((False, False, True, True)):
+        d = tmp_path / f"r{i}"
+        if changed:
+            _changed_default(d, real)
+        else:
+            d.mkdir()
+            (d / "llama-bench").write_text(f'#!/bin/bash\nexec {real} "$@"\n')
+            (d / "llama-bench").chmod(0o755)
+        dirs.append(d)
+    p = subprocess.run([tokensleuth_bin(), "bisect", *[a for d in dirs for a in ("--bin", str(d))], "-m",
+                        str(dense_model), "-w", "tg16", "--band", "50%", "--max-pairs", "5", "--pin-params",
+                        "--", "-r", "1"], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert p.returncode in (0, 1), p.stderr[-2000:]  # the verdicts are the machine's; the pinning is the code's
+    # the endpoints always run (r3 against r0); which steps follow is the machine's verdicts'
+    threads = next(int(x) for x in re.findall(r"pinned \S+r3 to \S+r0's settings: -t (\d+)", p.stderr))
+    assert threads != 1
+    for who, what in re.findall(r"pinned \S+(r\d) to \S+r0's settings: (.*)", p.stderr):
+        assert what == (f"-t {threads}" if who in ("r2", "r3") else "nothing differed"), (who, what)
+    con = sqlite3.connect(db)  # each compare study's arms, with the flags they ran with
+    flags = {src: json.loads(f) for src, f in con.execute("SELECT source, flags_json FROM arms")}
+    assert flags and all(f == (["-t", str(threads)] if src.endswith(("r2", "r3")) else []) for src, f in flags.items()
+                         if src.startswith("bin:")), flags

@@ -274,20 +274,18 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
     differ unasked (read from one short run of each arm on the first model)."""
     base = spec.baseline_name()
     arms = {a.name: a for a in spec.arms}
-    probe = {n: params.probe_settings(params.bench(builds[n]), spec.models[0],
-                                      [*a.flags, *spec.common_flags], spec.timeout_s)
-             for n, a in arms.items()}
+    base_settings = params.probe_settings(params.bench(builds[base]), spec.models[0],
+                                          [*arms[base].flags, *spec.common_flags], spec.timeout_s)
     new_arms = []
     for a in spec.arms:
         if a.name == base:
             new_arms.append(a)
             continue
         asked = params.flag_fields(arms[base].flags) | params.flag_fields(a.flags)
-        flags, cannot = params.pin_flags(probe[base], probe[a.name],
-                                         params.help_text(params.bench(builds[a.name])), asked)
+        flags, cannot = params.pin_to(base_settings, builds[a.name], spec.models[0], [*a.flags, *spec.common_flags],
+                                      asked, spec.timeout_s)
         if log:
-            log(f"pinned {a.name} to {base}'s settings: {' '.join(flags) or 'nothing differed'}"
-                + (f"; cannot pin {', '.join(cannot)}" if cannot else ""))
+            log(params.pin_line(a.name, base, flags, cannot))
         new_arms.append(a.model_copy(update={"flags": [*a.flags, *flags]}))
     return spec.model_copy(update={"arms": new_arms})
 

@@ -180,16 +180,12 @@ class Judge:
         base_build = self.build(self.pin_to)
         if base_build is None:
             raise EngineError(f"cannot pin settings to {self.pin_to}: it does not build")
-        bench = params.bench(build)
         if self._pin_base is None:
-            self._pin_base = params.probe_settings(params.bench(base_build), model,
-                                                   self.flags, self.timeout_s)
-        mine = params.probe_settings(bench, model, self.flags, self.timeout_s)
-        flags, cannot = params.pin_flags(self._pin_base, mine, params.help_text(bench),
-                                         params.flag_fields(self.flags))
+            self._pin_base = params.probe_settings(params.bench(base_build), model, self.flags, self.timeout_s)
+        flags, cannot = params.pin_to(self._pin_base, build, model, self.flags, params.flag_fields(self.flags),
+                                      self.timeout_s)
         self.arm_flags[source] = flags
-        self.log(f"  pinned {source}: {' '.join(flags) or 'settings already equal'}"
-                 + (f"; cannot pin {', '.join(cannot)}" if cannot else ""))
+        self.log("  " + params.pin_line(source, self.pin_to, flags, cannot))
 
 
 def arm_failures(store: Store, study_id: str) -> list[ArmFailure]:

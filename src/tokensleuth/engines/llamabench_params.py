@@ -251,3 +251,19 @@ def probe_settings(bench_bin: Path, model: str, flags: Sequence[str], timeout_s:
         raise EngineError(f"cannot read the settings of {bench_bin}: it exited with {res.returncode} "
                           f"({res.tail('err').strip()[-200:]})")
     return settings(rows[0])
+
+
+def pin_to(base: Mapping[str, Any], build: Any, model: str, flags: Sequence[str], asked: set[str],
+           timeout_s: float) -> tuple[list[str], list[str]]:
+    """The flags that give ``build``'s llama-bench the settings ``base`` (another build's, as
+    probe_settings read them) where they differ and were not ``asked`` for, and the settings
+    that cannot be pinned (no flag in this version): what --pin-params does, for compare and for
+    bisect and decompose alike."""
+    b = bench(build)
+    return pin_flags(base, probe_settings(b, model, flags, timeout_s), help_text(b), asked)
+
+
+def pin_line(name: str, base: str, flags: Sequence[str], cannot: Sequence[str]) -> str:
+    """What pinning did, in one line."""
+    return (f"pinned {name} to {base}'s settings: {' '.join(flags) or 'nothing differed'}"
+            + (f"; cannot pin {', '.join(cannot)}" if cannot else ""))
