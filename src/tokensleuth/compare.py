@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
-from tokensleuth.comparisons import (NOISE_STATE, PLACEMENT_STATE, SHARED_DESIGN, Comparison, analyze)
+from tokensleuth.comparisons import NOISE_STATE, PLACEMENT_STATE, SHARED_DESIGN, Comparison, analyze
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.engines.shared import differing_setting, per_instance
