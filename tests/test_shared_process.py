@@ -69,7 +69,8 @@ def test_separate_processes_is_another_design_and_another_study(engine: EngineBu
     p1, d1 = compare(args, cli_env, tmp_path)
     p2, d2 = compare(["--separate-processes", *args], cli_env, tmp_path)
     assert p1.returncode in (0, 1) and p2.returncode in (0, 1), (p1.stderr, p2.stderr)
-    assert d1["comparisons"][0]["design"] != d2["comparisons"][0]["design"] == "one process per trial"
+    assert d1["comparisons"][0]["design"] == "one process per pair (A,B,B,A)"
+    assert "design" not in d2["comparisons"][0]  # a process per trial, as before the design existed
     assert d1["study"] != d2["study"]
     argvs = [json.loads(r["env_json"])["argv"] for r in rows(db, "SELECT env_json FROM trials WHERE study_id = "
                                                                  f"'{d2['study']}'")]

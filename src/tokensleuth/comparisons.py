@@ -87,10 +87,11 @@ class Comparison:
             },
             # leading repetitions left out of every trial's t/s: how many and how slow they ran
             "cold_repetitions": {"per_trial": self.cold.count if self.cold else 0,
-                                 "per_instance": per_instance(self.cold.count) if self.cold and self.shared
-                                 else None,
-                                 "ratio": self.cold.ratio if self.cold else None},
-            "design": SHARED_DESIGN if self.shared else "one process per trial",
+                                 "ratio": self.cold.ratio if self.cold else None,
+                                 **({"per_instance": per_instance(self.cold.count if self.cold else 0)}
+                                    if self.shared else {})},
+            # each pair in one process (engines.shared); absent: a process per trial, as ever
+            **({"design": SHARED_DESIGN} if self.shared else {}),
             # server arms only: client-side TTFT / inter-token latency (None for a llama-bench arm)
             **({"latency": {"baseline": self.base_latency, "candidate": self.cand_latency}}
                if self.base_latency or self.cand_latency else {}),
