@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from _common import tiny_model
-from tokensleuth.cli import targets_for
+from tokensleuth.commands.common import targets_for
 from tokensleuth.engines.serving import free_port
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache

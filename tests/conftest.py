@@ -66,7 +66,7 @@ def tokensleuth_bin() -> str:
 @pytest.fixture(scope="session")
 def server_engine(engine: EngineBuild) -> EngineBuild:
     """The default engine with llama-server beside llama-bench (what a --kind llama-server arm builds)."""
-    from tokensleuth.cli import targets_for
+    from tokensleuth.commands.common import targets_for
 
     return BuildCache().get(DEFAULT_ENGINE, targets=targets_for(["llama-server"]),
                             log=lambda line: print(line, file=sys.stderr))

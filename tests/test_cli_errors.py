@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import tokensleuth_bin
 from tests.faults.gguf_tiny import write_tiny_gguf
 from tokensleuth import cli
+from tokensleuth.commands import common
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.sources.build import EngineBuild
 
@@ -98,7 +99,7 @@ def test_errors_exit_with_their_own_exit_code(monkeypatch: pytest.MonkeyPatch, c
     def fail(db: Path | None) -> None:
         raise exc
 
-    monkeypatch.setattr(cli, "open_store", fail)
+    monkeypatch.setattr(common, "open_store", fail)
     assert cli.main(["studies"]) == code  # the attribute, not a hard-coded 1 or 2
     assert capsys.readouterr().err == f"error: {exc}\n"
 
@@ -107,7 +108,7 @@ def test_a_user_error_is_always_one_line(monkeypatch: pytest.MonkeyPatch, capsys
     def fail(db: Path | None) -> None:
         raise UserError("no study 'a\nb' — list them")
 
-    monkeypatch.setattr(cli, "open_store", fail)
+    monkeypatch.setattr(common, "open_store", fail)
     assert cli.main(["studies"]) == 2
     assert capsys.readouterr().err == "error: no study 'a\\nb' — list them\n"
 
@@ -124,8 +125,8 @@ def test_a_signal_is_an_exit_code_and_one_line(monkeypatch: pytest.MonkeyPatch, 
         raise AssertionError("no Interrupted raised")
 
     previous = signal.getsignal(sig)
-    monkeypatch.setattr(cli, "open_store", wait_for_signal)
-    monkeypatch.setattr(cli, "get_build", wait_for_signal)
+    monkeypatch.setattr(common, "open_store", wait_for_signal)
+    monkeypatch.setattr(common, "get_build", wait_for_signal)
     model = write_tiny_gguf(tmp_path / "m.gguf")
     argv = ["studies"] if command == "studies" else ["bench", "--model", str(model)]
     assert cli.main(argv) == 128 + sig

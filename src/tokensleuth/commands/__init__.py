@@ -1,0 +1,42 @@
+"""The commands, one module each, and the registry the CLI builds itself from.
+
+A command module parses its options into a spec and hands one request to a driver; it never
+imports ``tokensleuth.cli``. A new command is one module plus one line in ``COMMANDS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tokensleuth.commands import bench, bisect, compare, decompose, doctor, engine, model, report, studies
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    run: Callable[..., Any]
+    group: str = ""  # "" the top level; else its sub-command group (engine, model)
+    engine_flags: bool = False  # takes the engine's flags after `--` (click keeps them in ctx.args)
+    resumable: bool = False  # takes --resume: an interrupt says to rerun it with --resume
+
+
+GROUPS = {"engine": "Build engines and list the build cache.", "model": "Synthesize and inspect GGUF models."}
+
+COMMANDS = (
+    Command("bench", bench.bench, engine_flags=True, resumable=True),
+    Command("compare", compare.compare, engine_flags=True, resumable=True),
+    Command("bisect", bisect.bisect, engine_flags=True, resumable=True),
+    Command("decompose", decompose.decompose, engine_flags=True, resumable=True),
+    Command("build", engine.engine_build, group="engine"),
+    Command("list", engine.engine_list, group="engine"),
+    Command("synth", model.model_synth, group="model"),
+    Command("fit", model.model_fit, group="model", engine_flags=True),
+    Command("info", model.model_info_cmd, group="model"),
+    Command("import", studies.import_cmd),
+    Command("studies", studies.studies),
+    Command("report", report.report),
+    Command("doctor", doctor.doctor),
+    Command("site", report.site),
+)

@@ -1,0 +1,113 @@
+"""tokensleuth model synth | fit | info: synthetic models, the memory a run needs, a model's facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tokensleuth.errors import UserError
+from tokensleuth.sources import DEFAULT_ENGINE, parse_source
+from tokensleuth.sources.build import BuildCache
+from tokensleuth.commands import common
+from tokensleuth.commands.common import out, CmakeOpt, engine_flags
+
+
+def model_synth(
+    out_path: Annotated[Path, typer.Option("--out", help="Where to write the .gguf.")],
+    arch: Annotated[str, typer.Option(help="llama (dense) or qwen3moe (MoE).")] = "llama",
+    size: Annotated[str, typer.Option(help="tiny, small or medium.")] = "tiny",
+    quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16 (with --shape: Q8_0, Q4_0, F16 or MXFP4).")] = "Q8_0",
+    engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
+    seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Random seed of the weights.")] = 0,
+    shape: Annotated[Optional[str], typer.Option("--shape", help="A real model's exact shape, written straight as quantized blocks (Q8_0, Q4_0, F16; MXFP4 experts): qwen3-30b-a3b, gpt-oss-120b, llama-3.1-8b, qwen3-moe-mini, gpt-oss-mini.")] = None,
+    cmake: CmakeOpt = [],  # noqa: B006
+) -> None:
+    """Write a synthetic GGUF model (random weights, real tokenizer)."""
+    from tokensleuth.models.info import model_info
+    from tokensleuth.models.synth import QUANTS, SHAPES, synth
+
+    if shape is not None:
+        import time as _time
+
+        from tokensleuth.models.shapes import write_shape
+
+        t0 = _time.monotonic()
+        write_shape(shape, out_path, quant, BuildCache().llama_tree(parse_source(engine)), seed=seed)
+        i = model_info(out_path)
+        out.print(f"{out_path}: {shape} ({i.arch}), {i.n_params / 1e9:.3f} B params, "
+                  f"{i.n_active_params / 1e9:.3f} B active, {i.file_bytes / 1e9:.2f} GB, "
+                  f"{i.bytes_per_token / 1e9:.3f} GB of weights per generated token · "
+                  f"written in {_time.monotonic() - t0:.0f} s", markup=False)
+        return
+    if (arch, size) not in SHAPES:
+        raise UserError(f"no synthetic shape {arch}/{size} — --arch llama|qwen3moe, --size tiny|small|medium")
+    if quant not in QUANTS:
+        raise UserError(f"unsupported quant {quant!r} — choose from {', '.join(QUANTS)}")
+    b = common.get_build(engine, cmake)
+    tree = BuildCache().llama_tree(parse_source(engine))
+    synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed)
+    i = model_info(out_path)
+    out.print(f"{out_path}: {i.arch} {i.n_params / 1e6:.1f} M params, {i.file_bytes / (1 << 20):.1f} MiB")
+
+
+def model_fit(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="A .gguf model.")],
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, pp2048@d4096 … (the largest sets the context; default pp512 and tg128).")] = [],  # noqa: B006
+    cpu: Annotated[bool, typer.Option("--cpu", help="Predict for a CPU-only build (default: a GPU build when this machine has a GPU).")] = False,
+) -> None:
+    """What a llama-bench run of MODEL with the flags after `--` will need in memory, per
+    device, against what is free here — nothing is run."""
+    from tokensleuth.memory import Free, gpu_free, host_free, judge, predict, settings_from_flags, tests_of
+
+    flags = engine_flags(ctx)
+    h, hs = host_free()
+    g, gs = (None, "") if cpu else gpu_free()
+    s = settings_from_flags(flags, tests_of(workload or ["pp512", "tg128"]))
+    need = predict(path, s, gpu=g is not None)
+    rows = []
+    for where in need.places():
+        have = h if where == "host" else g
+        rows.append([where, f"{need.weights.get(where, 0) / 1e9:.2f}", f"{need.kv.get(where, 0) / 1e9:.2f}",
+                     f"{need.compute.get(where, 0) / 1e9:.2f}", f"{need.total(where) / 1e9:.2f}",
+                     "?" if have is None else f"{have / 1e9:.2f}"])
+    from tokensleuth.report.markdown import table
+
+    out.print(table(["memory", "weights GB", "KV GB", "compute GB", "total GB", "free GB"], rows,
+                    [False, True, True, True, True, True]), markup=False)
+    out.print(f"context {s.n_ctx} cells, n_ubatch {min(s.n_ubatch, s.n_batch, s.n_tokens)}, "
+              f"{'mmap' if s.mmap else 'no mmap'}: {need.weights_mapped / 1e9:.2f} GB of host weights mapped"
+              f" · free: host from {hs}" + (f", GPU from {gs}" if gs else ", no GPU"), markup=False)
+    v = judge(path, need, Free(h, g), s)
+    if not v.ok:
+        raise UserError(v.line)
+    out.print(f"fits{': ' + v.line if v.line else ''}", markup=False)
+
+
+def model_info_cmd(
+    path: Annotated[Path, typer.Argument(help="A .gguf model.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print architecture, parameters, active parameters, experts, quant mix, bytes/token."""
+    from tokensleuth.models.info import model_info
+
+    i = model_info(path)
+    if as_json:
+        out.print_json(json.dumps(i.to_json()))
+        return
+    lines = [
+        f"file              {i.path}",
+        f"architecture      {i.arch}",
+        f"name              {i.name}",
+        f"parameters        {i.n_params:,} ({i.n_params / 1e9:.3f} B)",
+        f"active/token      {i.n_active_params:,} ({i.n_active_params / 1e9:.3f} B)",
+        f"experts           {i.n_expert} ({i.n_expert_used} used per token)" if i.n_expert else "experts           none (dense)",
+        f"layers            {i.n_layer}, n_embd {i.n_embd}, vocab {i.n_vocab}",
+        f"file size         {i.file_bytes / (1 << 20):.2f} MiB",
+        f"bytes/token (tg)  {i.bytes_per_token / (1 << 20):.2f} MiB of weights read per generated token",
+        "quant mix         " + ", ".join(f"{k} {v / (1 << 20):.2f} MiB" for k, v in i.quant_mix.items()),
+    ]
+    out.print("\n".join(lines))

@@ -1,0 +1,71 @@
+"""tokensleuth report | site: stored studies rendered again (Markdown, JSON, HTML, issue, a site)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tokensleuth.errors import UserError
+from tokensleuth.commands import common
+from tokensleuth.commands.common import err, out, DbOpt, json_target, save_json, save_text
+
+
+def report(
+    study: Annotated[str, typer.Argument(help="Study id (a unique prefix is enough).")],
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write JSON here.")] = None,
+    html_out: Annotated[Optional[Path], typer.Option(
+        "--html", help="Write a self-contained HTML page (plots as inline SVG) here.")] = None,
+    issue: Annotated[bool, typer.Option(
+        "--issue", help="Print Markdown in the shape of llama.cpp's bug-report form.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Re-render a stored study (Markdown; --json, --html, --issue). No engine runs."""
+    from tokensleuth.report.markdown import render_warnings
+    from tokensleuth.studies import kind_of
+
+    json_target(json_out)
+    json_target(html_out, "--html")
+    with common.open_store(db) as store:
+        row = store.study(study)
+        sid = row["id"]
+        from tokensleuth.report.explain import explain, markdown
+
+        text, obj = kind_of(row["kind"]).render_stored(store, sid)
+        explained = explain(store, sid, obj)
+        why = markdown(explained)
+        md = text + render_warnings(store.warnings(sid)) + (f"\n\n{why}" if why else "")
+        if issue:
+            from tokensleuth.report.issue import render_issue
+
+            md = render_issue(store, sid, (text, obj), why)
+        page = None
+        if html_out:
+            from tokensleuth.report.html import render_html
+
+            page = render_html(store, sid, sections=[sec for sec, _ in explained], rendered=(text, obj))
+    out.print(md, markup=False, highlight=False)
+    if json_out:
+        save_json(json_out, obj, sid)
+    if html_out and page is not None:
+        save_text(html_out, page)
+        err.print(f"wrote {html_out}", markup=False)
+
+
+def site(
+    dest: Annotated[Path, typer.Argument(help="Folder to write the site into (created; updated in place).")],
+    db: DbOpt = None,
+) -> None:
+    """Write a static site of every study: an index, a page per study, t/s history per model and test."""
+    from tokensleuth.report.site import build_site
+
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"{dest} is a file — give a folder for the site")
+    with common.open_store(db) as store:
+        try:
+            got = build_site(store, dest)
+        except OSError as exc:
+            raise UserError(f"cannot write the site into {dest}: {exc.strerror or exc} — choose another folder") from None
+    out.print(f"{dest}/index.html: {got.studies} studies, {got.histories} histories; {got.written} page(s) written",
+              markup=False)

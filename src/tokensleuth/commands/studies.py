@@ -1,0 +1,46 @@
+"""tokensleuth import | studies: put llama-bench output in the store; list what it holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from tokensleuth.errors import UserError
+from tokensleuth.commands import common
+from tokensleuth.commands.common import out, DbOpt
+
+
+def import_cmd(
+    file: Annotated[Path, typer.Argument(help="llama-bench output: -o json, -o jsonl or -o sql.")],
+    db: DbOpt = None,
+) -> None:
+    """Import an existing llama-bench output into the store."""
+    from tokensleuth.importer import import_file
+
+    if file.is_dir():
+        raise UserError(f"{file} is a folder — give the path of a llama-bench output file")
+    if not file.is_file():
+        raise UserError(f"{file} does not exist — give the path of a llama-bench output file")
+    with common.open_store(db) as store:
+        study, n = import_file(store, file)
+    out.print(f"imported {n} results as study {study}")
+
+
+def studies(db: DbOpt = None) -> None:
+    """List stored studies."""
+    import datetime as dt
+
+    from tokensleuth.report.markdown import table
+    from tokensleuth.studies import kind_of
+
+    with common.open_store(db) as store:
+        rows = []
+        for s in store.studies():
+            when = dt.datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M")
+            what = kind_of(s["kind"]).describe(json.loads(s["spec_json"]))
+            rows.append([s["id"], s["kind"], s["status"], when, f"{s['n_done']}/{s['n_trials']}", str(what)])
+    out.print(table(["study", "kind", "status", "created", "trials done", "what"], rows,
+                    [False, False, False, False, True, False]))
