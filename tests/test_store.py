@@ -21,8 +21,8 @@ from tokensleuth.store import (
     Store,
     StudyHandle,
     TrialOutcome,
-    _pid_start,
 )
+from tokensleuth.store.leases import _pid_start
 
 
 def _outcome(n: int = 3) -> TrialOutcome:

@@ -11,7 +11,8 @@ from tokensleuth.executors import Executor, execute
 from tokensleuth.runner import TrialCallback, arm_runtime
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import spec_hash
-from tokensleuth.store import PlannedTrial, Store, StudyHandle
+from tokensleuth.store import Store
+from tokensleuth.records import PlannedTrial, StudyHandle
 from tokensleuth.workloads import planned_argv
 
 ARM = "engine"

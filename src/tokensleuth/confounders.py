@@ -15,7 +15,7 @@ import psutil
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error
 from tokensleuth.monitor.sampler import engine_cpus
 from tokensleuth.stats import STALL_FACTOR, stalled_reps
-from tokensleuth.store import TrialOutcome
+from tokensleuth.records import TrialOutcome
 
 BUSY_CORE_FRACTION = 0.10  # another process using >10% of a core during the trial
 

@@ -18,7 +18,8 @@ from tokensleuth.errors import show
 from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.errors import UserError
 from tokensleuth.spec import spec_hash
-from tokensleuth.store import ResultRow, Store, TrialOutcome
+from tokensleuth.store import Store
+from tokensleuth.records import ResultRow, TrialOutcome
 
 FORMATS_HINT = "import reads llama-bench -o json, -o jsonl or -o sql output"
 # A file that starts with an SQL statement is read as SQL, so that a statement other

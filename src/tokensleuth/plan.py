@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokensleuth.store import PlannedTrial
+from tokensleuth.records import PlannedTrial
 
 
 def pair_order(arms: Sequence[str], pair: int) -> list[str]:

@@ -24,7 +24,7 @@ from tokensleuth.hostenv import host_environment
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.store import TrialOutcome
+from tokensleuth.records import TrialOutcome
 
 __all__ = ["ArmRuntime", "TrialCallback", "TrialJob", "arm_runtime", "failed_outcome", "run_shared", "run_trial"]
 

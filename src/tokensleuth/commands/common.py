@@ -20,7 +20,8 @@ from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
-from tokensleuth.store import Store, TrialOutcome
+from tokensleuth.store import Store
+from tokensleuth.records import TrialOutcome
 
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -13,7 +13,7 @@ from tokensleuth.engines.checks import check_arm
 from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
-from tokensleuth.store import TrialOutcome
+from tokensleuth.records import TrialOutcome
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
     err, out, DbOpt, CmakeOpt, seconds_option, SampleIntervalOpt, ClusterOpt, OnOpt, open_fleet, fleet_paths,

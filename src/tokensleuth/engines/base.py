@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tokensleuth.engines.proc import Probe
-from tokensleuth.store import TrialOutcome
+from tokensleuth.records import TrialOutcome
 
 DEFAULT_KIND = "llama-bench"
 

@@ -27,7 +27,7 @@ from tokensleuth.workloads import (  # llama-bench's workload names, the core's 
     INT32_MAX,
     bench_test_name,
 )
-from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
+from tokensleuth.records import ResultRow, SampleRow, TrialOutcome, WindowRow
 
 # Flags tokensleuth sets itself; a user passing them would break parsing.
 OWNED_FLAGS = {"-o", "--output", "-oe", "--output-err", "--progress", "-m", "--model"}

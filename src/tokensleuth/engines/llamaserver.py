@@ -52,7 +52,7 @@ from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream,
                                          result_of,
                                          sample_of, split_flags, sse_events)
 from tokensleuth.errors import UserError
-from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
+from tokensleuth.records import SampleRow, TrialOutcome, WindowRow
 from tokensleuth.workloads import Workload, parse
 
 BINARY = "llama-server"

@@ -40,7 +40,7 @@ from tokensleuth.engines.serving import (RequestFailed, Served, Stream, http_cli
                                          split_flags, sse_events)
 from tokensleuth.engines.proc import Probe
 from tokensleuth.errors import UserError
-from tokensleuth.store import SampleRow, TrialOutcome, WindowRow
+from tokensleuth.records import SampleRow, TrialOutcome, WindowRow
 from tokensleuth.workloads import Workload, parse
 
 STALL_S = 120.0

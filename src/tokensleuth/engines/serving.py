@@ -31,7 +31,7 @@ from tokensleuth.engines.proc import Background
 from tokensleuth.errors import UserError
 from tokensleuth.monitor.attribute import counter_deltas
 from tokensleuth.results import percentiles
-from tokensleuth.store import ResultRow, SampleRow, WindowRow
+from tokensleuth.records import ResultRow, SampleRow, WindowRow
 from tokensleuth.workloads import Workload
 
 DEFAULT_REPS = 5

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.store import ResultRow, TrialOutcome, WindowRow
+from tokensleuth.records import ResultRow, TrialOutcome, WindowRow
 
 
 class TrialJob(Protocol):

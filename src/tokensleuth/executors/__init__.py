@@ -16,7 +16,8 @@ from tokensleuth.executors.base import Delivery, Done, Executor, Handout, Lost, 
 from tokensleuth.executors.local import LocalExecutor
 from tokensleuth.monitor.sources import Source
 from tokensleuth.runner import TrialCallback, TrialJob
-from tokensleuth.store import NODE_LOST, Store, TrialOutcome
+from tokensleuth.store import Store
+from tokensleuth.records import NODE_LOST, TrialOutcome
 
 __all__ = ["Delivery", "Done", "Executor", "Handout", "LocalExecutor", "Lost", "Unit", "execute", "units_of"]
 

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.runner import TrialJob
-from tokensleuth.store import TrialOutcome
+from tokensleuth.records import TrialOutcome
 
 __all__ = ["Delivery", "Done", "Executor", "Handout", "Lost", "Unit", "units_of"]
 

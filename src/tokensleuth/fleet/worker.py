@@ -18,7 +18,7 @@ from tokensleuth.hostenv import host_environment
 from tokensleuth.engines.shared import shared_unit
 from tokensleuth.runner import TrialJob, failed_outcome, run_shared, run_trial
 from tokensleuth.sources.build import BuildCache, EngineBuild
-from tokensleuth.store import TrialOutcome
+from tokensleuth.records import TrialOutcome
 
 
 class TrialWorker:

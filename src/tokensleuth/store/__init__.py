@@ -8,511 +8,47 @@ when the lease is taken belonged to a holder that died: it is put back to
 rebooted) it is first recorded as ``machine-lost``. That is the whole resume story:
 rerunning a study executes the trials still planned.
 
+The package: the records in tokensleuth.records (plain data, no store), the schema and its
+migrations (schema.py), what a store file may be and its faults (files.py), the lease holder
+(leases.py), the live timeline (timeline.py); reads and writes here.
+
 SQLite's own errors (full disk, read-only or damaged file) become one-line
 UserError/EngineError in one place, :func:`store_errors`.
 """
 
+
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import json
-import os
-import shutil
-import socket
 import sqlite3
-import stat
-import threading
 import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import EngineError, Interrupted, UserError
+from tokensleuth.errors import Interrupted, UserError
+from tokensleuth.records import (
+    HANDED_OUT, MACHINE_LOST, NODE_LOST, STUDY_STATUSES, TRIAL_STATUSES, UNFINISHED, Lease, LostTrial, PlannedTrial,
+    ResultRow, SampleRow, StudyHandle, TrialOutcome, WindowRow,
+)
+from tokensleuth.store.files import (
+    OPEN_HERE, OPEN_LOCK, SQLITE_IOERR, check_path, disk_full, store_errors, translate, unwritable,
+)
+from tokensleuth.store.leases import Holder, alive, holder_of, this_process
+from tokensleuth.store.schema import APPLICATION_ID, CORE_TABLES, MIGRATIONS, SCHEMA_VERSION
+from tokensleuth.store.timeline import LiveTimeline
 
-SCHEMA_VERSION = 4
-# PRAGMA application_id of a tokensleuth store ("tksl"); set from schema 2 on.
-APPLICATION_ID = 1953198956
-# The tables a store of any schema version has: a database without them is another program's.
-CORE_TABLES = frozenset({"studies", "arms", "trials", "results", "samples"})
-
-# Numbered migrations: MIGRATIONS[i] takes a database from version i to i+1.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE studies (
-        id          TEXT PRIMARY KEY,
-        kind        TEXT NOT NULL,          -- bench | compare | import | bisect | decompose
-        spec_hash   TEXT NOT NULL,
-        spec_json   TEXT NOT NULL,
-        status      TEXT NOT NULL,          -- running | done | failed
-        created_at  REAL NOT NULL,
-        finished_at REAL
-    );
-    CREATE TABLE arms (
-        id          INTEGER PRIMARY KEY,
-        study_id    TEXT NOT NULL REFERENCES studies(id),
-        name        TEXT NOT NULL,
-        source      TEXT NOT NULL,
-        engine_json TEXT NOT NULL,          -- commit, build_number, flags, compiler, backends
-        flags_json  TEXT NOT NULL,          -- engine argv additions of this arm
-        env_json    TEXT NOT NULL,          -- environment variables of this arm
-        UNIQUE (study_id, name)
-    );
-    CREATE TABLE trials (
-        id          INTEGER PRIMARY KEY,
-        study_id    TEXT NOT NULL REFERENCES studies(id),
-        arm_id      INTEGER NOT NULL REFERENCES arms(id),
-        seq         INTEGER NOT NULL,       -- position in the plan
-        pair        INTEGER NOT NULL DEFAULT -1,  -- compare: pair index within its cell
-        model       TEXT NOT NULL,
-        workload    TEXT NOT NULL,          -- '' = all of the arm's llama-bench tests
-        argv_json   TEXT NOT NULL,
-        status      TEXT NOT NULL,          -- planned|running|done|failed|crashed|timeout|garbage
-        exit_code   INTEGER,
-        message     TEXT,
-        stderr_tail TEXT,
-        started_at  REAL,                   -- wall clock, epoch seconds
-        ended_at    REAL,
-        t0_ns       INTEGER,                -- monotonic clock at spawn
-        t1_ns       INTEGER,                -- monotonic clock at exit
-        env_json    TEXT,                   -- host, governor, versions at run time
-        UNIQUE (study_id, seq)
-    );
-    CREATE TABLE results (
-        id          INTEGER PRIMARY KEY,
-        trial_id    INTEGER NOT NULL REFERENCES trials(id),
-        test_idx    INTEGER NOT NULL,
-        test        TEXT NOT NULL,          -- llama-bench name: pp512, tg128, pp512@d4096
-        n_prompt    INTEGER NOT NULL,
-        n_gen       INTEGER NOT NULL,
-        n_depth     INTEGER NOT NULL,
-        avg_ts      REAL,
-        stddev_ts   REAL,
-        raw_json    TEXT NOT NULL,
-        UNIQUE (trial_id, test_idx)
-    );
-    CREATE TABLE samples (
-        id          INTEGER PRIMARY KEY,
-        result_id   INTEGER NOT NULL REFERENCES results(id),
-        rep         INTEGER NOT NULL,
-        duration_ns INTEGER NOT NULL,
-        tokens      INTEGER NOT NULL,
-        tokens_per_s REAL NOT NULL,
-        UNIQUE (result_id, rep)
-    );
-    CREATE TABLE windows (
-        id          INTEGER PRIMARY KEY,
-        trial_id    INTEGER NOT NULL REFERENCES trials(id),
-        test_idx    INTEGER NOT NULL,
-        rep         INTEGER NOT NULL,
-        start_ns    INTEGER NOT NULL,       -- monotonic clock, same as trials.t0_ns
-        end_ns      INTEGER NOT NULL,
-        cpu_ms      REAL,                   -- engine process-tree CPU time in the window
-        counters_json TEXT,                 -- other counter deltas (energy J) over the window
-        UNIQUE (trial_id, test_idx, rep)
-    );
-    CREATE TABLE timeline (
-        trial_id    INTEGER NOT NULL REFERENCES trials(id),
-        t_ns        INTEGER NOT NULL,       -- monotonic clock, same as trials.t0_ns
-        values_json TEXT NOT NULL,          -- sampled power W, clocks MHz, busy %, memory MB
-        PRIMARY KEY (trial_id, t_ns)
-    );
-    CREATE TABLE warnings (
-        trial_id    INTEGER NOT NULL REFERENCES trials(id),
-        code        TEXT NOT NULL,
-        detail      TEXT NOT NULL
-    );
-    CREATE TABLE state (
-        study_id    TEXT NOT NULL REFERENCES studies(id),
-        key         TEXT NOT NULL,
-        value_json  TEXT NOT NULL,
-        PRIMARY KEY (study_id, key)
-    );
-    CREATE INDEX trials_study ON trials(study_id, status);
-    CREATE INDEX results_trial ON results(trial_id);
-    """,
-    # 2: the study lease (one runner per study) and the boot a running trial started under.
-    """
-    CREATE TABLE leases (
-        study_id    TEXT PRIMARY KEY REFERENCES studies(id),
-        pid         INTEGER NOT NULL,
-        pid_start   INTEGER,                -- /proc/PID/stat start time: a reused pid differs
-        boot_id     TEXT NOT NULL,          -- /proc/sys/kernel/random/boot_id of the holder
-        host        TEXT NOT NULL,
-        since       REAL NOT NULL           -- wall clock, epoch seconds
-    );
-    ALTER TABLE trials ADD COLUMN boot_id TEXT;
-    PRAGMA application_id = 1953198956
-    """,
-    # 3: engine kinds. An arm names the engine that ran it; a sample is one timed unit of
-    # any engine (a llama-bench repetition, or a request to a server) with its own token
-    # counts, its client-side timestamps and, for a streamed request, its time to first
-    # token and inter-token latencies. llama-bench samples get their counts from their result.
-    """
-    ALTER TABLE arms ADD COLUMN kind TEXT NOT NULL DEFAULT 'llama-bench';
-    ALTER TABLE samples ADD COLUMN n_prompt INTEGER;
-    ALTER TABLE samples ADD COLUMN n_gen INTEGER;
-    ALTER TABLE samples ADD COLUMN start_ns INTEGER;
-    ALTER TABLE samples ADD COLUMN end_ns INTEGER;
-    ALTER TABLE samples ADD COLUMN ttft_ns INTEGER;
-    ALTER TABLE samples ADD COLUMN metrics_json TEXT;
-    UPDATE samples SET n_prompt = (SELECT r.n_prompt FROM results r WHERE r.id = samples.result_id),
-                       n_gen = (SELECT r.n_gen FROM results r WHERE r.id = samples.result_id)
-    """,
-    # 4: the fleet. A trial handed to a worker machine names it (NULL: run by the driver
-    # itself); one that never came back is known by it on --resume.
-    """
-    ALTER TABLE trials ADD COLUMN node TEXT
-    """,
+# what `from tokensleuth.store import …` gives (the records also come from tokensleuth.records)
+__all__ = [
+    "APPLICATION_ID", "CORE_TABLES", "HANDED_OUT", "MACHINE_LOST", "MIGRATIONS", "NODE_LOST", "SCHEMA_VERSION",
+    "STUDY_STATUSES", "TRIAL_STATUSES", "UNFINISHED", "Holder", "Lease", "LiveTimeline", "LostTrial",
+    "PlannedTrial", "ResultRow", "SampleRow", "Store", "StudyHandle", "TrialOutcome", "WindowRow", "store_errors",
+    "this_process", "translate",
 ]
-
-TRIAL_STATUSES = ("planned", "running", "done", "failed", "crashed", "timeout", "garbage")
-# running: being run (or its runner died); interrupted: stopped by SIGINT/SIGTERM; both resume.
-STUDY_STATUSES = ("running", "interrupted", "done", "failed")
-UNFINISHED = ("running", "interrupted")
-MACHINE_LOST = "machine-lost"
-NODE_LOST = "node-lost"  # a worker machine died during the trial; the trial runs again
-HANDED_OUT = "handed-out"  # a trial handed to a worker never came back before the driver stopped
-
-# SQLite primary result codes (sqlite3.h) that say something about the file or the disk,
-# not about tokensleuth's SQL; anything else (a constraint, a misuse) is a bug and keeps
-# its traceback.
-_SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY = 3, 5, 6, 8
-_SQLITE_IOERR, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN = 10, 11, 13, 14
-_SQLITE_NOTADB, _SQLITE_AUTH = 26, 23
-
-
-def _disk_full(path: Path) -> bool:
-    """Whether the file system of ``path`` has (nearly) no room: SQLite's I/O errors do
-    not say ENOSPC, so an I/O error on a full disk is recognised by looking."""
-    for d in (path.parent, path.parent.parent):
-        with suppress(OSError):
-            return shutil.disk_usage(d).free < (1 << 20)
-    return False
-
-
-def translate(path: Path, exc: BaseException) -> UserError | EngineError | None:
-    """The one-line error for a store fault, or None when ``exc`` is not one (a bug)."""
-    fix = "pass another --db path"
-    if isinstance(exc, sqlite3.Error) and not isinstance(exc, sqlite3.DatabaseError):
-        return None  # InterfaceError: tokensleuth misused the library
-    if isinstance(exc, sqlite3.DatabaseError):
-        if isinstance(exc, (sqlite3.IntegrityError, sqlite3.ProgrammingError,
-                            sqlite3.InterfaceError)):
-            return None
-        code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
-        if code == _SQLITE_FULL or (code in (_SQLITE_IOERR, _SQLITE_CANTOPEN) and _disk_full(path)):
-            return EngineError(f"the disk holding the store {path} is full; nothing of this command "
-                               "was stored — free some space and rerun it")
-        if code == _SQLITE_READONLY:
-            return UserError(f"the store {path} is read-only ({exc}) — make it and its folder "
-                             f"writable, or {fix}")
-        if code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
-            return UserError(f"the store {path} is damaged or not a tokensleuth store ({exc}) — "
-                             f"restore it from a backup (sqlite3 {path} .recover saves what is "
-                             f"readable), or {fix}")
-        if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
-            return UserError(f"the store {path} stayed locked by another process for 30 s — "
-                             "wait for it to finish and rerun")
-        if code in (_SQLITE_CANTOPEN, _SQLITE_PERM, _SQLITE_AUTH):
-            return UserError(f"cannot open the store {path} ({exc}; SQLite also needs to create "
-                             f"{path.name}-wal and -shm beside it) — make its folder writable, or {fix}")
-        if code == _SQLITE_IOERR:
-            return EngineError(f"I/O error on the store {path} ({exc}) — check the disk, then rerun")
-        return None
-    if isinstance(exc, OSError):
-        if exc.errno == errno.ENOSPC:
-            return EngineError(f"the disk holding the store {path} is full — free some space and rerun")
-        why = exc.strerror or str(exc)
-        if exc.errno in (errno.ENOTDIR, errno.EEXIST):
-            why = "a part of its folder path is a file, not a folder"
-        return UserError(f"cannot use {path} as the store ({why}) — {fix}")
-    return None
-
-
-@contextmanager
-def store_errors(path: Path) -> Iterator[None]:
-    """The boundary where SQLite's errors about the file or disk become one-line errors."""
-    try:
-        yield
-    except (sqlite3.Error, OSError) as exc:
-        mapped = translate(path, exc)
-        if mapped is None:
-            raise
-        raise mapped from exc
-
-
-def _unwritable(path: Path) -> bool:
-    """A store file that exists but that SQLite may not write beside (its -wal and -shm)."""
-    wal = path.with_name(path.name + "-wal")
-    no_wal = not wal.exists() or wal.stat().st_size == 0
-    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    return path.is_file() and no_wal and not writable
-
-
-# Store files this process has open (device, inode) -> connections. Closing any descriptor
-# of a file drops every POSIX lock the process holds on it, SQLite's included: once a store
-# is open here (another thread's Store), nothing but SQLite may open and close the file.
-_OPEN_HERE: dict[tuple[int, int], int] = {}
-_OPEN_LOCK = threading.Lock()
-
-
-def _check_path(path: Path) -> None:
-    """Refuse, before SQLite touches it, a --db that is not a store file nor a place for one."""
-    fix = "pass another --db path"
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        return
-    except NotADirectoryError:
-        raise UserError(f"cannot use {path} as the store (a part of its folder path is a file, "
-                        f"not a folder) — {fix}") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise UserError(f"{path} is a folder — give --db a file, e.g. {path / 'tokensleuth.sqlite'}")
-    if not stat.S_ISREG(st.st_mode):
-        # a device, FIFO or socket: SQLite would write -wal/-shm files beside it (/dev/null-wal)
-        raise UserError(f"{path} is not a regular file — {fix}")
-    if st.st_size == 0:
-        return  # an empty file becomes a new store, as SQLite does
-    with _OPEN_LOCK:
-        if _OPEN_HERE.get((st.st_dev, st.st_ino)):
-            return  # checked when it was first opened; reading it now would unlock it (above)
-    with open(path, "rb") as fh:
-        if fh.read(16) != b"SQLite format 3\x00":
-            raise UserError(f"{path} is not a tokensleuth database — {fix}")
-
-
-# -- who runs a study -------------------------------------------------------------------
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except OSError:
-        return None
-
-
-def _pid_start(proc_root: Path, pid: int) -> int | None:
-    """The start time of ``pid`` in clock ticks after boot (field 22 of /proc/PID/stat)."""
-    text = _read(proc_root / str(pid) / "stat")
-    if text is None:
-        return None
-    try:
-        return int(text.rsplit(")", 1)[1].split()[19])  # fields after "(comm)" start at field 3
-    except (IndexError, ValueError):
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """A process that runs (or ran) a study: the fields of a lease row."""
-
-    pid: int
-    pid_start: int | None
-    boot_id: str
-    host: str
-    since: float
-
-    def describe(self) -> str:
-        when = dt.datetime.fromtimestamp(self.since).strftime("%Y-%m-%d %H:%M:%S")
-        return f"pid {self.pid} on {self.host} since {when}"
-
-
-def this_process(proc_root: Path = Path("/proc")) -> Holder:
-    pid = os.getpid()
-    boot = (_read(proc_root / "sys/kernel/random/boot_id") or "").strip()
-    return Holder(pid, _pid_start(proc_root, pid), boot, socket.gethostname(), time.time())
-
-
-def _alive(h: Holder, me: Holder, proc_root: Path) -> bool:
-    """Whether the lease holder ``h`` still runs, seen from ``me``.
-
-    Another boot means the holder died with its machine (a boot id is the only
-    identity that survives a reboot; a pid does not). On the same boot, a pid that is
-    gone, a zombie, or whose start time differs (the pid was reused) is dead.
-    """
-    if h.boot_id != me.boot_id:
-        return False
-    text = _read(proc_root / str(h.pid) / "stat")
-    if text is None:
-        if (proc_root / "self").exists():
-            return False  # /proc works and the pid has no entry: gone
-        try:
-            os.kill(h.pid, 0)  # no /proc: ask the kernel
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    fields = text.rsplit(")", 1)[-1].split()
-    if fields and fields[0] in ("Z", "X"):
-        return False
-    return h.pid_start is None or _pid_start(proc_root, h.pid) == h.pid_start
-
-
-@dataclass(frozen=True, slots=True)
-class LostTrial:
-    """A trial left ``running`` under another boot: the machine froze or rebooted during it."""
-
-    trial_id: int
-    seq: int
-    arm: str
-    model: str
-    workload: str
-    started_at: float | None
-    boot_id: str
-    readings: dict[str, float]  # its last stored timeline values ({} when none were stored)
-
-    def detail(self) -> str:
-        when = ("at " + dt.datetime.fromtimestamp(self.started_at).strftime("%Y-%m-%d %H:%M:%S")
-                if self.started_at else "")
-        last = (", ".join(f"{k} {v:g}" for k, v in sorted(self.readings.items()))
-                if self.readings else "none stored")
-        return (f"machine lost during this trial (trial {self.seq}, {Path(self.model).name} "
-                f"{self.workload or 'all tests'}, started {when} under boot {self.boot_id[:8]}, "
-                f"which has ended); last readings: {last}; the trial is run again")
-
-
-class LiveTimeline:
-    """Commits a running trial's sampled readings every ``every_s`` seconds.
-
-    Called from the sampler thread with the timeline so far; it writes the rows not yet
-    written through a connection of its own (an SQLite connection belongs to the thread
-    that opened it; WAL lets it write beside the runner's). The trial's final commit
-    inserts the same rows with INSERT OR IGNORE, so nothing is stored twice. What this
-    buys: a machine that freezes mid-trial leaves the trial's last readings in the store.
-    """
-
-    def __init__(self, path: Path, trial_id: int, every_s: float = 2.0) -> None:
-        self.path = path
-        self.trial_id = trial_id
-        self.every_s = every_s
-        self._written = 0
-        self._last = time.monotonic()
-        self._db: sqlite3.Connection | None = None
-
-    def __call__(self, timeline: Sequence[tuple[int, dict[str, float]]]) -> None:
-        now = time.monotonic()
-        if now - self._last < self.every_s or len(timeline) <= self._written:
-            return
-        self._last = now
-        if self._db is None:
-            # made in the sampler thread, closed by the runner once the sampler has stopped
-            self._db = sqlite3.connect(self.path, timeout=1.0, check_same_thread=False)
-        rows = timeline[self._written:]
-        with self._db:
-            self._db.executemany("INSERT OR IGNORE INTO timeline(trial_id, t_ns, values_json) VALUES (?,?,?)",
-                                 [(self.trial_id, t, json.dumps(v)) for t, v in rows])
-        self._written += len(rows)
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-
-@dataclass(frozen=True, slots=True)
-class StudyHandle:
-    """What :meth:`Store.begin_study` found or made."""
-
-    id: str
-    resumed: bool  # an unfinished study of this spec goes on
-    finished: bool  # this spec's latest study already finished: read it, there is nothing to run
-    status: str
-
-
-@dataclass(frozen=True, slots=True)
-class Lease:
-    """The study lock held by this process; ``lost`` were found on taking it."""
-
-    study_id: str
-    lost: tuple[LostTrial, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SampleRow:
-    """One timed unit: a llama-bench repetition, or a request (or a group of concurrent ones)."""
-
-    rep: int
-    duration_ns: int
-    tokens: int  # the tokens the rate counts: tokens / duration is the sample's t/s
-    n_prompt: int | None = None
-    n_gen: int | None = None
-    start_ns: int | None = None  # monotonic clock (trials.t0_ns's): request sent
-    end_ns: int | None = None  # last token received
-    ttft_ns: int | None = None  # time to first token, client side
-    metrics: dict[str, Any] = field(default_factory=dict)  # itl_ms percentiles, server timings …
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens * 1e9 / self.duration_ns
-
-
-@dataclass(frozen=True, slots=True)
-class WindowRow:
-    test_idx: int
-    rep: int
-    start_ns: int
-    end_ns: int
-    cpu_ms: float | None = None
-    counters: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class ResultRow:
-    test_idx: int
-    test: str
-    n_prompt: int
-    n_gen: int
-    n_depth: int
-    avg_ts: float | None
-    stddev_ts: float | None
-    raw: dict[str, Any]
-    samples: tuple[SampleRow, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class TrialOutcome:
-    """Everything a finished trial leaves behind; written in one transaction."""
-
-    status: str
-    exit_code: int | None
-    message: str
-    stderr_tail: str
-    started_at: float
-    ended_at: float
-    t0_ns: int
-    t1_ns: int
-    env: dict[str, Any]
-    results: tuple[ResultRow, ...] = ()
-    windows: tuple[WindowRow, ...] = ()
-    timeline: tuple[tuple[int, dict[str, float]], ...] = ()
-    warnings: tuple[tuple[str, str], ...] = ()  # (code, detail)
-
-    def __post_init__(self) -> None:
-        if self.status not in TRIAL_STATUSES or self.status in ("planned", "running"):
-            raise ValueError(f"not a final trial status: {self.status!r}")
-        if self.t1_ns < self.t0_ns:
-            raise ValueError("trial ends before it starts")
-
-
-@dataclass(frozen=True, slots=True)
-class PlannedTrial:
-    arm: str
-    model: str
-    workload: str
-    argv: tuple[str, ...]
-    pair: int = -1
-
-
-def _holder(row: sqlite3.Row) -> Holder:
-    return Holder(int(row["pid"]), row["pid_start"], str(row["boot_id"]), str(row["host"]),
-                  float(row["since"]))
-
 
 class Store:
     """A connection to the study store. Caller-owned; close it (or use ``with``).
@@ -528,9 +64,9 @@ class Store:
         self._held: dict[str, int] = {}  # study id -> nesting depth of this process's leases
         self.read_only = False
         with store_errors(path):
-            _check_path(path)
+            check_path(path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            if _unwritable(path):
+            if unwritable(path):
                 self._open_read_only()
             else:
                 for attempt in range(4):
@@ -538,26 +74,26 @@ class Store:
                         self.db = self._open(sqlite3.connect(path, timeout=30, isolation_level=None))
                         break
                     except sqlite3.OperationalError as exc:
-                        if _unwritable(path):  # e.g. the folder turned out read-only
+                        if unwritable(path):  # e.g. the folder turned out read-only
                             self._open_read_only()
                             break
                         # A connection opened beside others of this process (a thread's) has
                         # met a transient disk I/O error while the log was being reset; try again.
                         code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
-                        if code != _SQLITE_IOERR or attempt == 3 or _disk_full(path):
+                        if code != SQLITE_IOERR or attempt == 3 or disk_full(path):
                             raise
                         time.sleep(0.2 * (attempt + 1))
             st = path.stat()
             self._inode: tuple[int, int] | None = (st.st_dev, st.st_ino)
-            with _OPEN_LOCK:
-                _OPEN_HERE[self._inode] = _OPEN_HERE.get(self._inode, 0) + 1
+            with OPEN_LOCK:
+                OPEN_HERE[self._inode] = OPEN_HERE.get(self._inode, 0) + 1
 
     def _open_read_only(self) -> None:
         """Open a store that may not be written (read-only disk or folder, immutable file).
 
         SQLite could not create its -shm file beside it (or would leave one behind), so
         the file is opened immutable: reading works, a write is a one-line "read-only"
-        error. Safe only when no -wal file holds unmerged commits (see _unwritable).
+        error. Safe only when no -wal file holds unmerged commits (see unwritable).
         """
         uri = f"file:{urllib.parse.quote(str(self.path.absolute()))}?mode=ro&immutable=1"
         self.db = self._open(sqlite3.connect(uri, uri=True, isolation_level=None), read_only=True)
@@ -599,10 +135,10 @@ class Store:
         self.db.close()
         inode, self._inode = getattr(self, "_inode", None), None
         if inode is not None:
-            with _OPEN_LOCK:
-                _OPEN_HERE[inode] -= 1
-                if not _OPEN_HERE[inode]:
-                    del _OPEN_HERE[inode]
+            with OPEN_LOCK:
+                OPEN_HERE[inode] -= 1
+                if not OPEN_HERE[inode]:
+                    del OPEN_HERE[inode]
 
     @contextmanager
     def tx(self) -> Iterator[sqlite3.Connection]:
@@ -794,7 +330,7 @@ class Store:
     def holder(self, study_id: str) -> Holder | None:
         """Who holds the study's lease (maybe a dead process), or None."""
         row = self.db.execute("SELECT * FROM leases WHERE study_id=?", (study_id,)).fetchone()
-        return None if row is None else _holder(row)
+        return None if row is None else holder_of(row)
 
     def _take_lease(self, db: sqlite3.Connection, study_id: str) -> None:
         self._check_lease(db, study_id)
@@ -812,9 +348,9 @@ class Store:
         row = db.execute("SELECT * FROM leases WHERE study_id=?", (study_id,)).fetchone()
         if row is None:
             return
-        h = _holder(row)
+        h = holder_of(row)
         mine = (h.pid, h.boot_id, h.pid_start) == (self.me.pid, self.me.boot_id, self.me.pid_start)
-        if not mine and _alive(h, self.me, self.proc_root):
+        if not mine and alive(h, self.me, self.proc_root):
             raise UserError(f"study {study_id} is being run by {h.describe()} — wait for it, "
                             f"or stop it (kill {h.pid}) and rerun with --resume")
 
