@@ -15,6 +15,7 @@ from pathlib import Path
 
 from golden_help import SOURCES, label  # beside this script (python puts bench/ on the path)
 from tokensleuth.engines import llamabench_params as params
+from tokensleuth.engines.llamabench import probe_settings
 from tokensleuth.errors import EngineError
 from tokensleuth.sources.build import BuildCache
 
@@ -25,7 +26,7 @@ def main() -> int:
     cache = BuildCache()
     benches = {label(s): Path(cache.get(s, targets=["llama-bench"]).bin_dir) / "llama-bench" for s in SOURCES}
     base_flags = ["-t", "1"]
-    got = {n: params.probe_settings(b, str(MODEL), base_flags, 120) for n, b in benches.items()}
+    got = {n: probe_settings(b, str(MODEL), base_flags, 120) for n, b in benches.items()}
     helps = {n: params.help_text(b) for n, b in benches.items()}
     bad = 0
     for a in benches:
@@ -34,7 +35,7 @@ def main() -> int:
                 continue
             flags, cannot = params.pin_flags(got[a], got[b], helps[b], params.flag_fields(base_flags))
             try:
-                after = params.probe_settings(benches[b], str(MODEL), [*base_flags, *flags], 120)
+                after = probe_settings(benches[b], str(MODEL), [*base_flags, *flags], 120)
             except EngineError as exc:
                 print(f"{a} -> {b}: {' '.join(flags)}: REFUSED ({exc})")
                 bad += 1

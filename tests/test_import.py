@@ -14,7 +14,7 @@ from tokensleuth.cli import main
 from tokensleuth.engines.llamabench import result_row
 from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.errors import UserError
-from tokensleuth.importer import import_file, parse_bench_file
+from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
 from tokensleuth.results import load_cells
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store, TrialOutcome

@@ -145,3 +145,102 @@ def test_the_cycle_guard_sees_a_cycle() -> None:
         "tokensleuth.d": ast.parse("from tokensleuth.a import y"),
     }
     assert cycles(import_graph(mods)) == [["tokensleuth.a", "tokensleuth.b", "tokensleuth.c"]]
+
+
+def _imports(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, module) of every import in ``tree``; ``from a import b`` counts as a.b too."""
+    out = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.module:
+            out += [(n.lineno, n.module)] + [(n.lineno, f"{n.module}.{a.name}") for a in n.names]
+        elif isinstance(n, ast.Import):
+            out += [(n.lineno, a.name) for a in n.names]
+    return out
+
+
+def _llamabench_imports(rel: str, tree: ast.Module) -> list[str]:
+    return [f"{rel}:{line} imports {m}" for line, m in _imports(tree)
+            if m.startswith("tokensleuth.engines.llamabench")]
+
+
+def test_only_engines_import_llamabench_modules() -> None:
+    """The core asks engine_for(kind) (settings, pinning, importers); llama-bench's modules are
+    its own."""
+    found = [f for rel, tree in _modules("engines/") for f in _llamabench_imports(rel, tree)]
+    assert found == [], "\n".join(found)
+
+
+def test_commands_never_import_the_cli() -> None:
+    found = [f"{rel}:{line}" for rel, tree in _modules() if rel.startswith("commands/")
+             for line, m in _imports(tree) if m == "tokensleuth.cli" or m.startswith("tokensleuth.cli.")]
+    assert found == [], "a command module is registered by the CLI, never the other way:\n" + "\n".join(found)
+
+
+def _kind_branches(rel: str, tree: ast.Module, kinds: set[str]) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                names = [_const(e) for e in side.elts] if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [
+                    _const(side)]
+                found += [f"{rel}:{node.lineno} compares with {n!r}" for n in names if n in kinds]
+    return found
+
+
+def test_report_never_branches_on_a_study_kind() -> None:
+    """report/ asks the kind (tokensleuth.studies.kind_of(name).<capability>), never its name."""
+    from tokensleuth.studies import _MODULES
+
+    found = [f for rel, tree in _modules() if rel.startswith("report/")
+             for f in _kind_branches(rel, tree, set(_MODULES))]
+    assert found == [], "\n".join(found)
+
+
+# The pipeline's layers, lowest first: a module imports only from its own layer or lower ones
+# (DESIGN.md: spec -> plan -> run -> store -> analyze -> report, with the CLI on top). The
+# study kinds sit with the renderers: they use report's tables and figures, and report's pages
+# ask them what to show.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("tokensleuth", "errors", "limits", "paths", "hostenv", "records", "workloads", "cliargs", "stats"),
+    ("models", "monitor", "sources", "store", "patches", "plan"),
+    ("results", "noise", "confounders"),
+    ("engines",),
+    ("runner", "memory", "spec", "outputs", "fleet", "executors", "comparisons"),
+    ("bench", "compare", "judge", "bisect", "decompose", "crosshost", "diagnose", "doctor"),
+    ("report", "studies"),
+    ("commands",),
+    ("cli",),
+)
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else parts[0]
+    return next((i for i, names in enumerate(LAYERS) if top in names), None)
+
+
+def back_arrows(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for mod, deps in sorted(graph.items()):
+        for d in sorted(deps):
+            lm, ld = layer_of(mod), layer_of(d)
+            if lm is not None and ld is not None and ld > lm:
+                out.append(f"{mod} (layer {lm}) imports {d} (layer {ld})")
+    return out
+
+
+def test_every_module_has_a_layer_and_no_import_runs_back_up() -> None:
+    graph = import_graph(_package_modules())
+    assert [m for m in graph if layer_of(m) is None] == [], "give the new module's package a layer in LAYERS"
+    assert back_arrows(graph) == []
+
+
+def test_the_seam_guards_see_what_they_look_for() -> None:
+    """Each guard finds the thing it forbids, written the forbidden way (they can fail)."""
+    t = ast.parse("from tokensleuth.engines import llamabench_params as p\nimport tokensleuth.engines.llamabench")
+    assert len(_llamabench_imports("x.py", t)) == 2
+    assert _kind_branches("r.py", ast.parse('if row["kind"] != "bisect" or k in ("bench",): pass'),
+                          {"bench", "bisect"}) == ["r.py:1 compares with 'bisect'", "r.py:1 compares with 'bench'"]
+    assert back_arrows({"tokensleuth.store": {"tokensleuth.report.markdown"}, "tokensleuth.report.markdown": set()}) == [
+        "tokensleuth.store (layer 1) imports tokensleuth.report.markdown (layer 6)"]
+    assert layer_of("tokensleuth.commands.compare") == layer_of("tokensleuth.commands") == 7

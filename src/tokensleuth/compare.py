@@ -17,7 +17,6 @@ from tokensleuth.comparisons import NOISE_STATE, PLACEMENT_STATE, SHARED_DESIGN,
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.engines.shared import differing_setting, per_instance
-from tokensleuth.engines import llamabench_params as params
 from tokensleuth import noise
 from tokensleuth.plan import pair_round
 from tokensleuth.executors import Executor, execute
@@ -26,6 +25,7 @@ from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.store import Store
 from tokensleuth.records import PlannedTrial, StudyHandle
+from tokensleuth.errors import UserError
 from tokensleuth.workloads import planned_argv
 
 if TYPE_CHECKING:
@@ -275,18 +275,27 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
     differ unasked (read from one short run of each arm on the first model)."""
     base = spec.baseline_name()
     arms = {a.name: a for a in spec.arms}
-    base_settings = params.probe_settings(params.bench(builds[base]), spec.models[0],
-                                          [*arms[base].flags, *spec.common_flags], spec.timeout_s)
+    hooks = {a.name: engine_for(a.kind).settings for a in spec.arms}
+    for a in spec.arms:
+        if hooks[a.name] is None:
+            raise UserError(f"--pin-params: arm {a.name} runs {a.kind}, which reports no settings to pin — "
+                            "drop --pin-params or give every arm a kind that reports them (llama-bench)")
+    params = hooks[base]
+    assert params is not None
+    base_settings = params.probe(builds[base], spec.models[0], [*arms[base].flags, *spec.common_flags],
+                                 spec.timeout_s)
     new_arms = []
     for a in spec.arms:
         if a.name == base:
             new_arms.append(a)
             continue
-        asked = params.flag_fields(arms[base].flags) | params.flag_fields(a.flags)
-        flags, cannot = params.pin_to(base_settings, builds[a.name], spec.models[0], [*a.flags, *spec.common_flags],
+        own = hooks[a.name]
+        assert own is not None
+        asked = params.flag_fields(arms[base].flags) | own.flag_fields(a.flags)
+        flags, cannot = own.pin_to(base_settings, builds[a.name], spec.models[0], [*a.flags, *spec.common_flags],
                                       asked, spec.timeout_s)
         if log:
-            log(params.pin_line(a.name, base, flags, cannot))
+            log(own.pin_line(a.name, base, flags, cannot))
         new_arms.append(a.model_copy(update={"flags": [*a.flags, *flags]}))
     return spec.model_copy(update={"arms": new_arms})
 

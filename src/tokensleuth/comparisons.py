@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth import noise, stats
-from tokensleuth.engines import llamabench_params as params
+from tokensleuth.engines import engine_for
+from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
 from tokensleuth.engines.shared import per_instance
 from tokensleuth.results import load_cells
 from tokensleuth.spec import CompareSpec
@@ -40,7 +41,7 @@ class Comparison:
     base_res: dict[str, Any] = field(default_factory=dict)
     cand_res: dict[str, Any] = field(default_factory=dict)
     # llama-bench's own settings that differ between the arms' runs (requested or not)
-    param_diffs: list[params.ParamDiff] = field(default_factory=list)
+    param_diffs: list[ParamDiff] = field(default_factory=list)
     # server arms: TTFT / inter-token latency percentiles (results.Cell.latency)
     base_latency: dict[str, Any] | None = None
     cand_latency: dict[str, Any] | None = None
@@ -134,8 +135,11 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
     arm_flags = {a.name: a.flags for a in spec.arms}
     shared = json.loads(store.study(study_id)["spec_json"]).get("design") == SHARED_DESIGN
 
-    def diffs(cand: str) -> list[params.ParamDiff]:
-        if base not in reported or cand not in reported:
+    kinds = {a.name: a.kind for a in spec.arms}
+
+    def diffs(cand: str) -> list[ParamDiff]:
+        params = engine_for(kinds[base]).settings
+        if base not in reported or cand not in reported or params is None:
             return []
         asked = params.flag_fields(arm_flags[base]) | params.flag_fields(arm_flags[cand])
         return params.diff(reported[base], reported[cand], asked)
@@ -195,8 +199,10 @@ NOISE_STATE = "noise"  # noise.Noise.to_json() of the finished study
 def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
     """Each arm's llama-bench settings as its first finished run reported them."""
     out: dict[str, dict[str, Any]] = {}
+    kinds = {str(a["name"]): str(a["kind"]) for a in store.arms(study_id)}
     for r in store.results(study_id):
-        if r["arm"] not in out:
+        params = engine_for(kinds.get(str(r["arm"]), DEFAULT_KIND)).settings
+        if r["arm"] not in out and params is not None:
             try:
                 out[r["arm"]] = params.settings(json.loads(r["raw_json"]))
             except (ValueError, TypeError, AttributeError):

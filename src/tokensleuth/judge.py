@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 from tokensleuth.compare import run_compare, still_open
 
 from tokensleuth.comparisons import Comparison
-from tokensleuth.engines import engine_for, llamabench_params as params
+from tokensleuth.engines import engine_for
+from tokensleuth.engines.base import ParamDiff
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.errors import EngineError
+from tokensleuth.errors import EngineError, UserError
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import build_compare_spec
 from tokensleuth.store import Store
@@ -48,7 +49,7 @@ class Judgement:
     comparisons: list[Comparison]
     failures: list[ArmFailure] = field(default_factory=list)
     # llama-bench settings that differ between A's and B's runs and nobody asked for
-    param_diffs: list[params.ParamDiff] = field(default_factory=list)
+    param_diffs: list[ParamDiff] = field(default_factory=list)
 
     def failed(self, arm: str) -> ArmFailure | None:
         return next((f for f in self.failures if f.arm == arm), None)
@@ -180,8 +181,11 @@ class Judge:
         base_build = self.build(self.pin_to)
         if base_build is None:
             raise EngineError(f"cannot pin settings to {self.pin_to}: it does not build")
+        params = engine_for(self.kind).settings
+        if params is None:
+            raise UserError(f"--pin-params: {self.kind} reports no settings to pin — drop --pin-params")
         if self._pin_base is None:
-            self._pin_base = params.probe_settings(params.bench(base_build), model, self.flags, self.timeout_s)
+            self._pin_base = params.probe(base_build, model, self.flags, self.timeout_s)
         flags, cannot = params.pin_to(self._pin_base, build, model, self.flags, params.flag_fields(self.flags),
                                       self.timeout_s)
         self.arm_flags[source] = flags

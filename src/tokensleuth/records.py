@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A study's identity in the store: the hash of what it measures (its spec)."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 TRIAL_STATUSES = ("planned", "running", "done", "failed", "crashed", "timeout", "garbage")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import shlex
 import tomllib
@@ -14,14 +12,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from tokensleuth.engines import KINDS, engine_for, kind_for, served
 from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.records import spec_hash as spec_hash  # where it was
 from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
 from tokensleuth.models.info import check_gguf
 from tokensleuth.workloads import canonical as canonical_workload, parse as parse_workload
-
-
-def spec_hash(spec: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def model_paths(models: list[str] | list[Path]) -> list[str]:

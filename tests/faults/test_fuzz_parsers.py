@@ -28,7 +28,7 @@ from tokensleuth.workloads import INT32_MAX, canonical_workload, parse_workload
 from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.engines.proc import Line, ProcResult
 from tokensleuth.errors import UserError
-from tokensleuth.importer import import_file, parse_bench_file
+from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
 from tokensleuth.models.info import ModelInfo, check_gguf, model_info
 from tokensleuth.store import Store
 

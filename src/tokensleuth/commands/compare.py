@@ -157,9 +157,10 @@ def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_o
                      db: Path | None) -> None:
     """compare --cluster: pairs spread over the machines, or (--per-host) a study on each."""
     from tokensleuth.compare import run_compare
-    from tokensleuth.crosshost import render_crosshost, run_per_host
+    from tokensleuth.crosshost import run_per_host
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies.compare import render_stored_compare
+    from tokensleuth.studies.crosshost import render_crosshost
 
     def targets(a: Any) -> tuple[str, ...]:
         return targets_for([a.kind], DEFAULT_TARGETS)

@@ -18,14 +18,15 @@ def import_cmd(
     db: DbOpt = None,
 ) -> None:
     """Import an existing llama-bench output into the store."""
-    from tokensleuth.importer import import_file
+    from tokensleuth.engines import importer_for
+    from tokensleuth.engines.base import DEFAULT_KIND
 
     if file.is_dir():
         raise UserError(f"{file} is a folder — give the path of a llama-bench output file")
     if not file.is_file():
         raise UserError(f"{file} does not exist — give the path of a llama-bench output file")
     with common.open_store(db) as store:
-        study, n = import_file(store, file)
+        study, n = importer_for(DEFAULT_KIND)(store, file)  # llama-bench's -o json|jsonl|sql
     out.print(f"imported {n} results as study {study}")
 
 

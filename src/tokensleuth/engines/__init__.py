@@ -8,18 +8,24 @@ line in ``KINDS``.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokensleuth.errors import UserError
 
 if TYPE_CHECKING:
     from tokensleuth.engines.base import Engine
+    from tokensleuth.store import Store
 
 # kind name -> module of this package (imported on first use)
 KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "openai"}
 # source prefix -> the kind an arm with such a source runs when it names none: a running
 # server (url:) over its OpenAI-compatible API, a command that starts one (cmd:) as llama-server
 DEFAULT_FOR = {"url:": "openai", "cmd:": "llama-server"}
+# kind -> module of this package whose import_file reads that kind's own output files into
+# the store (`tokensleuth import`)
+IMPORTERS = {"llama-bench": "llamabench_import"}
 
 
 def kind_for(source: str, kind: str | None) -> str:
@@ -43,3 +49,22 @@ def engine_for(kind: str) -> Engine:
         raise UserError(f"unknown engine kind {kind!r} — choose one of {', '.join(KINDS)}")
     engine: Engine = importlib.import_module(f"{__name__}.{module}").ENGINE
     return engine
+
+
+def importer_for(kind: str) -> Callable[[Store, Path], tuple[str, int]]:
+    """The function that imports ``kind``'s output files: (study id, results stored)."""
+    module = IMPORTERS.get(kind)
+    if module is None:
+        raise UserError(f"tokensleuth cannot import {kind} output — it reads {', '.join(IMPORTERS)} output")
+    read: Callable[[Store, Path], tuple[str, int]] = importlib.import_module(f"{__name__}.{module}").import_file
+    return read
+
+
+def show_setting(field: str, v: object) -> str:
+    """A reported setting as a person reads it, by the kind that reports that setting (a stored
+    result names the field, not the kind)."""
+    for kind in KINDS:
+        settings = engine_for(kind).settings
+        if settings is not None and field in settings.FIELDS:
+            return settings.show(field, v)
+    return str(v)

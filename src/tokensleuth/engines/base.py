@@ -37,6 +37,57 @@ class ArmRuntime:
 
 
 @dataclass(frozen=True, slots=True)
+class ParamDiff:
+    """One setting that differs between the baseline's run and the candidate's."""
+
+    field: str
+    baseline: Any
+    candidate: Any
+    requested: bool  # the arms' own flags set it: the user asked for this difference
+    shown: tuple[str, str] = ("", "")  # the two values as a person reads them (the engine's show)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"field": self.field, "baseline": self.baseline, "candidate": self.candidate,
+                "requested": self.requested}
+
+    def label(self) -> str:
+        return f"{self.field}: {self.shown[0]} → {self.shown[1]}"
+
+
+class Settings(Protocol):
+    """An engine kind's own settings, as its results report them: diffed between two arms, and
+    pinned (--pin-params) so that a comparison asks what the engine change alone is worth."""
+
+    FIELDS: tuple[str, ...]  # the settings it reports
+
+    def settings(self, result: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings of one result object (other fields dropped)."""
+        ...
+
+    def flag_fields(self, flags: Sequence[str]) -> set[str]:
+        """The settings that these flags set (asked for, so not a hidden difference)."""
+        ...
+
+    def diff(self, base: Mapping[str, Any], cand: Mapping[str, Any], requested: set[str]) -> list[ParamDiff]:
+        ...
+
+    def show(self, field: str, v: Any) -> str:
+        ...
+
+    def probe(self, build: Any, model: str, flags: Sequence[str], timeout_s: float) -> dict[str, Any]:
+        """The settings ``build`` runs ``flags`` with, from one tiny run."""
+        ...
+
+    def pin_to(self, base: Mapping[str, Any], build: Any, model: str, flags: Sequence[str], asked: set[str],
+               timeout_s: float) -> tuple[list[str], list[str]]:
+        """The flags that give ``build`` the settings ``base``, and the settings it cannot pin."""
+        ...
+
+    def pin_line(self, name: str, base: str, flags: Sequence[str], cannot: Sequence[str]) -> str:
+        ...
+
+
+@dataclass(frozen=True, slots=True)
 class EngineRun:
     outcome: TrialOutcome
     pid: int | None  # the engine's process (for the confounder checks), when there is one
@@ -55,6 +106,7 @@ class Engine(Protocol):
     shares_process: bool  # arms differing in one context setting can run a pair in one process
     load_log_flag: str | None  # the flag that makes a trial print its load log (placement)
     default_workloads: tuple[str, ...]  # when none is given (empty: the engine's own defaults)
+    settings: Settings | None  # its reported settings, their diff and pinning (None: it reports none)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         """Refuse, before any trial, what this engine cannot run (UserError, one line)."""

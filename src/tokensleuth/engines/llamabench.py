@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.engines.base import ArmRuntime, EngineRun
+from tokensleuth.engines import llamabench_params as params
+from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.engines.proc import Probe, ProcResult, run_process
 from tokensleuth.monitor.attribute import counter_deltas
-from tokensleuth.errors import UserError, show
+from tokensleuth.errors import EngineError, UserError, show
 from tokensleuth.workloads import (  # llama-bench's workload names, the core's since every kind uses them
     INT32_MAX,
     bench_test_name,
@@ -418,6 +419,48 @@ def check_flags(flags: Sequence[str], help_text: str) -> None:
             )
 
 
+def probe_settings(bench_bin: Path, model: str, flags: Sequence[str], timeout_s: float) -> dict[str, Any]:
+    """The settings this llama-bench runs ``flags`` with, from one tiny run (8 prompt tokens)."""
+    res = run_trial(bench_bin, model, [*flags, "-p", "8", "-n", "0", "-r", "1"], timeout_s=timeout_s)
+    try:
+        rows = parse_jsonl(res.text("out"))
+    except MalformedOutput as exc:
+        raise EngineError(f"cannot read the settings of {bench_bin}: {exc}") from exc
+    if res.returncode != 0 or not rows:
+        raise EngineError(f"cannot read the settings of {bench_bin}: it exited with {res.returncode} "
+                          f"({res.tail('err').strip()[-200:]})")
+    return params.settings(rows[0])
+
+
+def probe(build: Any, model: str, flags: Sequence[str], timeout_s: float) -> dict[str, Any]:
+    """The settings ``build``'s llama-bench runs ``flags`` with (probe_settings of its binary)."""
+    return probe_settings(params.bench(build), model, flags, timeout_s)
+
+
+def pin_to(base: Mapping[str, Any], build: Any, model: str, flags: Sequence[str], asked: set[str],
+           timeout_s: float) -> tuple[list[str], list[str]]:
+    """The flags that give ``build``'s llama-bench the settings ``base`` (another build's, as
+    probe_settings read them) where they differ and were not ``asked`` for, and the settings
+    that cannot be pinned (no flag in this version): what --pin-params does, for compare and for
+    bisect and decompose alike."""
+    b = params.bench(build)
+    return params.pin_flags(base, probe_settings(b, model, flags, timeout_s), params.help_text(b), asked)
+
+
+class LlamaBenchSettings:
+    """llama-bench's settings as the core asks for them (engines.base.Settings): the pure parts
+    in engines.llamabench_params, the probe that runs this engine here."""
+
+    FIELDS = params.FIELDS
+    settings = staticmethod(params.settings)
+    flag_fields = staticmethod(params.flag_fields)
+    diff = staticmethod(params.diff)
+    show = staticmethod(params.show)
+    pin_line = staticmethod(params.pin_line)
+    probe = staticmethod(probe)
+    pin_to = staticmethod(pin_to)
+
+
 ENGINE_LOAD_LOG_FLAG = "-v"  # llama-bench's verbose output: the load log, before the first test
 
 
@@ -433,6 +476,7 @@ class LlamaBench:
     bench_flags = True
     load_log_flag: str | None = ENGINE_LOAD_LOG_FLAG
     default_workloads: tuple[str, ...] = ()  # llama-bench's own (-p 512 -n 128)
+    settings: Settings | None = LlamaBenchSettings()  # it reports its settings in every result
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         for w in workloads:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.engines.base import ParamDiff
 from tokensleuth.errors import EngineError
+
+__all__ = ["ParamDiff"]  # the record a diff returns (engines.base)
 
 # JSON field -> llama-bench flags that set it (the first is the one passed when pinning).
 SETTINGS: dict[str, tuple[str, ...]] = {
@@ -58,23 +60,7 @@ RENAMED: dict[str, tuple[str, dict[Any, Any]]] = {
 # Settings reported but not worth a line: which devices ran is the host's business, and a
 # tensor split or override list has no single-token flag value to pin.
 UNPINNABLE = ("devices", "tensor_split", "tensor_buft_overrides")
-
-
-@dataclass(frozen=True, slots=True)
-class ParamDiff:
-    """One setting that differs between the baseline's run and the candidate's."""
-
-    field: str
-    baseline: Any
-    candidate: Any
-    requested: bool  # the arms' own flags set it: the user asked for this difference
-
-    def to_json(self) -> dict[str, Any]:
-        return {"field": self.field, "baseline": self.baseline, "candidate": self.candidate,
-                "requested": self.requested}
-
-    def label(self) -> str:
-        return f"{self.field}: {show(self.field, self.baseline)} → {show(self.field, self.candidate)}"
+FIELDS = (*SETTINGS, *UNPINNABLE)
 
 
 def show(field: str, v: Any) -> str:
@@ -119,7 +105,7 @@ def diff(base: Mapping[str, Any], cand: Mapping[str, Any], requested: set[str]) 
         if k in RENAMED and RENAMED[k][0] in base and RENAMED[k][0] in cand:
             continue  # compared under its later name
         if k in base and k in cand and _norm(k, base[k]) != _norm(k, cand[k]):
-            out.append(ParamDiff(k, base[k], cand[k], k in requested))
+            out.append(ParamDiff(k, base[k], cand[k], k in requested, (show(k, base[k]), show(k, cand[k]))))
     return out
 
 
@@ -236,31 +222,6 @@ def help_text(bench_bin: Path) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EngineError(f"{bench_bin} --help failed: {exc}") from exc
     return p.stdout + p.stderr
-
-
-def probe_settings(bench_bin: Path, model: str, flags: Sequence[str], timeout_s: float) -> dict[str, Any]:
-    """The settings this llama-bench runs ``flags`` with, from one tiny run (8 prompt tokens)."""
-    from tokensleuth.engines.llamabench import MalformedOutput, parse_jsonl, run_trial
-
-    res = run_trial(bench_bin, model, [*flags, "-p", "8", "-n", "0", "-r", "1"], timeout_s=timeout_s)
-    try:
-        rows = parse_jsonl(res.text("out"))
-    except MalformedOutput as exc:
-        raise EngineError(f"cannot read the settings of {bench_bin}: {exc}") from exc
-    if res.returncode != 0 or not rows:
-        raise EngineError(f"cannot read the settings of {bench_bin}: it exited with {res.returncode} "
-                          f"({res.tail('err').strip()[-200:]})")
-    return settings(rows[0])
-
-
-def pin_to(base: Mapping[str, Any], build: Any, model: str, flags: Sequence[str], asked: set[str],
-           timeout_s: float) -> tuple[list[str], list[str]]:
-    """The flags that give ``build``'s llama-bench the settings ``base`` (another build's, as
-    probe_settings read them) where they differ and were not ``asked`` for, and the settings
-    that cannot be pinned (no flag in this version): what --pin-params does, for compare and for
-    bisect and decompose alike."""
-    b = bench(build)
-    return pin_flags(base, probe_settings(b, model, flags, timeout_s), help_text(b), asked)
 
 
 def pin_line(name: str, base: str, flags: Sequence[str], cannot: Sequence[str]) -> str:

@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from tokensleuth.engines.base import ArmRuntime, EngineRun
+from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.errors import show
 from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, http_client, model_meta, post_stream,
@@ -197,6 +197,7 @@ class LlamaServer:
     shares_process = False  # a server serves one build's settings
     bench_flags = False
     load_log_flag: str | None = None
+    settings: Settings | None = None
     default_workloads = ("pp512", "tg128")
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:

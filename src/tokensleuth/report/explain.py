@@ -75,9 +75,9 @@ def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Sec
     """For a compare with the same test at several depths: each arm's line and where the
     change is (the per-token constant, the depth-dependent slope, or both)."""
     from tokensleuth.comparisons import analyze, stored_spec
+    from tokensleuth.studies import kind_of
 
-    row = store.study(study_id)
-    if row["kind"] != "compare":
+    if not kind_of(str(store.study(study_id)["kind"])).paired:
         return None
     spec = stored_spec(store, study_id)
     groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
@@ -133,6 +133,7 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
     measured ratios of that model."""
     from tokensleuth.comparisons import PLACEMENT_STATE
     from tokensleuth.engines.placement import Placement, difference
+    from tokensleuth.studies import kind_of
 
     got = store.get_state(study_id, PLACEMENT_STATE)
     if not got:
@@ -143,12 +144,7 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
     base = spec.get("baseline") or (arms[0] if arms else None)
     rows: list[tuple[str, ...]] = []
     lines: list[str] = []
-    ratios: dict[tuple[str, str], list[str]] = defaultdict(list)
-    if row["kind"] == "compare":
-        for c in obj.get("comparisons", []):
-            if c["ratio"] is not None:
-                ratios[(c["candidate"], c["model"])].append(
-                    f"{c['workload']} {c['ratio']:.3f} [{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]")
+    ratios = kind_of(str(row["kind"])).ratio_lines(obj)
     for arm in arms:
         for model, entry in (got.get(arm) or {}).items():
             if "error" in entry:
@@ -219,7 +215,9 @@ def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
     from tokensleuth.engines.placement import GPU_BACKENDS
     from tokensleuth.results import load_cells
 
-    if store.study(study_id)["kind"] not in ("bench", "compare"):
+    from tokensleuth.studies import kind_of
+
+    if not kind_of(str(store.study(study_id)["kind"])).bandwidth:
         return None
     backends = {str(a["name"]): json.loads(a["engine_json"] or "{}").get("backends") or [] for a in store.arms(study_id)}
     gpu_peak: dict[str, float] = {}
@@ -280,10 +278,9 @@ def changes_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[S
     """The culprit's changed files, grouped by whether the measured build compiles them,
     with the diff of those it does (the bisect stored it when it ended)."""
     from tokensleuth.sources.changes import render_changes
+    from tokensleuth.studies import kind_of
 
-    if store.study(study_id)["kind"] != "bisect":
-        return None
-    ch = obj.get("changes") or {}  # the bisect's result
+    ch = kind_of(str(store.study(study_id)["kind"])).source_changes(obj)
     if not ch.get("files"):
         return None
     text = render_changes(ch)

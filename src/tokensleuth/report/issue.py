@@ -15,32 +15,6 @@ from typing import Any
 
 from tokensleuth.store import Store
 
-DROP_KEYS = {"build_keys", "host"}
-
-
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # a JSON string is a valid TOML basic string
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{json.dumps(str(k))} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"no TOML for {type(v).__name__}")
-
-
-def compare_study_toml(spec: dict[str, Any]) -> str:
-    """A compare study file that reruns this study (tokensleuth compare --study FILE)."""
-    lines = [f"{k} = {toml_value(v)}" for k, v in spec.items()
-             if k not in DROP_KEYS and k != "arms" and v is not None]
-    for arm in spec.get("arms", []):
-        lines += ["", "[[arms]]"] + [f"{k} = {toml_value(v)}" for k, v in arm.items() if v not in (None, [], {})]
-    return "\n".join(lines)
-
-
 def _engine_commands(store: Store, study_id: str) -> list[str]:
     """One engine command line per arm (the first finished trial's argv), as a user types it."""
     seen: dict[str, str] = {}
@@ -72,10 +46,11 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
     """``rendered``: the kind's (Markdown, JSON); ``why``: the explanations' Markdown."""
     from tokensleuth.report.html import first_env
     from tokensleuth.report.markdown import render_warnings
+    from tokensleuth.studies import kind_of
 
     row = store.study(study_id)
     sid = str(row["id"])
-    kind = str(row["kind"])
+    kind = kind_of(str(row["kind"]))
     md, obj = rendered
     spec = json.loads(row["spec_json"])
     env = first_env(store, sid)
@@ -111,27 +86,16 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
     out += ["Measured with tokensleuth: paired engine processes in alternating order, ratios of tokens/s with "
             "99% Student-t intervals on the paired log ratios; *same* means the interval lies inside the band.", ""]
     out += ["To reproduce with tokensleuth:", ""]
-    if kind == "compare":
-        out += ["```toml", compare_study_toml(spec), "```", "", "```shell",
-                "tokensleuth compare --study study.toml", "```", ""]
-    else:
-        out += ["```json", json.dumps({k: v for k, v in spec.items() if k not in DROP_KEYS}, indent=1), "```",
-                "", f"(the settings of {kind} study `{sid}`; `tokensleuth report {sid}` renders it again)", ""]
+    out += kind.reproduce(spec, sid)
     cmds = _engine_commands(store, sid)
     if cmds:
         out += ["Without tokensleuth (the engine command of one trial per arm; run each several times, "
                 "alternating):", "", "```shell", *cmds, "```", ""]
-    diff = ((obj.get("changes") or {}).get("diff") or "") if kind == "bisect" else ""
+    first_bad, diff = kind.culprit(obj)
     if diff:
         out += ["<details><summary>The culprit's diff (files compiled into this build)</summary>", "",
                 "```diff", diff.rstrip(), "```", "</details>", ""]
     out += ["### First Bad Commit", ""]
-    if kind == "bisect" and obj.get("first_bad"):
-        c = obj.get("culprit") or {}
-        out.append(f"{c.get('sha') or obj['first_bad']}" + (f" — {c['subject']}" if c.get("subject") else ""))
-    elif kind == "bisect" and obj.get("culprit_range"):
-        out.append("between " + ", ".join(map(str, obj["culprit_range"])))
-    else:
-        out.append("n/a (not bisected)")
+    out.append(first_bad)
     out += ["", "### Relevant log output", "", "```shell", _log_tail(store, sid) or "(no log captured)", "```"]
     return "\n".join(out)

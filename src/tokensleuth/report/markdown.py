@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.engines.llamabench_params import show as show_setting
+from tokensleuth.engines import show_setting
 from tokensleuth.results import PARAM_FIELDS, Cell
 from tokensleuth.stats import summarize
 

@@ -48,24 +48,16 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:80] or "x"
 
 
-def _headline(kind: str, obj: dict[str, Any], md: str) -> str:
-    if obj.get("summary"):
-        return str(obj["summary"])
-    if kind == "bisect":
-        if obj.get("first_bad"):
-            return f"first bad: {obj['first_bad']}"
-        return str(obj.get("reason") or obj.get("status") or "")
-    return (md.strip().splitlines() or [""])[0]
-
-
 def history_points(store: Store) -> dict[tuple[str, str], list[tuple[str, float, bool, str]]]:
     """Per (model file, workload): (engine version, mean t/s, changed, study) for every
     bench/compare arm in the store, in engine order (build number, else first seen)."""
+    from tokensleuth.studies import kind_of
+
     acc: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     where: dict[tuple[str, str, str], str] = {}
     order: dict[str, tuple[int, float]] = {}
     for s in store.studies():
-        if s["kind"] not in ("bench", "compare", "import"):
+        if not kind_of(str(s["kind"])).history:
             continue
         engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in store.arms(s["id"])}
         for r in store.trial_stats(s["id"]):
@@ -85,20 +77,20 @@ def history_points(store: Store) -> dict[tuple[str, str], list[tuple[str, float,
 
 
 def _changed_versions(store: Store) -> set[tuple[str, str, str]]:
-    """(model, workload, candidate version) where a compare's verdict said faster or slower."""
+    """(model, workload, candidate version) where a finished study's verdict said faster or slower."""
     from tokensleuth.studies import kind_of
 
     out: set[tuple[str, str, str]] = set()
     for s in store.studies():
-        if s["kind"] != "compare" or s["status"] != "done":
+        kind = kind_of(str(s["kind"]))
+        if s["status"] != "done" or not kind.history:
             continue
+        _, obj = kind.render_stored(store, s["id"])
         engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in store.arms(s["id"])}
-        _, obj = kind_of("compare").render_stored(store, s["id"])
-        for c in obj.get("comparisons", []):
-            if c["verdict"] in ("faster", "slower"):
-                e = engines.get(c["candidate"], {})
-                ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
-                out.add((Path(c["model"]).name, c["workload"], ver))
+        for candidate, model, workload in kind.changes(obj):
+            e = engines.get(candidate, {})
+            ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
+            out.add((Path(model).name, workload, ver))
     return out
 
 
@@ -128,7 +120,7 @@ def build_site(store: Store, dest: Path) -> SiteStats:
         if old.get("fp") != fp or not page.exists():
             try:
                 md, obj = kind.render_stored(store, sid)
-                headline = _headline(str(s["kind"]), obj, md)
+                headline = kind.headline(obj, md)
                 html = render_html(store, sid, nav="../index.html", rendered=(md, obj),
                                    sections=[sec for sec, _ in explain(store, sid, obj)])
             except Exception as exc:  # noqa: BLE001 - one unreadable study must not take the site down

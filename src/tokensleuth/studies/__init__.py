@@ -1,21 +1,25 @@
 """Study kinds: one small unit per kind, looked up by the name stored with the study.
 
-The CLI's ``report`` and ``studies`` commands ask the kind; they never branch on it.
-A new kind is one module here with a ``KIND`` object, plus its line in ``_MODULES``.
+The commands, ``report``, its HTML page, its issue Markdown and the site ask the kind;
+they never branch on its name. A new kind is one module here with a ``KIND`` object
+(a :class:`KindBase`), plus its line in ``_MODULES``.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 from typing import Any, Protocol
 
 from tokensleuth.errors import UserError
 from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
 
-# kind name -> module of this package that defines it (imported on first use)
-_MODULES = {"bench": "bench", "import": "bench", "compare": "compare", "bisect": "bisect", "decompose": "decompose",
-            "crosshost": "crosshost"}
+# kind name -> (module of this package that defines it, its object there); imported on first use
+_MODULES = {"bench": ("bench", "KIND"), "import": ("bench", "IMPORT"), "compare": ("compare", "KIND"),
+            "bisect": ("bisect", "KIND"), "decompose": ("decompose", "KIND"), "crosshost": ("crosshost", "KIND")}
+# spec keys that name this machine's caches, not what the study measured
+DROP_KEYS = {"build_keys", "host"}
 
 
 class StudyKind(Protocol):
@@ -35,6 +39,65 @@ class StudyKind(Protocol):
         """The plots of its HTML page (``obj``: render_stored's JSON), each with its table."""
         ...
 
+    history: bool  # its arms' t/s belong in the site's history per model and test
+    bandwidth: bool  # its cells are arms' measurements whose decode bandwidth is explained
+    paired: bool  # its cells are paired comparisons of arms (the depth lines fit them)
+
+    def headline(self, obj: dict[str, Any], md: str) -> str:
+        """One line on what it found (the site's index)."""
+        ...
+
+    def changes(self, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+        """(candidate arm, model, workload) where its verdict said faster or slower."""
+        ...
+
+    def ratio_lines(self, obj: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+        """Per (candidate arm, model): its ratios as text (shown beside where the weights went)."""
+        ...
+
+    def reproduce(self, spec: dict[str, Any], study_id: str) -> list[str]:
+        """Markdown lines that run it again with tokensleuth (the issue's steps to reproduce)."""
+        ...
+
+    def culprit(self, obj: dict[str, Any]) -> tuple[str, str]:
+        """The issue's "First Bad Commit" line and the culprit's diff ("" when none)."""
+        ...
+
+    def source_changes(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """What changed in the source at its culprit ({} when it names none)."""
+        ...
+
+
+class KindBase:
+    """What a kind has unless it says otherwise."""
+
+    name = ""
+    history = False
+    bandwidth = False
+    paired = False
+
+    def headline(self, obj: dict[str, Any], md: str) -> str:
+        if obj.get("summary"):
+            return str(obj["summary"])
+        return (md.strip().splitlines() or [""])[0]
+
+    def changes(self, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return []
+
+    def ratio_lines(self, obj: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+        return {}
+
+    def reproduce(self, spec: dict[str, Any], study_id: str) -> list[str]:
+        return ["```json", json.dumps({k: v for k, v in spec.items() if k not in DROP_KEYS}, indent=1), "```",
+                "", f"(the settings of {self.name} study `{study_id}`; `tokensleuth report {study_id}` renders it "
+                "again)", ""]
+
+    def culprit(self, obj: dict[str, Any]) -> tuple[str, str]:
+        return "n/a (not bisected)", ""
+
+    def source_changes(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
 
 class DriverKind(StudyKind, Protocol):
     """A kind whose driver (bisect, decompose) ends with one result object: the command
@@ -48,16 +111,17 @@ class DriverKind(StudyKind, Protocol):
 
 
 def kind_of(name: str) -> StudyKind:
-    module = _MODULES.get(name)
-    if module is None:
+    where = _MODULES.get(name)
+    if where is None:
         raise UserError(f"study kind {name!r} is not known to this tokensleuth — upgrade it to read this store")
-    kind: StudyKind = importlib.import_module(f"{__name__}.{module}").KIND
+    kind: StudyKind = getattr(importlib.import_module(f"{__name__}.{where[0]}"), where[1])
     return kind
 
 
 def driver_kind(name: str) -> DriverKind:
     """A kind whose driver ends with one result object (bisect, decompose)."""
-    kind: DriverKind = importlib.import_module(f"{__name__}.{_MODULES[name]}").KIND
+    module, attr = _MODULES[name]
+    kind: DriverKind = getattr(importlib.import_module(f"{__name__}.{module}"), attr)
     return kind
 
 

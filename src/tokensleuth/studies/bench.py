@@ -10,10 +10,13 @@ from tokensleuth.report.markdown import render_bench
 from tokensleuth.results import load_cells
 from tokensleuth.report.figures import Figure, bench_figures
 from tokensleuth.store import Store
+from tokensleuth.studies import KindBase
 
 
-class BenchKind:
+class BenchKind(KindBase):
     name = "bench"
+    history = True
+    bandwidth = True
 
     def describe(self, spec: dict[str, Any]) -> str:
         return str(spec.get("engine") or spec.get("file") or "")
@@ -27,4 +30,12 @@ class BenchKind:
         return bench_figures(store, study_id)
 
 
+class ImportKind(BenchKind):
+    """An imported llama-bench output: its tables and history; no build of ours to explain."""
+
+    name = "import"
+    bandwidth = False
+
+
 KIND = BenchKind()
+IMPORT = ImportKind()

@@ -9,10 +9,10 @@ from typing import Any
 from tokensleuth.report.markdown import render_bisect
 from tokensleuth.report.figures import Figure, bisect_figures
 from tokensleuth.store import Store
-from tokensleuth.studies import stored_result
+from tokensleuth.studies import KindBase, stored_result
 
 
-class BisectKind:
+class BisectKind(KindBase):
     name = "bisect"
 
     def describe(self, spec: dict[str, Any]) -> str:
@@ -34,6 +34,25 @@ class BisectKind:
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
         spec = json.loads(store.study(study_id)["spec_json"])
         return bisect_figures(obj, float(spec.get("band", 0.01)), [label_of(str(c)) for c in spec.get("candidates") or []])
+
+    def headline(self, obj: dict[str, Any], md: str) -> str:
+        if obj.get("summary"):
+            return str(obj["summary"])
+        if obj.get("first_bad"):
+            return f"first bad: {obj['first_bad']}"
+        return str(obj.get("reason") or obj.get("status") or "")
+
+    def source_changes(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return dict(obj.get("changes") or {})  # the bisect stored them when it ended
+
+    def culprit(self, obj: dict[str, Any]) -> tuple[str, str]:
+        diff = str(self.source_changes(obj).get("diff") or "")
+        if obj.get("first_bad"):
+            c = obj.get("culprit") or {}
+            return f"{c.get('sha') or obj['first_bad']}" + (f" — {c['subject']}" if c.get("subject") else ""), diff
+        if obj.get("culprit_range"):
+            return "between " + ", ".join(map(str, obj["culprit_range"])), diff
+        return "n/a (not bisected)", diff
 
 
 def label_of(source: str) -> str:

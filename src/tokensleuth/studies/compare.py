@@ -11,6 +11,7 @@ from tokensleuth.comparisons import OUTPUTS_STATE, Comparison, analyze, noise_of
 from tokensleuth.report.figures import Figure, compare_figures
 from tokensleuth.spec import CompareSpec
 from tokensleuth.store import Store
+from tokensleuth.studies import DROP_KEYS, KindBase
 
 
 def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
@@ -53,8 +54,34 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     return md, obj
 
 
-class CompareKind:
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a JSON string is a valid TOML basic string
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {toml_value(x)}" for k, x in v.items()) + " }"
+    raise TypeError(f"no TOML for {type(v).__name__}")
+
+
+def compare_study_toml(spec: dict[str, Any]) -> str:
+    """A compare study file that reruns this study (tokensleuth compare --study FILE)."""
+    lines = [f"{k} = {toml_value(v)}" for k, v in spec.items()
+             if k not in DROP_KEYS and k != "arms" and v is not None]
+    for arm in spec.get("arms", []):
+        lines += ["", "[[arms]]"] + [f"{k} = {toml_value(v)}" for k, v in arm.items() if v not in (None, [], {})]
+    return "\n".join(lines)
+
+
+class CompareKind(KindBase):
     name = "compare"
+    history = True
+    bandwidth = True
+    paired = True
 
     def describe(self, spec: dict[str, Any]) -> str:
         return ", ".join(str(a.get("name")) for a in spec.get("arms", []))
@@ -64,6 +91,22 @@ class CompareKind:
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
         return compare_figures(store, study_id)
+
+    def changes(self, obj: dict[str, Any]) -> list[tuple[str, str, str]]:
+        return [(c["candidate"], c["model"], c["workload"]) for c in obj.get("comparisons", [])
+                if c["verdict"] in ("faster", "slower")]
+
+    def ratio_lines(self, obj: dict[str, Any]) -> dict[tuple[str, str], list[str]]:
+        out: dict[tuple[str, str], list[str]] = {}
+        for c in obj.get("comparisons", []):
+            if c["ratio"] is not None:
+                out.setdefault((c["candidate"], c["model"]), []).append(
+                    f"{c['workload']} {c['ratio']:.3f} [{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]")
+        return out
+
+    def reproduce(self, spec: dict[str, Any], study_id: str) -> list[str]:
+        return ["```toml", compare_study_toml(spec), "```", "", "```shell", "tokensleuth compare --study study.toml",
+                "```", ""]
 
 
 KIND = CompareKind()

@@ -7,10 +7,10 @@ from typing import Any
 from tokensleuth.report.markdown import render_decompose
 from tokensleuth.report.figures import Figure, decompose_figures
 from tokensleuth.store import Store
-from tokensleuth.studies import stored_result
+from tokensleuth.studies import KindBase, stored_result
 
 
-class DecomposeKind:
+class DecomposeKind(KindBase):
     name = "decompose"
 
     def describe(self, spec: dict[str, Any]) -> str:

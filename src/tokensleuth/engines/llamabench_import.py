@@ -11,15 +11,16 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokensleuth.engines.llamabench import MalformedOutput, parse_json, parse_jsonl, result_row, summary_row
 from tokensleuth.errors import show
 from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.errors import UserError
-from tokensleuth.spec import spec_hash
-from tokensleuth.store import Store
-from tokensleuth.records import ResultRow, TrialOutcome
+from tokensleuth.records import ResultRow, TrialOutcome, spec_hash
+
+if TYPE_CHECKING:
+    from tokensleuth.store import Store
 
 FORMATS_HINT = "import reads llama-bench -o json, -o jsonl or -o sql output"
 # A file that starts with an SQL statement is read as SQL, so that a statement other
