@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from tokensleuth.store import Store
 
 # kind name -> module of this package (imported on first use)
-KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "openai"}
+KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "openai",
+         "llama-batched-bench": "llamabatchedbench"}
 # source prefix -> the kind an arm with such a source runs when it names none: a running
 # server (url:) over its OpenAI-compatible API, a command that starts one (cmd:) as llama-server
 DEFAULT_FOR = {"url:": "openai", "cmd:": "llama-server"}

@@ -37,6 +37,9 @@ from tokensleuth.sources import Source, parse_source
 
 DEFAULT_TARGETS = ("llama-bench", "llama-quantize")
 ALL_TARGETS = ("llama-bench", "llama-quantize", "llama-server", "llama-perplexity")
+# A target is any llama.cpp tool: an engine kind names the ones it runs (engines.<kind>.targets),
+# and a version without one is told by its build (one line), not by a list kept here.
+TARGET = re.compile(r"llama-[a-z][a-z0-9-]{0,40}")
 BASE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",  # self-contained binaries that can be copied into the cache
@@ -204,8 +207,8 @@ class BuildCache:
         """Binaries for ``source``: from the cache when present, else built now."""
         src = parse_source(source) if isinstance(source, str) else source
         for t in targets:
-            if t not in ALL_TARGETS:
-                raise UserError(f"unknown build target {t!r} — choose from {', '.join(ALL_TARGETS)}")
+            if not TARGET.fullmatch(t):
+                raise UserError(f"unknown build target {t!r} — give a llama.cpp tool, e.g. {', '.join(ALL_TARGETS)}")
         if src.kind == "bin":
             return self._bin(src)
         if src.kind == "url":  # a server someone else runs: nothing to build or cache
@@ -433,6 +436,10 @@ class BuildCache:
             _run([cmake, "--build", str(bdir), "--target", *targets, "-j", jobs], log, env=env)
         except EngineError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            missing = [t for t in targets if f"unknown target '{t}'" in str(exc)]
+            if missing:
+                raise UserError(f"{src} has no build target {missing[0]} (this version of llama.cpp does not "
+                                "build that tool) — choose another version or drop what needs it") from exc
             raise EngineError(f"build of {src} failed: {exc}") from exc
         build_s = time.monotonic() - t0
         for t in targets:
