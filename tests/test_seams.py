@@ -206,7 +206,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("results", "noise", "confounders"),
     ("engines",),
     ("runner", "memory", "spec", "outputs", "fleet", "executors", "comparisons"),
-    ("bench", "compare", "judge", "bisect", "decompose", "crosshost", "diagnose", "doctor"),
+    ("bench", "compare", "judge", "bisect", "decompose", "crosshost", "diagnose", "doctor", "profile"),
     ("report", "studies"),
     ("commands",),
     ("cli",),

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokensleuth.commands import bench, bisect, compare, decompose, doctor, engine, model, report, studies
+from tokensleuth.commands import bench, bisect, compare, decompose, doctor, engine, model, profile, report, studies
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ COMMANDS = (
     Command("compare", compare.compare, engine_flags=True, resumable=True),
     Command("bisect", bisect.bisect, engine_flags=True, resumable=True),
     Command("decompose", decompose.decompose, engine_flags=True, resumable=True),
+    Command("profile", profile.profile, engine_flags=True, resumable=True),
     Command("build", engine.engine_build, group="engine"),
     Command("list", engine.engine_list, group="engine"),
     Command("synth", model.model_synth, group="model"),

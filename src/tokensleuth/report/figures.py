@@ -224,3 +224,29 @@ def decompose_figures(result: dict[str, Any]) -> list[Figure]:
             tuple((name, _f(r), f"{(r - 1) * 100:+.2f}%") for name, r in parts)
             + ((("measured total", _f(total), f"{(total - 1) * 100:+.2f}%"),) if total else ())))
     return out
+
+
+# -- profile -----------------------------------------------------------------------------------
+
+
+def profile_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
+    """Per diff: the two builds' ms/token of each op, side by side, the largest changes first."""
+    from tokensleuth.report import plots
+
+    out: list[Figure] = []
+    for d in obj.get("diffs") or []:
+        rows = d["rows"][:most]
+        if not rows:
+            continue
+        a, b = d["engines"]
+        label = cell_label(d["model"], d["workload"])
+        bars = [(f"{r['op']} {r['signature'][:28]}", r["ms_per_token"][0], r["ms_per_token"][1]) for r in rows]
+        out.append(Figure(
+            f"ops-{len(out)}", f"Per-op time, {label}",
+            f"ms per token of each op signature in the two builds, the {len(rows)} largest changes first.",
+            plots.op_bars(bars, ("A", "B")),
+            ("op", "signature", f"A: {a}", f"B: {b}", "Δ ms/token", "Δ nodes/token", "verdict"),
+            tuple((r["op"], r["signature"], _f(r["ms_per_token"][0]), _f(r["ms_per_token"][1]),
+                   _f(r["delta_ms_per_token"], "{:+.4f}"), f"{r['delta_nodes_per_token']:+g}", r["verdict"])
+                  for r in rows)))
+    return out

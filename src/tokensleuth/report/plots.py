@@ -198,3 +198,17 @@ def history(points: Sequence[tuple[str, float, bool]], title: str) -> str:
     ax.set_ylabel("tokens/s")
     ax.set_title(title, fontsize=9)
     return _svg(fig)
+
+
+def op_bars(rows: Sequence[tuple[str, float, float]], names: tuple[str, str]) -> str:
+    """Two builds' ms/token per op, side by side (rows: label, first build's, second's), in
+    the order given (the caller sorts them by their change)."""
+    fig, ax = plt.subplots(figsize=(6.4, max(2.0, 0.28 * len(rows) + 0.8)))
+    ys = list(range(len(rows)))[::-1]
+    h = 0.4
+    ax.barh([y + h / 2 for y in ys], [r[1] for r in rows], h, color=ARM_COLOURS[0], label=names[0])
+    ax.barh([y - h / 2 for y in ys], [r[2] for r in rows], h, color=ARM_COLOURS[1], label=names[1])
+    ax.set_yticks(ys, [r[0] for r in rows], fontsize=7)
+    ax.set_xlabel("ms per token")
+    ax.legend(fontsize=7, loc="lower right")
+    return _svg(fig)

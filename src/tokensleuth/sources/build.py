@@ -39,7 +39,7 @@ DEFAULT_TARGETS = ("llama-bench", "llama-quantize")
 ALL_TARGETS = ("llama-bench", "llama-quantize", "llama-server", "llama-perplexity")
 # A target is any llama.cpp tool: an engine kind names the ones it runs (engines.<kind>.targets),
 # and a version without one is told by its build (one line), not by a list kept here.
-TARGET = re.compile(r"llama-[a-z][a-z0-9-]{0,40}")
+TARGET = re.compile(r"llama-[a-z][a-z0-9-]{0,40}|tokensleuth-profile")
 BASE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
     "-DBUILD_SHARED_LIBS=OFF",  # self-contained binaries that can be copied into the cache
@@ -429,6 +429,10 @@ class BuildCache:
         if commit:
             cfg.append(f"-DLLAMA_BUILD_COMMIT={commit[:9]}")
         cfg += list(flags)
+        from tokensleuth.sources import profiler
+
+        if profiler.TARGET in targets:  # the per-op profiler, an extra target of this same build
+            cfg += profiler.cmake_args(tree)
         t0 = time.monotonic()
         jobs = str(os.cpu_count() or 2)
         try:

@@ -1,0 +1,67 @@
+"""tokensleuth profile: which op costs the time, and (with two engines) which op got slower."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tokensleuth.limits import MAX_TIMEOUT_S
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.commands import common
+from tokensleuth.commands.common import CmakeOpt, DbOpt, engine_flags, err, json_target, out, save_json, seconds_option
+
+
+def profile(
+    ctx: typer.Context,
+    engine: Annotated[list[str], typer.Option("--engine", help="Engine source (repeatable: the first is the baseline of the diff).")] = [],  # noqa: B006
+    model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable).")] = [],  # noqa: B006
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="tgN or ppN (repeatable; default tg32).")] = [],  # noqa: B006
+    cmake: CmakeOpt = [],  # noqa: B006
+    processes: Annotated[int, typer.Option(min=1, max=50, help="Profile processes per engine, model and workload.")] = 2,
+    reps: Annotated[int, typer.Option("--reps", min=2, max=100, help="Timed repetitions per process.")] = 3,
+    band: Annotated[str, typer.Option(help="An op's change counts beyond its interval and beyond this share of the total ms/token.")] = "2%",
+    timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
+                                           help="Watchdog: seconds before a profile process is killed.")] = 600,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile as JSON here.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same profile.")] = False,
+    db: DbOpt = None,
+) -> None:
+    """Time every op of the real model graph (llama.cpp's eval callback, in a profiler built
+    with each engine); with two engines, the ops whose time per token changed.
+
+    Example: tokensleuth profile --engine git:~/llama.cpp@b6900 --engine git:~/llama.cpp@b6901
+    --model m.gguf -w tg32 -- -t 4
+    """
+    from tokensleuth.errors import EngineError, UserError
+    from tokensleuth.memory import guard
+    from tokensleuth.profile import check_flags, run_profile, workload_args
+    from tokensleuth.sources.build import DEFAULT_TARGETS
+    from tokensleuth.sources.profiler import TARGET
+    from tokensleuth.spec import model_paths, parse_percent
+    from tokensleuth.studies import kind_of
+    from tokensleuth.workloads import canonical
+
+    flags = check_flags(engine_flags(ctx))
+    json_target(json_out)
+    engines = list(engine) or [DEFAULT_ENGINE]
+    if len(set(engines)) != len(engines):
+        raise UserError("an engine is given twice — give each source once")
+    models = model_paths(model)
+    workloads = list(dict.fromkeys(canonical(w) for w in workload)) or ["tg32"]
+    for w in workloads:
+        workload_args(w)
+    share = parse_percent(band)
+    builds = {e: common.get_build(e, list(cmake), (*DEFAULT_TARGETS, TARGET)) for e in engines}
+    for b in builds.values():
+        guard(models, flags, workloads, b.backends, warn=lambda line: err.print(line, markup=False))
+    with common.open_store(db) as store:
+        sid, obj = run_profile(store, builds, models, workloads, flags, processes=processes, reps=reps, band=share,
+                               timeout_s=timeout, resume=resume, log=lambda line: err.print(line, markup=False))
+        md, obj = kind_of("profile").render_stored(store, sid)
+    out.print(md, markup=False)
+    if json_out:
+        save_json(json_out, obj, sid)
+    if not obj["ops"]:
+        raise EngineError(f"profile {sid} measured no op (see the messages above)")

@@ -1,0 +1,108 @@
+"""profile studies: the per-op profile of each engine, and what changed between them."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.errors import UserError
+from tokensleuth.profile import BENCH_STATE, RUNS_STATE, analyze
+from tokensleuth.report.figures import Figure
+from tokensleuth.report.markdown import table
+from tokensleuth.store import Store
+from tokensleuth.studies import KindBase
+
+TOP = 12  # ops listed per engine (the rest are summed in one line)
+
+
+def _ci(lo: float, hi: float, digits: int = 3) -> str:
+    return "—" if math.isnan(lo) else f"[{lo:.{digits}f}, {hi:.{digits}f}]"
+
+
+def headline(d: dict[str, Any]) -> str:
+    """One line on a diff: the ops that changed, each with its share of the whole change."""
+    total = d["delta_total_ms_per_token"]
+    parts = []
+    for r in d["rows"]:
+        if r["verdict"] == "same":
+            continue
+        dn = r["delta_nodes_per_token"]
+        nodes = f"{dn:+g} {r['op']} per token" if dn else f"{r['op']} ({r['verdict']})"
+        parts.append(f"{nodes} {r['signature']}: {r['delta_ms_per_token']:+.3f} ms/token")
+    if d["outside_changed"]:
+        parts.append(f"time outside the graph: {d['delta_outside_ms_per_token']:+.3f} ms/token")
+    what = "; ".join(parts) or "no op changed beyond its interval"
+    return f"{d['engines'][1]} vs {d['engines'][0]}, {d['workload']}: {what} (of {total:+.3f} ms/token in all)"
+
+
+def render(sid: str, obj: dict[str, Any]) -> str:
+    out = [f"## Profile {sid}", ""]
+    if obj.get("synchronised"):
+        out += ["On a GPU backend the profiler synchronises every node: overlap and fusion are gone, so the node "
+                "times add up to more than the real time; compare them between builds, not with llama-bench.", ""]
+    by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for o in obj["ops"]:
+        by.setdefault((o["engine"], o["model"], o["workload"]), []).append(o)
+    for (engine, model, workload), ops in by.items():
+        label = workload if len({k[1] for k in by}) == 1 else f"{Path(model).stem} {workload}"
+        ratio = (obj.get("node_sum_ratio") or {}).get(engine, {}).get(label)
+        graph = sum(o["ms_per_token"] for o in ops)
+        out.append(f"### {engine} · {Path(model).stem} · {workload}")
+        out.append(f"graph: {graph:.3f} ms/token in {sum(o['nodes_per_token'] for o in ops):g} nodes per token"
+                   + (f" = {ratio:.2f} × llama-bench's ms/token" if ratio else ""))
+        rows = [[o["op"], o["signature"], f"{o['nodes_per_token']:g}", f"{o['ms_per_token']:.4f}",
+                 _ci(o["ci"][0], o["ci"][1], 4), f"{(o['share'] or 0):.1%}"] for o in ops[:TOP]]
+        if len(ops) > TOP:
+            rest = ops[TOP:]
+            rows.append([f"… {len(rest)} more", "", f"{sum(o['nodes_per_token'] for o in rest):g}",
+                         f"{sum(o['ms_per_token'] for o in rest):.4f}", "", ""])
+        out += ["", table(["op", "signature", "nodes/token", "ms/token", "99% CI", "share"], rows,
+                          [False, False, True, True, True, True]), ""]
+    for d in obj.get("diffs", []):
+        a, b = d["engines"]
+        out += [f"### Diff: {b} vs {a} · {Path(d['model']).stem} · {d['workload']}", "", headline(d), ""]
+        changed = [r for r in d["rows"] if r["verdict"] != "same"]
+        rows = [[r["op"], r["signature"], f"{r['ms_per_token'][0]:.4f}", f"{r['ms_per_token'][1]:.4f}",
+                 f"{r['delta_ms_per_token']:+.4f}", _ci(r["ci"][0], r["ci"][1], 4), f"{r['delta_nodes_per_token']:+g}",
+                 r["verdict"]] for r in changed]
+        if rows:
+            out += [table(["op", "signature", f"{a} ms/tok", f"{b} ms/tok", "Δ ms/tok", "99% CI (table)",
+                           "Δ nodes/tok", "verdict"], rows, [False, False, True, True, True, True, True, False]), ""]
+        same = len(d["rows"]) - len(changed)
+        out.append(f"{same} op signature(s) within their interval or the ±{d['band']:.0%} band; "
+                   f"time outside the graph {d['outside_ms_per_token'][0]:.3f} → {d['outside_ms_per_token'][1]:.3f} "
+                   f"ms/token ({d['delta_outside_ms_per_token']:+.3f} {_ci(*d['delta_outside_ci'])}).")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def stored(store: Store, study_id: str) -> dict[str, Any]:
+    spec = json.loads(store.study(study_id)["spec_json"])
+    runs = store.get_state(study_id, RUNS_STATE)
+    if not runs:
+        raise UserError(f"profile {study_id} has no finished profile yet — run it again with --resume")
+    return analyze(spec, runs, store.get_state(study_id, BENCH_STATE, []))
+
+
+class ProfileKind(KindBase):
+    name = "profile"
+
+    def describe(self, spec: dict[str, Any]) -> str:
+        return " vs ".join(spec.get("engines", [])) + " · " + ", ".join(spec.get("workloads", []))
+
+    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+        obj = stored(store, study_id)
+        return render(study_id, obj), dict(obj, study=study_id)
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        from tokensleuth.report.figures import profile_figures
+
+        return profile_figures(obj)
+
+    def headline(self, obj: dict[str, Any], md: str) -> str:
+        return "; ".join(headline(d) for d in obj.get("diffs", [])) or super().headline(obj, md)
+
+
+KIND = ProfileKind()

@@ -1,0 +1,172 @@
+"""`tokensleuth profile`: the per-op profile of the real graph and its diff between builds.
+
+The parser and the diff on golden rows; the real profiler (built as an extra target of the
+engine's CMake build) on the planted repositories: the MoE culprit adds one custom op per MoE
+layer, a neutral commit changes nothing, the spin plant changes no op but the time outside the
+graph."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import tokensleuth_bin
+from tokensleuth.errors import UserError
+from tokensleuth.profile import Profile, analyze, check_flags, diff, parse_rows, workload_args
+from tokensleuth.sources.build import EngineBuild
+from tokensleuth.sources.profiler import api_defines
+
+LINE = ('{"rep": 0, "test": "tg16", "tokens": 16, "wall_ns": 48000000, "graph_ns": 44800000, "ops": ['
+        '["MUL_MAT", "q8_0 [256,151936] x f32 [256]", 16, 38400000], '
+        '["MUL_MAT_ID", "q8_0 [256,256,16] x f32 [256] …", 128, 6400000]]}')
+
+
+def _rep(big: float, moe: float, wall: float, extra: tuple[str, int, float] | None = None) -> dict[str, Any]:
+    ops: list[list[Any]] = [["MUL_MAT", "q8_0 [256,151936] x f32 [256]", 16, int(big * 16e6)],
+                            ["MUL_MAT_ID", "q8_0 [256,256,16] x f32 [256] …", 128, int(moe * 16e6)]]
+    if extra:
+        ops.append([extra[0], "f32 [256,8]", extra[1] * 16, int(extra[2] * 16e6)])
+    graph = sum(o[3] for o in ops)
+    return {"rep": 0, "test": "tg16", "tokens": 16, "wall_ns": graph + int(wall * 16e6), "graph_ns": graph, "ops": ops}
+
+
+def _profile(engine: str, reps: list[dict[str, Any]]) -> Profile:
+    return Profile(engine, "m.gguf", "tg16", tuple(reps))
+
+
+def test_the_parser_reads_the_profilers_lines_and_refuses_others() -> None:
+    (r,) = parse_rows(LINE + "\n")
+    assert r["tokens"] == 16 and r["ops"][1][0] == "MUL_MAT_ID"
+    p = _profile("a", [r])
+    ops = {o["op"]: o for o in p.ops()}
+    assert ops["MUL_MAT"]["ms_per_token"] == pytest.approx(2.4) and ops["MUL_MAT"]["nodes_per_token"] == 1
+    assert ops["MUL_MAT_ID"]["nodes_per_token"] == 8 and p.outside_ms() == [pytest.approx(0.2)]
+    for bad in ('{"rep": 0}', '{"test": "tg1", "tokens": 0, "wall_ns": 1, "graph_ns": 1, "ops": []}',
+                LINE.replace(", 16, 38400000", ", 0, 38400000"), "not json"):
+        with pytest.raises(ValueError):
+            parse_rows(bad)
+
+
+def test_the_diff_names_an_op_that_appeared_and_leaves_the_noise_alone() -> None:
+    jitter = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]
+    a = _profile("a", [_rep(2.4 * j, 0.4 / j, 0.2) for j in jitter])
+    b = _profile("b", [_rep(2.4 / j, 0.4 * j, 0.2, ("MAP_CUSTOM1", 4, 0.5 * j)) for j in jitter])
+    d = diff(a, b)
+    changed = [(r["op"], r["verdict"], r["delta_nodes_per_token"]) for r in d["rows"] if r["verdict"] != "same"]
+    assert changed == [("MAP_CUSTOM1", "appeared", 4)]
+    assert d["rows"][0]["op"] == "MAP_CUSTOM1"  # sorted by the size of the change
+    assert not d["outside_changed"]
+    same = diff(a, _profile("b", [_rep(2.4 / j, 0.4 * j, 0.2) for j in jitter]))
+    assert all(r["verdict"] == "same" for r in same["rows"])
+
+
+def test_the_diff_sees_time_outside_the_graph_and_a_grown_op() -> None:
+    jitter = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]
+    a = _profile("a", [_rep(2.4 * j, 0.4, 0.2 * j) for j in jitter])
+    spin = diff(a, _profile("b", [_rep(2.4 * j, 0.4, 2.2 * j) for j in jitter]))
+    assert spin["outside_changed"] and spin["delta_outside_ms_per_token"] == pytest.approx(2.0, rel=0.05)
+    assert all(r["verdict"] == "same" for r in spin["rows"])
+    grown = diff(a, _profile("b", [_rep(2.4 * j, 0.8, 0.2 * j) for j in jitter]))
+    (row,) = [r for r in grown["rows"] if r["verdict"] != "same"]
+    assert (row["op"], row["verdict"], row["delta_nodes_per_token"]) == ("MUL_MAT_ID", "grew", 0)
+    assert row["ci"][0] < row["delta_ms_per_token"] < row["ci"][1]
+    assert row["delta_ms_per_token"] == pytest.approx(0.4, rel=0.01)
+
+
+def test_analyze_gives_the_contracts_json() -> None:
+    spec = {"engines": ["a", "b"], "models": ["m.gguf"], "workloads": ["tg16"], "band": 0.02}
+    runs = [{"engine": e, "model": "m.gguf", "workload": "tg16", "process": 0, "rows": [_rep(2.4 * j, 0.4, 0.2)]}
+            for e in ("a", "b") for j in (1.0, 1.01, 0.99)]
+    obj = analyze(spec, runs, [{"engine": "a", "model": "m.gguf", "workload": "tg16", "ms_per_token": 3.2}])
+    assert obj["engines"] == ["a", "b"]
+    assert set(obj["ops"][0]) >= {"engine", "op", "signature", "nodes_per_token", "ms_per_token", "ci"}
+    assert set(obj["diff"][0]) >= {"op", "signature", "delta_ms_per_token", "ci", "delta_nodes_per_token", "verdict"}
+    assert obj["node_sum_ratio"]["a"]["tg16"] == pytest.approx(2.8 / 3.2, rel=0.01)
+    assert obj["node_sum_ratio"]["b"]["tg16"] is None  # no llama-bench figure: no ratio, never a guess
+
+
+def test_bad_flags_and_workloads_are_one_line_refusals() -> None:
+    assert check_flags(["-t", "1", "-ngl", "0"]) == ["-t", "1", "-ngl", "0"]
+    for flags in (["-fa", "1"], ["-t"], ["-t", "x"]):
+        with pytest.raises(UserError):
+            check_flags(flags)
+    assert workload_args("pp64") == ["-p", "64"] and workload_args("tg16") == ["-n", "16"]
+    for w in ("pp64+tg16", "tg16@d512", "tg16xc2"):
+        with pytest.raises(UserError):
+            workload_args(w)
+
+
+def test_the_profiler_fits_each_api_and_names_what_an_old_one_lacks() -> None:
+    new = "llama_memory_clear( llama_model_load_from_file( llama_init_from_model( llama_vocab_n_tokens( " \
+          "llama_model_free( cb_eval llama_batch_get_one"
+    ggml = "ggml_op_desc ggml_n_dims"
+    assert api_defines(new, ggml) == ["TS_MEMORY=1", "TS_LOAD=1", "TS_CONTEXT=1", "TS_VOCAB=1", "TS_FREE=1"]
+    old = "llama_kv_cache_clear( llama_load_model_from_file( llama_new_context_with_model( llama_n_vocab( " \
+          "llama_free_model( cb_eval llama_batch_get_one"
+    assert api_defines(old, ggml) == ["TS_MEMORY=3", "TS_LOAD=2", "TS_CONTEXT=2", "TS_VOCAB=2", "TS_FREE=2"]
+    with pytest.raises(UserError, match="cb_eval"):
+        api_defines(new.replace("cb_eval", ""), ggml)
+
+
+# -- the real profiler ------------------------------------------------------------------------
+
+
+def _profile_cli(engines: list[str], model: Path, env: dict[str, str], tmp_path: Path,
+                 workload: str = "tg16") -> dict[str, Any]:
+    out = tmp_path / f"p-{len(list(tmp_path.glob('p-*.json')))}.json"
+    p = subprocess.run([tokensleuth_bin(), "profile", *(x for e in engines for x in ("--engine", e)), "--model",
+                        str(model), "-w", workload, "--json", str(out), "--", "-t", "1"],
+                       env=env, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr
+    doc: dict[str, Any] = json.loads(out.read_text())
+    doc["stdout"] = p.stdout
+    return doc
+
+
+def _changed(doc: dict[str, Any]) -> list[tuple[str, str, float]]:
+    return [(r["op"], r["verdict"], r["delta_nodes_per_token"]) for r in doc["diff"] if r["verdict"] != "same"]
+
+
+def test_the_profile_of_the_real_graph_adds_up(engine: EngineBuild, moe_model: Path, cli_env: dict[str, str],
+                                               tmp_path: Path) -> None:
+    doc = _profile_cli([], moe_model, cli_env, tmp_path)
+    ops = {(o["op"], o["signature"]): o for o in doc["ops"]}
+    # the output projection: one matrix of the whole vocabulary per token
+    assert any(op == "MUL_MAT" and "151936" in sig and o["nodes_per_token"] == 1 for (op, sig), o in ops.items())
+    assert any(op == "MUL_MAT_ID" for op, _ in ops)  # the experts
+    (ratio,) = doc["node_sum_ratio"].values()
+    assert 0 < ratio["tg16"] < 2  # the node times and llama-bench's ms/token measure one thing
+    assert "graph:" in doc["stdout"] and "× llama-bench's ms/token" in doc["stdout"]
+
+
+def test_the_moe_culprit_adds_one_custom_op_per_moe_layer_and_nothing_else(
+        engine: EngineBuild, moe_model: Path, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history()
+    parent, culprit = (f"git:{repo}@{shas[n]}" for n in ("fix", "culprit"))
+    moe = _profile_cli([parent, culprit], moe_model, cli_env, tmp_path)
+    layers = max(o["nodes_per_token"] for o in moe["ops"] if o["op"] == "FLASH_ATTN_EXT")
+    assert _changed(moe) == [("MAP_CUSTOM1", "appeared", layers)]
+    assert "MAP_CUSTOM1 per token" in moe["stdout"]
+    dense = _profile_cli([parent, culprit], dense_model, cli_env, tmp_path)
+    assert _changed(dense) == []
+    neutral = _profile_cli([f"git:{repo}@{shas['n3']}", f"git:{repo}@{shas['n4']}"], moe_model, cli_env, tmp_path)
+    assert _changed(neutral) == []
+
+
+def test_the_spin_plant_changes_no_op_but_the_time_outside_the_graph(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    from tests.planted import planted_repo
+
+    repo = planted_repo()
+    doc = _profile_cli([f"git:{repo}@HEAD~1", f"git:{repo}@HEAD"], dense_model,
+                       dict(cli_env, TOKENSLEUTH_SPIN_US="2000"), tmp_path)
+    assert _changed(doc) == []
+    (d,) = doc["diffs"]
+    assert d["outside_changed"] and d["delta_outside_ms_per_token"] == pytest.approx(2.0, abs=0.6)
+    assert "time outside the graph: +" in doc["stdout"]
