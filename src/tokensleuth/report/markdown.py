@@ -225,6 +225,13 @@ def render_bisect(r: dict[str, Any]) -> str:
             out.append(f"llama-bench's own settings changed {where} ({changed}): likely the cause, not the "
                        "engine — rerun with --pin-params to hold them at the good side's values.")
             break
+    if (pr := r.get("profile")) is not None:
+        where = f"{Path(str(pr.get('model', ''))).stem} {pr.get('workload', '')}".strip()
+        if pr.get("headline"):
+            out.append(f"Which op: the culprit's per-op profile against its parent ({where}; `tokensleuth report "
+                       f"{pr['study']}` has it all): {pr['headline']}.")
+        else:
+            out.append(f"Which op: not profiled ({pr.get('skipped', 'no profile')}).")
     if (o := r.get("outputs")) is not None:
         out.append(outputs_line(o, r["good"], r["bad"]))
     if r.get("skipped"):
