@@ -170,3 +170,32 @@ def test_the_spin_plant_changes_no_op_but_the_time_outside_the_graph(
     (d,) = doc["diffs"]
     assert d["outside_changed"] and d["delta_outside_ms_per_token"] == pytest.approx(2.0, abs=0.6)
     assert "time outside the graph: +" in doc["stdout"]
+
+
+def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`report` renders a profile study from the store alone: Markdown, JSON and the page's
+    per-op chart (no engine runs)."""
+    from tokensleuth import cli
+    from tokensleuth.profile import BENCH_STATE, RUNS_STATE
+    from tokensleuth.records import spec_hash
+    from tokensleuth.store import Store
+
+    jitter = [1.0, 1.01, 0.99]
+    spec = {"engines": ["a", "b"], "models": ["m.gguf"], "workloads": ["tg16"], "band": 0.02}
+    runs = [{"engine": "a", "model": "m.gguf", "workload": "tg16", "process": 0,
+             "rows": [_rep(2.4 * j, 0.4, 0.2) for j in jitter]},
+            {"engine": "b", "model": "m.gguf", "workload": "tg16", "process": 0,
+             "rows": [_rep(2.4 * j, 0.4, 0.2, ("MAP_CUSTOM1", 4, 0.5 * j)) for j in jitter]}]
+    db = tmp_path / "s.sqlite"
+    with Store(db) as store:
+        sid = store.begin_study("profile", spec, spec_hash(spec), resume=False).id
+        store.put_state(sid, RUNS_STATE, runs)
+        store.put_state(sid, BENCH_STATE, [])
+        store.finish_study(sid)
+    page, js = tmp_path / "p.html", tmp_path / "p.json"
+    assert cli.main(["report", sid, "--db", str(db), "--html", str(page), "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "+4 MAP_CUSTOM1 per token" in out and "### Diff: b vs a" in out
+    assert json.loads(js.read_text())["diff"][0]["verdict"] == "appeared"
+    html = page.read_text()
+    assert "Per-op time" in html and "<svg" in html and "MAP_CUSTOM1" in html
