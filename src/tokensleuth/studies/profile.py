@@ -52,6 +52,11 @@ def render(sid: str, obj: dict[str, Any]) -> str:
         out.append(f"### {engine} · {Path(model).stem} · {workload}")
         out.append(f"graph: {graph:.3f} ms/token in {sum(o['nodes_per_token'] for o in ops):g} nodes per token"
                    + (f" = {ratio:.2f} × llama-bench's ms/token" if ratio else ""))
+        by_op: dict[str, float] = {}
+        for o in ops:
+            by_op[o["op"]] = by_op.get(o["op"], 0.0) + o["ms_per_token"]
+        out.append("by op type: " + ", ".join(f"{op} {ms:.3f} ms ({ms / graph:.0%})" if graph else f"{op} {ms:.3f} ms"
+                                              for op, ms in sorted(by_op.items(), key=lambda kv: -kv[1])[:8]))
         rows = [[o["op"], o["signature"], f"{o['nodes_per_token']:g}", f"{o['ms_per_token']:.4f}",
                  _ci(o["ci"][0], o["ci"][1], 4), f"{(o['share'] or 0):.1%}"] for o in ops[:TOP]]
         if len(ops) > TOP:
