@@ -199,3 +199,22 @@ def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys
     assert json.loads(js.read_text())["diff"][0]["verdict"] == "appeared"
     html = page.read_text()
     assert "Per-op time" in html and "<svg" in html and "MAP_CUSTOM1" in html
+
+
+def test_compare_profile_names_the_op_beside_the_verdict(engine: EngineBuild, moe_model: Path,
+                                                         cli_env: dict[str, str], tmp_path: Path) -> None:
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history()
+    out = tmp_path / "c.json"
+    p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out), "--arm", f"parent=git:{repo}@{shas['fix']}",
+                        "--arm", f"culprit=git:{repo}@{shas['culprit']}", "--model", str(moe_model), "-w", "tg16",
+                        "--max-pairs", "10", "--profile", "--", "-r", "3", "-t", "1"],
+                       env=cli_env, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    (c,) = doc["comparisons"]
+    assert c["verdict"] == "slower"
+    (prof,) = doc["profile"]
+    assert prof["candidate"] == "culprit" and [r["op"] for r in prof["rows"]] == ["MAP_CUSTOM1"]
+    assert "Which op (culprit," in p.stdout and "MAP_CUSTOM1 per token" in p.stdout

@@ -43,6 +43,7 @@ from tokensleuth.workloads import parse
 
 # the engine flags a profile takes (after `--`), as the profiler and llama-bench both spell them
 FLAGS = ("-t", "-ngl", "-b", "-ub")
+PROFILES_STATE = "profiles"  # a compare's --profile: [{candidate, model, workload, study, headline, rows} | skipped]
 RUNS_STATE = "profile-runs"  # [{engine, model, workload, process, rows}], one entry per process
 BENCH_STATE = "profile-bench"  # [{engine, model, workload, ms_per_token}]
 CONFIDENCE = 0.99
@@ -71,15 +72,27 @@ def flags_from(flags: Sequence[str]) -> list[str]:
     return out
 
 
-def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
-    """What a culprit's report shows of its profile diff: the study, one line, the top changes."""
-    from tokensleuth.studies.profile import headline
-
-    d = (obj.get("diffs") or [None])[0]
-    if d is None:
-        return {"study": sid, "headline": "no profile diff (a profile did not run)"}
-    return {"study": sid, "headline": headline(d),
-            "rows": [r for r in d["rows"] if r["verdict"] != "same"][:most]}
+def profile_comparisons(comps: Sequence[Any], spec: Any, profiler: Callable[[str, str, str, str], dict[str, Any]],
+                        log: Log | None = None) -> list[dict[str, Any]]:
+    """compare --profile: the per-op diff of each candidate's build against the baseline's, for
+    every cell that came out faster or slower (arms of one build have no build diff to show)."""
+    log = log or (lambda s: None)
+    arms = {a.name: a for a in spec.arms}
+    out: list[dict[str, Any]] = []
+    for c in comps:
+        if c.verdict not in ("faster", "slower"):
+            continue
+        base, cand = arms[c.baseline], arms[c.candidate]
+        where = {"candidate": c.candidate, "model": c.model, "workload": c.workload}
+        if (base.source, base.cmake) == (cand.source, cand.cmake):
+            out.append(dict(where, skipped="one build: the arms differ in flags or environment, not in the engine"))
+            continue
+        log(f"profiling {c.candidate} against {c.baseline} on {Path(c.model).name} {c.workload}")
+        try:
+            out.append(dict(profiler(base.source, cand.source, c.model, c.workload), **where))
+        except (UserError, EngineError) as exc:
+            out.append(dict(where, skipped=str(exc).splitlines()[0][:300]))
+    return out
 
 
 def workload_args(workload: str) -> list[str]:
@@ -255,16 +268,15 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
 def bench_ms_per_token(build: EngineBuild, model: str, workload: str, flags: Sequence[str],
                        timeout_s: float) -> float | None:
     """llama-bench's own ms/token of this build, model and workload (3 repetitions)."""
-    from tokensleuth.engines.llamabench import MalformedOutput, parse_jsonl
-    from tokensleuth.workloads import workload_flags
+    from tokensleuth.engines import engine_for
+    from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+    from tokensleuth.workloads import planned_argv
 
-    res = run_process([str(build.binary("llama-bench")), "-m", model, *workload_flags(workload), *flags,
-                       "-r", "3", "-o", "jsonl"], timeout_s=timeout_s)
-    try:
-        rows = parse_jsonl(res.text("out"))
-    except MalformedOutput:
-        return None
-    ts = rows[0].get("avg_ts") if rows and res.returncode == 0 else None
+    engine = engine_for(DEFAULT_KIND)
+    arm = ArmRuntime("bench", Path(build.bin_dir), tuple(flags), {})
+    run = engine.run_trial(arm, model, workload, [*planned_argv(workload), "-r", "3"], timeout_s=timeout_s,
+                           probe=None, host_env={})
+    ts = run.outcome.results[0].avg_ts if run.outcome.status == "done" and run.outcome.results else None
     return 1000.0 / float(ts) if ts else None
 
 

@@ -234,8 +234,9 @@ def profiler(store: Any, cmake: list[str], flags: list[str], timeout_s: float) -
     """A driver's profile callback (bisect.Profiler): the per-op diff of two sources, each
     built with the profiler, on one model and workload; stored as a profile study."""
     def run(parent: str, culprit: str, model: str, workload: str) -> dict[str, Any]:
-        from tokensleuth.profile import flags_from, run_profile, summary, workload_args
+        from tokensleuth.profile import flags_from, run_profile, workload_args
         from tokensleuth.sources.profiler import TARGET
+        from tokensleuth.studies.profile import summary
 
         workload_args(workload)  # ppN or tgN, before any build
         builds = {s: get_build(s, cmake, (*DEFAULT_TARGETS, TARGET)) for s in (parent, culprit)}

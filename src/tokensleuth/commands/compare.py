@@ -17,7 +17,7 @@ from tokensleuth.records import TrialOutcome
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
     err, out, DbOpt, CmakeOpt, seconds_option, SampleIntervalOpt, ClusterOpt, OnOpt, open_fleet, fleet_paths,
-    refuse_on_fleet, engine_flags, command_line, NoProbeOpt, trial_printer, doctor_line, targets_for,
+    refuse_on_fleet, engine_flags, command_line, NoProbeOpt, trial_printer, doctor_line, targets_for, profiler,
     json_target, save_json,
 )
 
@@ -52,6 +52,7 @@ def compare(
     on: OnOpt = [],  # noqa: B006
     per_host: Annotated[bool, typer.Option("--per-host", help="With --cluster: run the arms on every selected machine; one table, a row per machine.")] = False,
     no_probe: NoProbeOpt = False,
+    profile: Annotated[bool, typer.Option("--profile", help="For each candidate that is faster or slower: the per-op profile diff of its build against the baseline's (which op).")] = False,
     separate_processes: Annotated[bool, typer.Option("--separate-processes", help="A process per trial even when the two arms differ in one context setting only (by default such a pair runs A, B, B, A in one process).")] = False,
     db: DbOpt = None,
 ) -> None:
@@ -98,7 +99,7 @@ def compare(
         raise UserError("the study file names [[hosts]] — run it with --cluster auto or --cluster HOST:PORT")
     fleet = open_fleet(cluster, [*on, *(h.on for h in spec.hosts)], "--per-host" if per_host else "")
     if fleet is not None:
-        refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
+        refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs, profile=profile)
         return compare_on_fleet(fleet, spec, per_host, resume, json_out, db)
     for a in spec.arms:
         key = (a.source, tuple(a.cmake))
@@ -140,6 +141,12 @@ def compare(
 
             rx = diagnose(store, sid, builds, probe=not no_probe, argv=command_line(ctx),
                           log=lambda line: err.print(line, markup=False))
+        if profile:
+            from tokensleuth.profile import PROFILES_STATE, profile_comparisons
+
+            store.put_state(sid, PROFILES_STATE, profile_comparisons(
+                comps, spec, profiler(store, list(spec.arms[0].cmake), [*spec.common_flags], spec.timeout_s),
+                log=lambda line: err.print(line, markup=False)))
         if plan is not None:
             checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s)]
             store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too

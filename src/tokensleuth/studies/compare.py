@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -47,6 +48,15 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     if checks:
         md += "\n\n" + render_output_checks(checks)
     obj = compare_json(study_id, spec, comps, engines, checks)
+    from tokensleuth.profile import PROFILES_STATE
+
+    profiled = store.get_state(study_id, PROFILES_STATE)  # compare --profile: which op
+    if profiled is not None:
+        obj["profile"] = profiled
+        md += "\n\n" + "\n".join(
+            f"Which op ({p['candidate']}, {Path(p['model']).stem} {p['workload']}): "
+            + (f"{p['headline']} (`tokensleuth report {p['study']}`)" if p.get("headline") else
+               f"not profiled — {p.get('skipped')}") for p in profiled)
     found = noise_of(store, study_id)
     if found:  # studies made before noise was measured have none
         md += "\n\n" + found[0]

@@ -91,6 +91,15 @@ def stored(store: Store, study_id: str) -> dict[str, Any]:
     return analyze(spec, runs, store.get_state(study_id, BENCH_STATE, []))
 
 
+def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
+    """What a culprit's report shows of its profile diff: the study, one line, the top changes."""
+    d = (obj.get("diffs") or [None])[0]
+    if d is None:
+        return {"study": sid, "headline": "no profile diff (a profile did not run)"}
+    return {"study": sid, "headline": headline(d),
+            "rows": [r for r in d["rows"] if r["verdict"] != "same"][:most]}
+
+
 class ProfileKind(KindBase):
     name = "profile"
 
