@@ -104,10 +104,14 @@ def test_the_profiler_fits_each_api_and_names_what_an_old_one_lacks() -> None:
     new = "llama_memory_clear( llama_model_load_from_file( llama_init_from_model( llama_vocab_n_tokens( " \
           "llama_model_free( cb_eval llama_batch_get_one"
     ggml = "ggml_op_desc ggml_n_dims"
-    assert api_defines(new, ggml) == ["TS_MEMORY=1", "TS_LOAD=1", "TS_CONTEXT=1", "TS_VOCAB=1", "TS_FREE=1"]
+    assert api_defines(new, ggml) == ["TS_MEMORY=1", "TS_LOAD=1", "TS_CONTEXT=1", "TS_VOCAB=1", "TS_FREE=1",
+                                      "TS_PROCESS=0"]
+    ext = new + " llama_process( llama_batch_ext_add_token( llama_batch_ext_set_pos("
+    assert api_defines(ext, ggml)[-1] == "TS_PROCESS=1"
     old = "llama_kv_cache_clear( llama_load_model_from_file( llama_new_context_with_model( llama_n_vocab( " \
           "llama_free_model( cb_eval llama_batch_get_one"
-    assert api_defines(old, ggml) == ["TS_MEMORY=3", "TS_LOAD=2", "TS_CONTEXT=2", "TS_VOCAB=2", "TS_FREE=2"]
+    assert api_defines(old, ggml) == ["TS_MEMORY=3", "TS_LOAD=2", "TS_CONTEXT=2", "TS_VOCAB=2", "TS_FREE=2",
+                                      "TS_PROCESS=0"]
     with pytest.raises(UserError, match="cb_eval"):
         api_defines(new.replace("cb_eval", ""), ggml)
 

@@ -354,7 +354,12 @@ class BuildCache:
     # -- build -------------------------------------------------------------------
 
     def _key(self, tree_id: str, flags: Sequence[str], targets: Sequence[str]) -> str:
-        blob = json.dumps([tree_id, list(BASE_FLAGS), list(flags), compiler_id(), sorted(targets)])
+        from tokensleuth.sources import profiler
+
+        parts: list[Any] = [tree_id, list(BASE_FLAGS), list(flags), compiler_id(), sorted(targets)]
+        if profiler.TARGET in targets:  # tokensleuth's own source is part of that build too
+            parts.append(profiler.source_id())
+        blob = json.dumps(parts)
         return hashlib.sha256(blob.encode()).hexdigest()[:20]
 
     def _hit(self, key: str, source: str, commit: str | None, number: int | None) -> EngineBuild | None:

@@ -9,6 +9,7 @@ this version has.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -44,7 +45,20 @@ def api_defines(header: str, ggml_header: str = "") -> list[str]:
             raise UserError(f"this llama.cpp cannot be profiled: its llama.h has none of {', '.join(names)} — "
                             "profile a newer version")
         out.append(f"{macro}={found}")
+    # the decode path llama-bench takes where the version has it (llama_process with an extended
+    # batch: a plant or a change there is inside the profile too), else llama_decode
+    ext = all(re.search(rf"\b{n}\s*\(", header) for n in ("llama_process", "llama_batch_ext_add_token",
+                                                             "llama_batch_ext_set_pos"))
+    out.append(f"TS_PROCESS={1 if ext else 0}")
     return out
+
+
+def source_id() -> str:
+    """The profiler's own source, hashed: a build with it is rebuilt when it changes."""
+    h = hashlib.sha256()
+    for name in ("profile.cpp", "profile.cmake", "__init__.py"):
+        h.update((HERE / name).read_bytes())
+    return h.hexdigest()[:16]
 
 
 def cmake_args(tree: Path) -> list[str]:

@@ -55,6 +55,26 @@
 
 using clk = std::chrono::steady_clock;
 
+// one decode call of n tokens at positions pos0.., as llama-bench makes it
+#if TS_PROCESS == 1
+static int ts_decode(llama_context * ctx, llama_batch_ext * b, llama_token * toks, int n, int pos0) {
+    llama_batch_ext_clear(b);
+    for (int i = 0; i < n; i++) {
+        const int idx = llama_batch_ext_add_token(b, 0, toks[i]);
+        if (idx < 0) return -100;
+        const llama_pos p = pos0 + i;
+        llama_batch_ext_set_pos(b, idx, &p);
+        if (i == n - 1) llama_batch_ext_set_output_logits(b, idx, true);
+    }
+    return llama_process(ctx, LLAMA_PROCESS_TYPE_DECODE, b);
+}
+#else
+struct llama_batch_ext;
+static int ts_decode(llama_context * ctx, llama_batch_ext *, llama_token * toks, int n, int) {
+    return llama_decode(ctx, llama_batch_get_one(toks, n));
+}
+#endif
+
 struct Prof {
     bool on = false;
     clk::time_point asked;
@@ -155,6 +175,11 @@ int main(int argc, char ** argv) {
     llama_context * ctx = TS_NEW_CONTEXT(model, cp);
     if (!ctx) { fprintf(stderr, "error: cannot create a context\n"); return 1; }
     const int n_vocab = TS_N_VOCAB(model);
+#if TS_PROCESS == 1
+    llama_batch_ext * batch = llama_batch_ext_init(ctx);
+#else
+    llama_batch_ext * batch = nullptr;
+#endif
     const int n = n_prompt > 0 ? n_prompt : n_gen;
     std::vector<llama_token> toks(n);
     for (int rep = -1; rep < reps; rep++) {  // rep -1: the warm-up, not timed
@@ -167,13 +192,13 @@ int main(int argc, char ** argv) {
         if (n_prompt > 0) {
             for (int done = 0; done < n_prompt; done += n_batch) {
                 const int k = std::min(n_batch, n_prompt - done);
-                if (llama_decode(ctx, llama_batch_get_one(toks.data() + done, k)) != 0) {
+                if (ts_decode(ctx, batch, toks.data() + done, k, done) != 0) {
                     fprintf(stderr, "error: decode failed\n"); return 1;
                 }
             }
         } else {
             for (int i = 0; i < n_gen; i++) {
-                if (llama_decode(ctx, llama_batch_get_one(&toks[i], 1)) != 0) {
+                if (ts_decode(ctx, batch, &toks[i], 1, i) != 0) {
                     fprintf(stderr, "error: decode failed\n"); return 1;
                 }
             }
@@ -192,6 +217,9 @@ int main(int argc, char ** argv) {
         printf("]}\n");
         fflush(stdout);
     }
+#if TS_PROCESS == 1
+    llama_batch_ext_free(batch);
+#endif
     llama_free(ctx);
     TS_FREE_MODEL(model);
     llama_backend_free();
