@@ -22,7 +22,8 @@ run() {  # run WHICH(old|new) NAME ARGS…
     local which=$1 name=$2; shift 2
     local src=$PWD/src; [ "$which" = old ] && src=$W/old/src
     PYTHONPATH=$src TOKENSLEUTH_DB=$W/$which.sqlite TOKENSLEUTH_SPIN_US=1500 \
-        $PY -m tokensleuth.cli "$@" --json "$W/$which-$name.json" > "$W/$which-$name.txt" 2>&1 || true
+        $PY -m tokensleuth.cli "$1" --json "$W/$which-$name.json" "${@:2}" > "$W/$which-$name.txt" 2>&1 \
+        || { echo "$which $name failed:"; tail -3 "$W/$which-$name.txt"; }
 }
 for which in old new; do
     run $which compare compare --arm "base=git:$REPO@HEAD~1" --arm "spin=git:$REPO@HEAD" --model "$MODEL" \
@@ -55,6 +56,6 @@ for name in ("compare", "bisect", "decompose"):
         got[which] = json.loads(p.read_text()) if p.exists() else {}
         print(f"{name:9} {which}: {answer(name, got[which])}")
     ko, kn = keys(got["old"]), keys(got["new"])
-    same = "same keys" if ko == kn else f"keys differ: only old {sorted(ko - kn)[:6]}, only new {sorted(kn - ko)[:6]}"
+    same = "NO JSON" if not (ko and kn) else "same keys" if ko == kn else f"keys differ: only old {sorted(ko - kn)[:6]}, only new {sorted(kn - ko)[:6]}"
     print(f"{name:9} JSON: {same} ({len(kn)} paths)")
 EOF
