@@ -140,3 +140,49 @@ class PlannedTrial:
     workload: str
     argv: tuple[str, ...]
     pair: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class StudyRow:
+    """A study as the store returns it (``row["kind"]`` reads like the column, too)."""
+
+    id: str
+    kind: str
+    spec_hash: str
+    spec_json: str
+    status: str
+    created_at: float
+    finished_at: float | None = None
+    n_trials: int | None = None  # Store.studies() counts its trials
+    n_done: int | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(f for f in self.__slots__ if f not in ("n_trials", "n_done") or getattr(self, f) is not None)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.spec_json)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ArmRow:
+    """An arm of a study as the store returns it."""
+
+    id: int
+    study_id: str
+    name: str
+    source: str
+    engine_json: str
+    flags_json: str
+    env_json: str
+    kind: str
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self.__slots__)

@@ -32,8 +32,8 @@ from typing import Any
 
 from tokensleuth.errors import Interrupted, UserError
 from tokensleuth.records import (
-    HANDED_OUT, MACHINE_LOST, NODE_LOST, STUDY_STATUSES, TRIAL_STATUSES, UNFINISHED, Lease, LostTrial, PlannedTrial,
-    ResultRow, SampleRow, StudyHandle, TrialOutcome, WindowRow,
+    HANDED_OUT, MACHINE_LOST, NODE_LOST, STUDY_STATUSES, TRIAL_STATUSES, UNFINISHED, ArmRow, Lease, LostTrial,
+    PlannedTrial, ResultRow, SampleRow, StudyHandle, StudyRow, TrialOutcome, WindowRow,
 )
 from tokensleuth.store.files import (
     OPEN_HERE, OPEN_LOCK, SQLITE_IOERR, check_path, disk_full, store_errors, translate, unwritable,
@@ -44,11 +44,15 @@ from tokensleuth.store.timeline import LiveTimeline
 
 # what `from tokensleuth.store import …` gives (the records also come from tokensleuth.records)
 __all__ = [
-    "APPLICATION_ID", "CORE_TABLES", "HANDED_OUT", "MACHINE_LOST", "MIGRATIONS", "NODE_LOST", "SCHEMA_VERSION",
+    "APPLICATION_ID", "ArmRow", "StudyRow", "CORE_TABLES", "HANDED_OUT", "MACHINE_LOST", "MIGRATIONS", "NODE_LOST", "SCHEMA_VERSION",
     "STUDY_STATUSES", "TRIAL_STATUSES", "UNFINISHED", "Holder", "Lease", "LiveTimeline", "LostTrial",
     "PlannedTrial", "ResultRow", "SampleRow", "Store", "StudyHandle", "TrialOutcome", "WindowRow", "store_errors",
     "this_process", "translate",
 ]
+
+def _study(r: sqlite3.Row) -> StudyRow:
+    return StudyRow(**{f: r[f] for f in StudyRow.__slots__ if f in r.keys()})
+
 
 class Store:
     """A connection to the study store. Caller-owned; close it (or use ``with``).
@@ -428,7 +432,7 @@ class Store:
                 (status, time.time(), study_id),
             )
 
-    def study(self, study_id: str) -> sqlite3.Row:
+    def study(self, study_id: str) -> StudyRow:
         """The study whose id is, or starts with, ``study_id`` (taken literally)."""
         if not study_id:
             raise UserError("the study id is empty — list the studies with `tokensleuth studies`")
@@ -439,20 +443,19 @@ class Store:
             raise UserError(f"no study {study_id!r} in {self.path} — list them with `tokensleuth studies`")
         if len(rows) > 1:
             raise UserError(f"study id {study_id!r} is ambiguous — give more characters")
-        row: sqlite3.Row = rows[0]
-        return row
+        return _study(rows[0])
 
-    def studies(self) -> list[sqlite3.Row]:
-        return self.db.execute(
+    def studies(self) -> list[StudyRow]:
+        return [_study(r) for r in self.db.execute(
             "SELECT s.*, (SELECT COUNT(*) FROM trials t WHERE t.study_id=s.id) AS n_trials,"
             " (SELECT COUNT(*) FROM trials t WHERE t.study_id=s.id AND t.status='done') AS n_done"
             " FROM studies s ORDER BY created_at"
-        ).fetchall()
+        ).fetchall()]
 
-    def arms(self, study_id: str) -> list[sqlite3.Row]:
-        return self.db.execute(
+    def arms(self, study_id: str) -> list[ArmRow]:
+        return [ArmRow(*(r[f] for f in ArmRow.__slots__)) for r in self.db.execute(
             "SELECT * FROM arms WHERE study_id=? ORDER BY id", (study_id,)
-        ).fetchall()
+        ).fetchall()]
 
     def set_arm_engine(self, study_id: str, name: str, engine: dict[str, Any]) -> None:
         with self.tx() as db:
