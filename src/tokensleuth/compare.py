@@ -23,9 +23,9 @@ from tokensleuth.executors import Executor, execute
 from tokensleuth.runner import TrialCallback, arm_runtime
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import CompareSpec, spec_hash
-from tokensleuth.store import Store
-from tokensleuth.records import PlannedTrial, StudyHandle
 from tokensleuth.errors import UserError
+from tokensleuth.records import PlannedTrial, StudyHandle
+from tokensleuth.store import Store
 from tokensleuth.workloads import planned_argv
 
 if TYPE_CHECKING:

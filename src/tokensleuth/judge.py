@@ -19,8 +19,7 @@ from tokensleuth.compare import run_compare, still_open
 
 from tokensleuth.comparisons import Comparison
 from tokensleuth.engines import engine_for
-from tokensleuth.engines.base import ParamDiff
-from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.spec import build_compare_spec
