@@ -6,7 +6,7 @@ one `tokensleuth profile`, and per model and workload the node sum against llama
 ms/token (1.0: the node times add up to the real time). Each profile is a real run of the
 command, into a store of its own.
 
-    .venv/bin/python bench/profile_cost.py [--threads 1] [--culprit]
+    .venv/bin/python bench/profile_cost.py [--threads 1] [--culprit] [--model BIG.gguf -w tg8 -w pp64]
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--culprit", action="store_true")
+    ap.add_argument("--model", action="append", default=[], help="another model (e.g. a real-size shape)")
+    ap.add_argument("-w", "--workload", action="append", default=[], help="default tg32 and pp64")
     a = ap.parse_args()
     cache = BuildCache()
     base = cache.get(DEFAULT_ENGINE)
@@ -54,14 +56,17 @@ def main() -> None:
     print(f"profiler target on the cached default build: {time.monotonic() - t0:.1f} s "
           f"({'cache hit' if built.cache_hit else f'built in {built.build_s:.1f} s'})")
     models = {"dense": _model(base, tree, "llama"), "moe": _model(base, tree, "qwen3moe")}
-    print(f"{'model':6} {'workload':8} {'threads':>7} {'profile s':>9} {'graph ms/tok':>12} {'node sum / llama-bench':>22}")
+    models.update({Path(m).stem[:6]: Path(m) for m in a.model})
+    print(f"{'model':6} {'workload':8} {'threads':>7} {'profile s':>9} {'graph ms/tok':>12} "
+          f"{'node sum / llama-bench':>22} {'wall / llama-bench':>18}")
     with tempfile.TemporaryDirectory() as tmp:
         for name, m in models.items():
-            for w in ("tg32", "pp64"):
+            for w in a.workload or ["tg32", "pp64"]:
                 s, doc = profile([DEFAULT_ENGINE], m, w, a.threads, Path(tmp))
                 graph = sum(o["ms_per_token"] for o in doc["ops"])
                 ratio = doc["node_sum_ratio"][DEFAULT_ENGINE][w]
-                print(f"{name:6} {w:8} {a.threads:7d} {s:9.1f} {graph:12.4f} {ratio:22.3f}", flush=True)
+                wall = doc["wall_ratio"][DEFAULT_ENGINE][w]
+                print(f"{name:6} {w:8} {a.threads:7d} {s:9.1f} {graph:12.4f} {ratio:22.3f} {wall:18.3f}", flush=True)
         if a.culprit:
             from tests.planted import bisect_history
 

@@ -242,6 +242,7 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
     engines = list(spec["engines"])
     ops: list[dict[str, Any]] = []
     ratios: dict[str, dict[str, float | None]] = defaultdict(dict)
+    walls: dict[str, dict[str, float | None]] = defaultdict(dict)
     bench_ms = {(str(b["engine"]), str(b["model"]), str(b["workload"])): b.get("ms_per_token") for b in bench}
     for key, p in got.items():
         ops += p.ops()
@@ -249,6 +250,8 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
         graph = sum(p.graph_ms()) / len(p.reps)
         label = key[2] if len(spec["models"]) == 1 else f"{Path(key[1]).stem} {key[2]}"
         ratios[key[0]][label] = graph / real if real else None
+        wall = graph + sum(p.outside_ms()) / len(p.reps)  # the node times and the time between them
+        walls[key[0]][label] = wall / real if real else None
     diffs = []
     for e in engines[1:]:
         for m in spec["models"]:
@@ -259,7 +262,7 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
     flat: list[dict[str, Any]] = [dict(r, engines=d["engines"]) for d in diffs for r in d["rows"]]
     flat.sort(key=lambda r: -abs(r["delta_ms_per_token"]))
     return {"schema_version": 1, "engines": engines, "ops": ops, "diff": flat, "diffs": diffs,
-            "node_sum_ratio": dict(ratios), "synchronised": bool(spec.get("synchronised"))}
+            "node_sum_ratio": dict(ratios), "wall_ratio": dict(walls), "synchronised": bool(spec.get("synchronised"))}
 
 
 # -- the driver ---------------------------------------------------------------------------

@@ -48,10 +48,12 @@ def render(sid: str, obj: dict[str, Any]) -> str:
     for (engine, model, workload), ops in by.items():
         label = workload if len({k[1] for k in by}) == 1 else f"{Path(model).stem} {workload}"
         ratio = (obj.get("node_sum_ratio") or {}).get(engine, {}).get(label)
+        wall = (obj.get("wall_ratio") or {}).get(engine, {}).get(label)
         graph = sum(o["ms_per_token"] for o in ops)
         out.append(f"### {engine} · {Path(model).stem} · {workload}")
         out.append(f"graph: {graph:.3f} ms/token in {sum(o['nodes_per_token'] for o in ops):g} nodes per token"
-                   + (f" = {ratio:.2f} × llama-bench's ms/token" if ratio else ""))
+                   + (f" = {ratio:.2f} × llama-bench's ms/token" if ratio else "")
+                   + (f" ({wall:.2f} × with the time outside the graph)" if wall else ""))
         by_op: dict[str, float] = {}
         for o in ops:
             by_op[o["op"]] = by_op.get(o["op"], 0.0) + o["ms_per_token"]
