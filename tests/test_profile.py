@@ -222,3 +222,40 @@ def test_compare_profile_names_the_op_beside_the_verdict(engine: EngineBuild, mo
     (prof,) = doc["profile"]
     assert prof["candidate"] == "culprit" and [r["op"] for r in prof["rows"]] == ["MAP_CUSTOM1"]
     assert "Which op (culprit," in p.stdout and "MAP_CUSTOM1 per token" in p.stdout
+
+
+def test_a_killed_profile_resumes_without_losing_or_repeating_a_process(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    import signal
+    import sqlite3
+    import time
+
+    from tokensleuth.profile import RUNS_STATE
+
+    args = [tokensleuth_bin(), "profile", "--model", str(dense_model), "-w", "tg16", "--processes", "3", "--",
+            "-t", "1"]
+    db = cli_env["TOKENSLEUTH_DB"]
+
+    def stored() -> list[dict[str, Any]]:
+        try:
+            con = sqlite3.connect(db, timeout=30)
+            row = con.execute("SELECT value_json FROM state WHERE key=?", (RUNS_STATE,)).fetchone()
+            return list(json.loads(row[0])) if row else []
+        except sqlite3.OperationalError:
+            return []
+
+    proc = subprocess.Popen(args, env=cli_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 600
+    while not stored() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = stored()
+    assert 1 <= len(first) < 3, first  # killed between two processes
+    p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    runs = stored()
+    assert sorted(r["process"] for r in runs) == [0, 1, 2]  # nothing lost, nothing twice
+    assert runs[:len(first)] == first  # what was stored before the kill is kept as it was
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='profile'").fetchone()[0] == 1  # resumed, not anew
