@@ -28,14 +28,7 @@ def _const(node: ast.AST) -> object:
 
 
 def test_the_core_never_compares_an_engine_kind_with_its_name() -> None:
-    found = []
-    for rel, tree in _modules("engines/"):
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                for side in (node.left, *node.comparators):
-                    names = [_const(e) for e in side.elts] if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [
-                        _const(side)]
-                    found += [f"{rel}:{node.lineno} compares with {n!r}" for n in names if n in KINDS]
+    found = [f for rel, tree in _modules("engines/") for f in _kind_branches(rel, tree, set(KINDS))]
     assert found == [], "ask the engine (engine_for(kind).<capability>) instead:\n" + "\n".join(found)
 
 
