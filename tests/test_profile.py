@@ -2,7 +2,7 @@
 
 The parser and the diff on golden rows; the real profiler (built as an extra target of the
 engine's CMake build) on the planted repositories: the MoE culprit adds one custom op per MoE
-layer, a neutral commit changes nothing, the spin plant changes no op but the time outside the
+layer, a neutral commit changes nothing, the spin plant's wait lands outside the graph, on no
 graph."""
 
 from __future__ import annotations
@@ -163,17 +163,21 @@ def test_the_moe_culprit_adds_one_custom_op_per_moe_layer_and_nothing_else(
     assert _changed(neutral) == []
 
 
-def test_the_spin_plant_changes_no_op_but_the_time_outside_the_graph(
+def test_the_spin_plants_wait_is_outside_the_graph_on_no_op(
         engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
     from tests.planted import planted_repo
 
     repo = planted_repo()
     doc = _profile_cli([f"git:{repo}@HEAD~1", f"git:{repo}@HEAD"], dense_model,
                        dict(cli_env, TOKENSLEUTH_SPIN_US="2000"), tmp_path)
-    assert _changed(doc) == []
     (d,) = doc["diffs"]
     assert d["outside_changed"] and d["delta_outside_ms_per_token"] == pytest.approx(2.0, abs=0.6)
     assert "time outside the graph: +" in doc["stdout"]
+    # no op appeared, vanished or ran more often; the wait is not put on any node. (The graph
+    # itself does get slower after a 2 ms wait, every matrix by a few percent: cold caches. That
+    # is the machine's, so it is bounded, not asserted away.)
+    assert all(v in ("same", "grew", "shrank") and dn == 0 for _, v, dn in _changed(doc))
+    assert max(r["delta_ms_per_token"] for r in d["rows"]) < 0.25 * d["delta_outside_ms_per_token"]
 
 
 def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
