@@ -90,7 +90,8 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
 
     neutral commits change a small source file (forcing a recompile), ``spin`` busy-waits
     ``spin_us`` per decode call (slower at any thread count), ``broken``
-    does not compile and ``fix`` repairs it, ``culprit`` adds a MoE-only slowdown
+    does not compile and ``fix`` repairs it, ``unspin`` takes ``spin`` out again, ``ubatch`` changes
+    llama-bench's default -ub from 512 to 8 (a settings change that slows prompts only), ``culprit`` adds a MoE-only slowdown
     (a busy wait per MoE layer in a custom op that leaves outputs unchanged), ``eps``
     multiplies the rms_norm epsilon by 10^4 (outputs change, speed does not).
     ``subjects`` gives a commit a subject other than its name.
@@ -109,6 +110,7 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
         _git(repo, "worktree", "add", "-q", "-b", branch, str(wt), base)
         small = wt / "src" / "llama-io.cpp"
         graph = wt / "src" / "llama-graph.cpp"
+        unspun = (wt / "src" / "llama-context.cpp").read_text()
         for i, name in enumerate(names):
             if name.startswith("n"):
                 small.write_text(small.read_text() + f"\n[[maybe_unused]] static const int tokensleuth_{name} = {i};\n")
@@ -120,6 +122,13 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
                 text = graph.read_text()
                 assert text.count(EPS[0]) == 1
                 graph.write_text(text.replace(*EPS))
+            elif name == "unspin":  # the spin taken out again
+                (wt / "src" / "llama-context.cpp").write_text(unspun)
+            elif name == "ubatch":  # llama-bench's own default changes: -ub 512 -> 8 (prompts slower)
+                bench = wt / "tools" / "llama-bench" / "llama-bench.cpp"
+                text = bench.read_text()
+                assert text.count(UBATCH[0]) == 1
+                bench.write_text(text.replace(*UBATCH))
             elif name == "spin":  # a slowdown at any thread count: spin_us busy-waited per decode call
                 ctx = wt / "src" / "llama-context.cpp"
                 text = ctx.read_text()
@@ -141,6 +150,12 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
     assert len(log) == len(names), (log, names)
     shas.update(zip(names, log, strict=True))
     return repo, shas
+
+
+UBATCH = ("/* n_ubatch             */ { 512 },", "/* n_ubatch             */ { 8 },")
+
+SCAN_HISTORY = ("n1", "n2", "n3", "spin", "n4", "n5", "broken", "fix", "n6", "n7", "culprit", "n8", "n9", "ubatch",
+                "n10", "n11", "unspin", "n12", "eps", "n13", "n14", "n15", "n16", "n17", "n18")
 
 
 PP_SLOW = ("int llama_context::decode(const llama_batch_ext & batch_inp) {\n",

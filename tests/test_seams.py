@@ -199,7 +199,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("results", "noise", "confounders"),
     ("engines",),
     ("runner", "memory", "spec", "outputs", "fleet", "executors", "comparisons"),
-    ("bench", "compare", "judge", "bisect", "decompose", "crosshost", "diagnose", "doctor", "profile"),
+    ("bench", "compare", "judge", "bisect", "decompose", "crosshost", "diagnose", "doctor", "profile", "scan"),
     ("report", "studies"),
     ("commands",),
     ("cli",),

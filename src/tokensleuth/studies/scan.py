@@ -1,0 +1,148 @@
+"""scan studies: every step of a history, its commit and its cause; what stayed undecided."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.report.figures import Figure
+from tokensleuth.report.markdown import table
+from tokensleuth.store import Store
+from tokensleuth.studies import KindBase, stored_result
+
+
+def _ratio(c: dict[str, Any]) -> str:
+    if c.get("ratio") is None:
+        return "—"
+    ci = c.get("ci") or [None, None]
+    inner = f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci[0] is not None else ""
+    return f"{c['ratio']:.3f}{inner}"
+
+
+def _cell(c: dict[str, Any]) -> str:
+    return f"{Path(c['model']).stem} {c['workload']}"
+
+
+def step_line(n: int, s: dict[str, Any]) -> str:
+    """One step in one line: where, which way, how much where it moved, and why."""
+    moved = [c for c in s["cells"] if c["verdict"] in ("slower", "faster")]
+    still = [c for c in s["cells"] if c["verdict"] == "same"]
+    what = "; ".join(f"{_cell(c)} {c['verdict']} {_ratio(c)}" for c in moved) or "no cell beyond its band"
+    if still:
+        what += " (the same: " + ", ".join(_cell(c) for c in still) + ")"
+    cause = {"settings": "llama-bench's own settings changed (" + ", ".join(
+        f"{d['field']} {d.get('baseline')} → {d.get('candidate')}" for d in s.get("param_diffs") or []) + "): with them pinned "
+        "the step is gone — a default change, not the engine",
+        "engine": "the engine", "undecided": "undecided (the pinned measurement could not decide)"}[s["cause"]]
+    subject = f" — {s['subject']}" if s.get("subject") else ""
+    return f"{n}. **{s['parent']} → {s['first_bad']}**{subject}: {s['direction']}: {what}. Cause: {cause}."
+
+
+def render(r: dict[str, Any]) -> str:
+    steps = r.get("steps") or []
+    out = [f"## Scan {r['study']}: {r['first']} → {r['last']}", "",
+           f"{r['candidates']} commits or releases, {len(r.get('sampled') or [])} sampled, {r.get('builds', 0)} built "
+           f"by this run, {r.get('wall_s', 0) / 60:.1f} min in all; band ±{r['band']:.1%}.", ""]
+    state = {"done": "Every interval between sampled neighbours is the same or a step of one commit.",
+             "undecided": "Some intervals stayed undecided (below): they are not \"no change\" — rerun with "
+                          "--resume to add pairs.",
+             "budget": "The budget was spent before every interval was decided (below) — rerun with --resume "
+                       "and a larger --budget."}[r["status"]]
+    out += [f"**{len(steps)} step(s).** {state}", ""]
+    for n, s in enumerate(steps, 1):
+        out.append(step_line(n, s))
+        extra = []
+        if s.get("files"):
+            extra.append("compiled files changed: " + ", ".join(f"`{f['path']}`" for f in s["files"][:8]))
+        if (pr := s.get("profile")) and pr.get("headline"):
+            extra.append(f"which op: {pr['headline']}")
+        elif pr and pr.get("skipped"):
+            extra.append(f"which op: not profiled ({pr['skipped']})")
+        if s.get("specific_to_model") is True:
+            extra.append("the control models did not move")
+        elif s.get("specific_to_model") is False:
+            extra.append("a control model moved too")
+        if s.get("verified") is False:
+            extra.append("not verified against its parent in the bisect's own cell")
+        out += [f"   - {e}" for e in extra]
+    rows = [[str(n), s["parent"], s["first_bad"], s["direction"], s["cause"],
+             "; ".join(f"{_cell(c)} {_ratio(c)} {c['verdict']}" for c in s["cells"])] for n, s in enumerate(steps, 1)]
+    if rows:
+        out += ["", table(["#", "parent", "first bad", "direction", "cause", "cells (ratio [99% CI])"], rows,
+                          [True, False, False, False, False, False])]
+    for oc in r.get("output_changes") or []:
+        out += ["", f"Outputs changed first at **{oc['first_changed']}** (parent {oc['parent']})"
+                + (f" — {oc['subject']}" if oc.get("subject") else "")
+                + (f": mean KLD {oc['mean_kld']:.3g}" if oc.get("mean_kld") is not None else "")
+                + (f", same top token {oc['same_top_p']:.1%}" if oc.get("same_top_p") is not None else "") + "."]
+    if r.get("undecided"):
+        out += ["", "### Undecided", ""]
+        for u in r["undecided"]:
+            figs = "; ".join(f"{_cell(c)} {_ratio(c)} after {c.get('pairs', 0)} pairs" for c in u.get("cells") or [])
+            out.append(f"- {u['from']} → {u['to']} ({u['commits']} commits): {u['reason']}" + (f" — {figs}" if figs else ""))
+    res = r.get("resolution") or {}
+    seen = res.get("smallest_step_seen")
+    out += ["", "### Resolution", "",
+            (f"A slowdown of {seen:.1%} or more in any interval judged the same would have been seen with 95% "
+             "probability (the noisiest such interval sets it). " if seen is not None else "")
+            + f"Longest interval left unsampled: {res.get('longest_unsampled', 0)} commits between neighbours "
+            f"judged the same (longer ones are split past {res.get('max_gap')})."]
+    if r.get("skipped"):
+        out += ["", "Left out of the sample: " + "; ".join(f"{k} ({v})" for k, v in r["skipped"].items()) + "."]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def history_figures(r: dict[str, Any]) -> list[Figure]:
+    """t/s against version per cell, a ring at each step's first bad commit."""
+    from tokensleuth.report import plots
+
+    sampled = r.get("sampled") or []
+    firsts = {s["first_bad"] for s in r.get("steps") or []}
+    figs = []
+    cells = list(dict.fromkeys(k for p in sampled for k in p["ts"]))
+    for cell in cells:
+        pts = [(p["label"][:10], p["ts"][cell], p["label"] in firsts) for p in sampled if p["ts"].get(cell)]
+        if len(pts) < 2:
+            continue
+        figs.append(Figure(
+            f"scan-{cell}", f"History: {cell}", "t/s of each sampled build (the mean of its interleaved rounds), "
+            "oldest first; a ring marks a step's first bad commit.", plots.history(pts, cell),
+            ("commit", "subject", "t/s", "step"),
+            tuple((p["label"], str(p.get("subject") or ""), f"{p['ts'][cell]:.2f}", "first bad" if p["label"] in firsts
+                   else "") for p in sampled if p["ts"].get(cell))))
+    return figs
+
+
+class ScanKind(KindBase):
+    name = "scan"
+
+    def describe(self, spec: dict[str, Any]) -> str:
+        return f"from {spec.get('first', '')}"
+
+    def render(self, result: dict[str, Any]) -> str:
+        return render(result)
+
+    def to_json(self, result: dict[str, Any]) -> dict[str, Any]:
+        return dict(result, schema_version=1)
+
+    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+        obj = stored_result(store, study_id, self.name)
+        return self.render(obj), self.to_json(obj)
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        return history_figures(obj)
+
+    def headline(self, obj: dict[str, Any], md: str) -> str:
+        steps = obj.get("steps") or []
+        return f"{len(steps)} step(s): " + ", ".join(f"{s['first_bad']} {s['direction']} ({s['cause']})"
+                                                     for s in steps) if steps else "no step found"
+
+    def culprit(self, obj: dict[str, Any]) -> tuple[str, str]:
+        steps = obj.get("steps") or []
+        if not steps:
+            return "n/a (no step)", ""
+        s = steps[0]
+        return s["first_bad"] + (f" — {s['subject']}" if s.get("subject") else ""), ""
+
+
+KIND = ScanKind()
