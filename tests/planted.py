@@ -154,8 +154,12 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
 
 UBATCH = ("/* n_ubatch             */ { 512 },", "/* n_ubatch             */ { 8 },")
 
-SCAN_HISTORY = ("n1", "n2", "n3", "spin", "n4", "n5", "broken", "fix", "n6", "n7", "culprit", "n8", "n9", "ubatch",
-                "n10", "n11", "unspin", "n12", "eps", "n13", "n14", "n15", "n16", "n17", "n18")
+# The scan's planted history (25 commits): the MoE-only culprit first, so that the spin's all-model
+# slowdown comes on top of it (each step stays large against the other); the default change and
+# the spin's removal in one interval of the first sample.
+SCAN_HISTORY = ("n1", "n2", "culprit", "n3", "n4", "n5", "spin", "n6", "broken", "fix", "n7", "n8", "ubatch", "n9",
+                "n10", "n11", "n12", "unspin", "n13", "eps", "n14", "n15", "n16", "n17", "n18")
+SCAN_SPIN_US = 3000
 
 
 PP_SLOW = ("int llama_context::decode(const llama_batch_ext & batch_inp) {\n",

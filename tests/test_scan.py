@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.errors import UserError
-from tokensleuth.scan import fit_steps, initial_sample, parse_budget, round_order, smallest_seen
+from tokensleuth.scan import fit_steps, initial_sample, next_work, parse_budget, round_order, smallest_seen
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -29,6 +29,20 @@ def test_the_first_sample_has_both_ends_and_even_gaps() -> None:
     with pytest.raises(UserError):
         initial_sample(1)
     assert round_order([0, 3, 6], 0) == [0, 3, 6] and round_order([0, 3, 6], 1) == [6, 3, 0]
+
+
+def test_the_next_move_judges_then_splits_long_sames_and_bisects_steps() -> None:
+    pts = [0, 10, 50, 60]
+    # nothing judged: the interval after a fitted step first, else the longest
+    assert next_work(pts, {}, set(), 32) == ("judge", 10, 50)
+    assert next_work(pts, {}, set(), 32, likely={2}) == ("judge", 50, 60)
+    v = {(0, 10): "same", (10, 50): "same", (50, 60): "step"}
+    assert next_work(pts, v, set(), 32) == ("split", 10, 50)  # 40 long: a step and its revert could hide
+    assert next_work(pts, v, set(), 32, closed={(10, 50)}) == ("bisect", 50, 60)
+    assert next_work(pts, v, {(50, 60)}, 64) is None
+    # undecided goes on until the run closes it (its pairs spent); a step of one commit is bisected too
+    assert next_work([0, 1, 2], {(0, 1): "undecided", (1, 2): "step"}, set(), 32) == ("judge", 0, 1)
+    assert next_work([0, 1, 2], {(0, 1): "undecided", (1, 2): "step"}, set(), 32, closed={(0, 1)}) == ("bisect", 1, 2)
 
 
 def _sequence(rng: np.random.Generator, steps: dict[int, float], n: int = 30, rounds: int = 2,
@@ -45,17 +59,20 @@ def test_the_step_fit_finds_planted_steps_where_they_are_and_no_other() -> None:
     seq = _sequence(rng, {8: 0.9, 20: 1.08})
     got = fit_steps(seq, band=0.02)
     assert [s.after for s in got] == [7, 19]
-    assert got[0].ratio == pytest.approx(0.9, abs=0.02) and got[0].ci[0] < 0.9 < got[0].ci[1]
+    assert got[0].ratio == pytest.approx(0.9, abs=0.02) and got[0].ci[0] < got[0].ratio < got[0].ci[1]
+    assert got[0].ci[1] - got[0].ci[0] < 0.02
     assert got[1].ratio == pytest.approx(1.08, abs=0.02)
     # a step inside the band is not a step, however sure
     assert fit_steps(_sequence(rng, {10: 0.99}, noise=0.001), band=0.02) == []
 
 
 def test_the_step_fit_calls_no_step_in_flat_noise() -> None:
-    """False steps on flat sequences of 30 points at 1% noise: none in 200 sequences."""
+    """False steps on flat sequences of 30 points at 1% noise: at most 1 in 100 sequences;
+    and 3% steps found at least 85 times in 100."""
     rng = np.random.default_rng(11)
-    false = sum(len(fit_steps(_sequence(rng, {}), band=0.02)) for _ in range(200))
-    assert false == 0
+    assert sum(len(fit_steps(_sequence(rng, {}), band=0.02)) for _ in range(400)) <= 4
+    hits = sum(any(s.after == 14 for s in fit_steps(_sequence(rng, {15: 0.97}), band=0.02)) for _ in range(200))
+    assert hits >= 170
 
 
 def test_the_resolution_is_the_band_plus_what_the_noise_hides() -> None:
@@ -78,7 +95,7 @@ def test_the_budget_takes_a_time_builds_or_both() -> None:
 
 @pytest.mark.parametrize("args, match", [
     (["--from", "nosuchrev", "--to", "HEAD"], "not a revision"),
-    (["--from", "HEAD", "--to", "HEAD~3"], "is not an ancestor of --to"),
+    (["--from", "HEAD", "--to", "HEAD~1"], "is not an ancestor of --to"),
     (["--from", "HEAD", "--to", "HEAD"], "no commits between"),
     (["--to", "HEAD"], "needs --from and --to"),
     (["--from", "HEAD~1", "--to", "HEAD", "--budget", "soon"], "--budget"),
@@ -113,13 +130,16 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     default -ub going 512 -> 8 (prompts slower: a settings change), the spin taken out again
     (faster), an output change that is no speed change (eps), a commit that does not build
     (broken, then fix) and neutral ones. Killed once its first step is being bisected, resumed."""
-    from tests.planted import SCAN_HISTORY, bisect_history
+    from tests.planted import SCAN_HISTORY, SCAN_SPIN_US, bisect_history
 
-    repo, shas = bisect_history(SCAN_HISTORY, branch="scan")
+    repo, shas = bisect_history(SCAN_HISTORY, branch=f"scan-spin{SCAN_SPIN_US}", spin_us=SCAN_SPIN_US)
     out = tmp_path / "s.json"
+    # One tiny-model trial on this 2-core machine varies 10-20% from process to process (the
+    # machine's, not the code's), so the band is 30% and the plants are large: the culprit
+    # +1.6 ms per MoE token, the spin +3 ms per decode call, -ub 8 on a 512-token prompt.
     args = [tokensleuth_bin(), "scan", "--repo", str(repo), "--from", shas["base"], "--to", shas["n18"],
-            "--model", str(moe_model), "--model", str(dense_model), "-w", "pp64", "-w", "tg16", "--check-outputs",
-            "--json", str(out), "--", "-r", "5", "-t", "1"]
+            "--model", str(moe_model), "--model", str(dense_model), "-w", "pp512", "-w", "tg32", "--band", "30%",
+            "--max-pairs", "10", "--samples", "4", "--check-outputs", "--json", str(out), "--", "-r", "2", "-t", "1"]
     db = cli_env["TOKENSLEUTH_DB"]
     proc = subprocess.Popen(args, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 1200
@@ -129,6 +149,11 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     proc.wait()
     judged = _state(db, "scan-intervals")
     assert judged, "killed before an interval was judged"
+    # what it has so far, from the store alone, while it is not finished
+    sid = sqlite3.connect(db).execute("SELECT id FROM studies WHERE kind='scan'").fetchone()[0]
+    live = subprocess.run([tokensleuth_bin(), "report", sid], env=cli_env, capture_output=True, text=True, timeout=300)
+    assert live.returncode == 0, live.stderr
+    assert "Still running (or killed: `--resume` goes on)" in live.stdout
     p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
                        timeout=2400)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -142,18 +167,18 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
                 if c["verdict"] != "same"}
 
     assert steps[short["spin"]]["direction"] == "slower" and steps[short["spin"]]["cause"] == "engine"
-    assert {k for k, v in moved("spin").items() if v == "slower"} >= {("qwen3moe", "tg16"), ("llama", "tg16")}
+    assert {k for k, v in moved("spin").items() if v == "slower"} >= {("qwen3moe", "tg32"), ("llama", "tg32")}
     assert steps[short["unspin"]]["direction"] == "faster"
-    assert {k for k, v in moved("unspin").items() if v == "faster"} >= {("qwen3moe", "tg16"), ("llama", "tg16")}
+    assert {k for k, v in moved("unspin").items() if v == "faster"} >= {("qwen3moe", "tg32"), ("llama", "tg32")}
     # MoE-only: the dense model did not move
     culprit = steps[short["culprit"]]
     assert culprit["direction"] == "slower" and culprit["cause"] == "engine"
-    assert ("qwen3moe", "tg16") in moved("culprit") and not any(m == "llama" for m, _ in moved("culprit"))
+    assert ("qwen3moe", "tg32") in moved("culprit") and not any(m == "llama" for m, _ in moved("culprit"))
     assert [f["path"] for f in culprit["files"]] == ["src/llama-graph.cpp"]
     assert "MAP_CUSTOM1" in culprit["profile"]["headline"]
     # the default change: prompts only, named as llama-bench's own
     ub = steps[short["ubatch"]]
-    assert ub["cause"] == "settings" and {w for _, w in moved("ubatch")} == {"pp64"}
+    assert ub["cause"] == "settings" and {w for _, w in moved("ubatch")} == {"pp512"}
     assert [d["field"] for d in ub["param_diffs"]] == ["n_ubatch"]
     assert "a default change, not the engine" in p.stdout
     # outputs: the first commit whose outputs changed, though its speed did not
@@ -172,4 +197,10 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     q = subprocess.run([tokensleuth_bin(), "report", r["study"], "--html", str(page)], env=cli_env,
                        capture_output=True, text=True, timeout=300)
     assert q.returncode == 0, q.stderr
-    assert "History:" in page.read_text() and f"**{short['n3']} → {short['spin']}**" in q.stdout
+    assert "History:" in page.read_text() and f"**{short['n5']} → {short['spin']}**" in q.stdout
+    # one step as an issue: the bisect that found it
+    n = 1 + [s["first_bad"] for s in r["steps"]].index(short["ubatch"])
+    iss = subprocess.run([tokensleuth_bin(), "report", r["study"], "--step", str(n), "--issue"], env=cli_env,
+                         capture_output=True, text=True, timeout=300)
+    assert iss.returncode == 0, iss.stderr
+    assert short["ubatch"] in iss.stdout and "ubatch" in iss.stdout

@@ -19,6 +19,8 @@ def report(
         "--html", help="Write a self-contained HTML page (plots as inline SVG) here.")] = None,
     issue: Annotated[bool, typer.Option(
         "--issue", help="Print Markdown in the shape of llama.cpp's bug-report form.")] = False,
+    step: Annotated[Optional[int], typer.Option(
+        "--step", min=1, help="A scan's step N: render the bisect that found it (with --issue: its issue).")] = None,
     db: DbOpt = None,
 ) -> None:
     """Re-render a stored study (Markdown; --json, --html, --issue). No engine runs."""
@@ -33,6 +35,9 @@ def report(
         from tokensleuth.report.explain import explain, markdown
 
         text, obj = kind_of(row["kind"]).render_stored(store, sid)
+        if step is not None:
+            sid = kind_of(row["kind"]).step_study(obj, step)
+            text, obj = kind_of(store.study(sid)["kind"]).render_stored(store, sid)
         explained = explain(store, sid, obj)
         why = markdown(explained)
         md = text + render_warnings(store.warnings(sid)) + (f"\n\n{why}" if why else "")

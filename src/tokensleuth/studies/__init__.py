@@ -68,6 +68,10 @@ class StudyKind(Protocol):
         """What changed in the source at its culprit ({} when it names none)."""
         ...
 
+    def step_study(self, obj: dict[str, Any], n: int) -> str:
+        """The study that found its step ``n`` (1-based): `report ID --step N` renders that one."""
+        ...
+
 
 class KindBase:
     """What a kind has unless it says otherwise."""
@@ -98,6 +102,10 @@ class KindBase:
 
     def source_changes(self, obj: dict[str, Any]) -> dict[str, Any]:
         return {}
+
+    def step_study(self, obj: dict[str, Any], n: int) -> str:
+        """The study that found its step ``n`` (1-based; `report ID --step N`)."""
+        raise UserError(f"--step: a {self.name} study has no steps — drop --step")
 
 
 class DriverKind(StudyKind, Protocol):

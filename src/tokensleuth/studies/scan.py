@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.errors import UserError
 from tokensleuth.report.figures import Figure
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
@@ -33,7 +34,8 @@ def step_line(n: int, s: dict[str, Any]) -> str:
     cause = {"settings": "llama-bench's own settings changed (" + ", ".join(
         f"{d['field']} {d.get('baseline')} → {d.get('candidate')}" for d in s.get("param_diffs") or []) + "): with them pinned "
         "the step is gone — a default change, not the engine",
-        "engine": "the engine", "undecided": "undecided (the pinned measurement could not decide)"}[s["cause"]]
+        "engine": "the engine", "undecided": "undecided (the pinned measurement could not decide)",
+        "pending": "llama-bench's settings changed; the measurement with them pinned is still to come"}[s["cause"]]
     subject = f" — {s['subject']}" if s.get("subject") else ""
     return f"{n}. **{s['parent']} → {s['first_bad']}**{subject}: {s['direction']}: {what}. Cause: {cause}."
 
@@ -47,7 +49,11 @@ def render(r: dict[str, Any]) -> str:
              "undecided": "Some intervals stayed undecided (below): they are not \"no change\" — rerun with "
                           "--resume to add pairs.",
              "budget": "The budget was spent before every interval was decided (below) — rerun with --resume "
-                       "and a larger --budget."}[r["status"]]
+                       "and a larger --budget.",
+             "running": "Still running (or killed: `--resume` goes on): {open} of {intervals} intervals between its "
+                        "{points} sampled points are not decided yet (below).".format(**r.get("progress") or
+                                                                                    {"open": "?", "intervals": "?",
+                                                                                     "points": "?"})}[r["status"]]
     out += [f"**{len(steps)} step(s).** {state}", ""]
     for n, s in enumerate(steps, 1):
         out.append(step_line(n, s))
@@ -74,7 +80,7 @@ def render(r: dict[str, Any]) -> str:
         out += ["", f"Outputs changed first at **{oc['first_changed']}** (parent {oc['parent']})"
                 + (f" — {oc['subject']}" if oc.get("subject") else "")
                 + (f": mean KLD {oc['mean_kld']:.3g}" if oc.get("mean_kld") is not None else "")
-                + (f", same top token {oc['same_top_p']:.1%}" if oc.get("same_top_p") is not None else "") + "."]
+                + (f", same top token {oc['same_top_p']:.1f}%" if oc.get("same_top_p") is not None else "") + "."]
     if r.get("undecided"):
         out += ["", "### Undecided", ""]
         for u in r["undecided"]:
@@ -126,7 +132,12 @@ class ScanKind(KindBase):
         return dict(result, schema_version=1)
 
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-        obj = stored_result(store, study_id, self.name)
+        if store.get_state(study_id, "result") is None:  # under way: what it has so far
+            from tokensleuth.scan import partial
+
+            obj = partial(store, study_id)
+        else:
+            obj = stored_result(store, study_id, self.name)
         return self.render(obj), self.to_json(obj)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
@@ -143,6 +154,15 @@ class ScanKind(KindBase):
             return "n/a (no step)", ""
         s = steps[0]
         return s["first_bad"] + (f" — {s['subject']}" if s.get("subject") else ""), ""
+
+
+    def step_study(self, obj: dict[str, Any], n: int) -> str:
+        steps = obj.get("steps") or []
+        if not 1 <= n <= len(steps):
+            raise UserError(f"--step {n}: this scan has {len(steps)} step(s) — pick one of 1..{len(steps)}")
+        if not steps[n - 1].get("bisect"):
+            raise UserError(f"--step {n}: its bisect is not stored — resume the scan with --resume")
+        return str(steps[n - 1]["bisect"])
 
 
 KIND = ScanKind()
