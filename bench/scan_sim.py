@@ -142,6 +142,8 @@ def main() -> None:
     ap.add_argument("--noise", type=float, default=0.015)
     ap.add_argument("--band", type=float, default=0.02)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--build-s", type=float, default=150.0, help="one release's build (120-200 s here)")
+    ap.add_argument("--trial-s", type=float, default=5.0, help="one trial of one cell")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     rows = {name: {"hit": 0, "true": 0, "false": 0, "flat_false": 0, "builds": 0, "trials": 0}
@@ -162,13 +164,18 @@ def main() -> None:
                     r["builds"] += b
                     r["trials"] += trials if name == "scan" else a.releases
     print(f"{a.scans} scans of {a.releases} releases with {a.steps} steps of 3-10% and {a.scans} with none; "
-          f"noise {a.noise:.1%} per trial; band {a.band:.0%}")
+          f"noise {a.noise:.1%} per trial; band {a.band:.1%}")
     print(f"{'detector':<16} {'recall':>7} {'false/scan (steps)':>19} {'false/100 flat':>15} {'builds':>7} "
-          f"{'trials':>7}")
+          f"{'trials':>7} {'hours':>6}")
     for name, r in rows.items():
+        hours = (r["builds"] * a.build_s + r["trials"] * a.trial_s) / a.scans / 3600
         print(f"{name:<16} {r['hit'] / max(1, r['true']):>7.1%} {r['false'] / a.scans:>19.2f} "
-              f"{100 * r['flat_false'] / a.scans:>15.1f} {r['builds'] / a.scans:>7.0f} {r['trials'] / a.scans:>7.0f}")
-    print(f"bisecting each step from a known good/bad pair: {a.steps * math.ceil(math.log2(a.releases))} builds")
+              f"{100 * r['flat_false'] / a.scans:>15.1f} {r['builds'] / a.scans:>7.0f} {r['trials'] / a.scans:>7.0f} "
+              f"{hours:>6.1f}")
+    known = a.steps * math.ceil(math.log2(a.releases))
+    print(f"bisecting each step from a known good/bad pair: {known} builds ({known * a.build_s / 3600:.1f} h of "
+          f"builds), but only where someone knew the pair; hours at {a.build_s:.0f} s per build and "
+          f"{a.trial_s:.0f} s per trial")
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
 
 
 def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
-                   subjects: dict[str, str] | None = None, spin_us: int = 300) -> tuple[Path, dict[str, str]]:
+                   subjects: dict[str, str] | None = None, spin_us: int = 300,
+                   moe_us: int = 400) -> tuple[Path, dict[str, str]]:
     """Branch ``bisect`` of the test repo: base, then the commits of HISTORY.
 
     neutral commits change a small source file (forcing a recompile), ``spin`` busy-waits
@@ -99,7 +100,7 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
     """
     repo = planted_repo()
     if "culprit" in names:
-        branch = f"{branch}-{MOE_PLANT}"
+        branch = f"{branch}-{MOE_PLANT}" if moe_us == 400 else f"{branch}-moewait{moe_us}"
     have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
                           capture_output=True, text=True)
     base = _git(repo, "rev-list", "--max-parents=0", "HEAD")
@@ -142,7 +143,7 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
                 marker = '\n    cb(moe_out, "ffn_moe_out", il);\n'
                 assert text.count(marker) == 1 and text.count("#include <cassert>\n") == 1
                 text = text.replace("#include <cassert>\n", "#include <cassert>\n#include <chrono>\n", 1)
-                graph.write_text(text.replace(marker, MOE_SLOW, 1))
+                graph.write_text(text.replace(marker, MOE_SLOW.replace("(400)", f"({moe_us})"), 1))
             _git(wt, "commit", "-qam", (subjects or {}).get(name, name), f"--date=2026-01-01T00:{i + 1:02d}:00Z")
         _git(repo, "worktree", "remove", "--force", str(wt))
     shas = {"base": base}
@@ -159,7 +160,8 @@ UBATCH = ("/* n_ubatch             */ { 512 },", "/* n_ubatch             */ { 8
 # the spin's removal in one interval of the first sample.
 SCAN_HISTORY = ("n1", "n2", "culprit", "n3", "n4", "n5", "spin", "n6", "broken", "fix", "n7", "n8", "ubatch", "n9",
                 "n10", "n11", "n12", "unspin", "n13", "eps", "n14", "n15", "n16", "n17", "n18")
-SCAN_SPIN_US = 3000
+SCAN_SPIN_US = 8000  # per decode call: the MoE model's tg32 (2.7 ms/token + the culprit's 4) at most half as fast
+SCAN_MOE_US = 1000  # per MoE layer: its tg32 at 0.4 of the parent's
 
 
 PP_SLOW = ("int llama_context::decode(const llama_batch_ext & batch_inp) {\n",

@@ -90,6 +90,40 @@ def test_the_budget_takes_a_time_builds_or_both() -> None:
         parse_budget("lots")
 
 
+def _result(**kw: Any) -> dict[str, Any]:
+    cell = {"model": "/m/moe.gguf", "workload": "pp512", "ratio": 0.5, "ci": [0.45, 0.55], "verdict": "slower"}
+    same = dict(cell, workload="tg32", ratio=1.0, ci=[0.97, 1.03], verdict="same")
+    step = {"first_bad": "b2", "parent": "b1", "subject": "llama-bench: smaller ubatch", "direction": "slower",
+            "cells": [cell, same], "cause": "settings",
+            "param_diffs": [{"field": "n_ubatch", "baseline": 512, "candidate": 8, "requested": False}],
+            "files": [], "bisect": "bis1"}
+    r = {"study": "s1", "status": "done", "first": "b0", "last": "b9", "candidates": 10, "band": 0.02,
+         "steps": [step], "sampled": [{"label": "b0", "ts": {"moe pp512": 100.0}, "subject": None},
+                                      {"label": "b2", "ts": {"moe pp512": 50.0}, "subject": None}],
+         "undecided": [], "resolution": {"smallest_step_seen": 0.031, "longest_unsampled": 3, "max_gap": 32}}
+    return dict(r, **kw)
+
+
+def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() -> None:
+    from tokensleuth.studies.scan import KIND, history_figures, render
+
+    md = render(_result())
+    assert "**b1 → b2** — llama-bench: smaller ubatch: slower: moe pp512 slower 0.500 [0.450, 0.550]" in md
+    assert "(the same: moe tg32)" in md and "a default change, not the engine" in md
+    assert "A slowdown of 3.1% or more" in md
+    undecided = _result(status="undecided", steps=[], undecided=[
+        {"from": "b3", "to": "b9", "commits": 6, "reason": "the pairs measured could not decide",
+         "cells": [{"model": "/m/moe.gguf", "workload": "pp512", "ratio": 0.99, "ci": [0.9, 1.1], "pairs": 40}]}])
+    md = render(undecided)
+    assert "not \"no change\"" in md and "b3 → b9 (6 commits): the pairs measured could not decide" in md
+    assert "0 step(s)" in md
+    (fig,) = history_figures(_result())
+    assert fig.rows[1][3] == "first bad" and fig.svg.startswith("<svg")
+    assert KIND.step_study(_result(), 1) == "bis1"
+    with pytest.raises(UserError, match="--step 2: this scan has 1 step"):
+        KIND.step_study(_result(), 2)
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 
@@ -130,13 +164,14 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     default -ub going 512 -> 8 (prompts slower: a settings change), the spin taken out again
     (faster), an output change that is no speed change (eps), a commit that does not build
     (broken, then fix) and neutral ones. Killed once its first step is being bisected, resumed."""
-    from tests.planted import SCAN_HISTORY, SCAN_SPIN_US, bisect_history
+    from tests.planted import SCAN_HISTORY, SCAN_MOE_US, SCAN_SPIN_US, bisect_history
 
-    repo, shas = bisect_history(SCAN_HISTORY, branch=f"scan-spin{SCAN_SPIN_US}", spin_us=SCAN_SPIN_US)
+    repo, shas = bisect_history(SCAN_HISTORY, branch=f"scan-spin{SCAN_SPIN_US}", spin_us=SCAN_SPIN_US,
+                                moe_us=SCAN_MOE_US)
     out = tmp_path / "s.json"
     # One tiny-model trial on this 2-core machine varies 10-20% from process to process (the
     # machine's, not the code's), so the band is 30% and the plants are large: the culprit
-    # +1.6 ms per MoE token, the spin +3 ms per decode call, -ub 8 on a 512-token prompt.
+    # +4 ms per MoE token, the spin +8 ms per decode call, -ub 8 on a 512-token prompt.
     args = [tokensleuth_bin(), "scan", "--repo", str(repo), "--from", shas["base"], "--to", shas["n18"],
             "--model", str(moe_model), "--model", str(dense_model), "-w", "pp512", "-w", "tg32", "--band", "30%",
             "--max-pairs", "10", "--samples", "4", "--check-outputs", "--json", str(out), "--", "-r", "2", "-t", "1"]
@@ -162,9 +197,9 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     steps = {s["first_bad"]: s for s in r["steps"]}
     assert sorted(steps) == sorted(short[n] for n in ("spin", "culprit", "ubatch", "unspin")), (r["steps"], p.stderr[-3000:])
 
-    def moved(name: str) -> dict[tuple[str, str], str]:
+    def moved(name: str) -> dict[tuple[str, str], str]:  # (an unresolved cell is not said to have moved)
         return {(Path(c["model"]).stem.split("-")[1], c["workload"]): c["verdict"] for c in steps[short[name]]["cells"]
-                if c["verdict"] != "same"}
+                if c["verdict"] in ("slower", "faster")}
 
     assert steps[short["spin"]]["direction"] == "slower" and steps[short["spin"]]["cause"] == "engine"
     assert {k for k, v in moved("spin").items() if v == "slower"} >= {("qwen3moe", "tg32"), ("llama", "tg32")}
