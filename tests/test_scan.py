@@ -145,6 +145,20 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], match: str, tmp_path:
     assert match in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
+@pytest.mark.slow
+def test_a_range_whose_end_does_not_build_is_one_line_and_exit_2(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str]) -> None:
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history()
+    p = subprocess.run([tokensleuth_bin(), "scan", "--repo", str(repo), "--from", shas["n2"], "--to", shas["broken"],
+                        "--model", str(dense_model), "-w", "tg16"], env=cli_env, capture_output=True, text=True,
+                       timeout=1200)
+    assert p.returncode == 2, p.stderr[-2000:]
+    last = p.stderr.strip().splitlines()[-1]
+    assert f"--to {shas['broken'][:10]} does not build" in last and "Traceback" not in p.stderr
+
+
 # -- the real scan --------------------------------------------------------------------------------
 
 
@@ -219,7 +233,9 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     # outputs: the first commit whose outputs changed, though its speed did not
     assert [o["first_changed"] for o in r["output_changes"]] == [short["eps"]]
     assert short["eps"] not in steps
-    assert short["broken"] in r["skipped"] or short["broken"] not in {s["label"] for s in r["sampled"]}
+    spin_bisect = json.loads(sqlite3.connect(db).execute(
+        "SELECT value_json FROM state WHERE study_id=? AND key='result'", (steps[short["spin"]]["bisect"],)).fetchone()[0])
+    assert spin_bisect["skipped"] == [short["broken"]]  # probed inside the spin's interval: it does not build
     assert r["undecided"] == [] and r["status"] == "done"
     assert r["resolution"]["smallest_step_seen"] is not None and r["resolution"]["longest_unsampled"] <= 32
     # resumed, not started again: one scan study, every judged interval kept

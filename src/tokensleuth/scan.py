@@ -254,9 +254,10 @@ class Scan:
         pts = sorted(set(self.points()) | set(idx))
         self.put(POINTS, [self.cands[i].label for i in pts])
 
-    def drop_point(self, i: int, why: str) -> None:
-        if i in (0, len(self.cands) - 1):
-            raise EngineError(f"endpoint {self.cands[i].label} {why} — choose another endpoint")
+    def drop_point(self, i: int, why: str, unbuildable: bool = False) -> None:
+        if i in (0, len(self.cands) - 1):  # an end that does not build is the range's fault: exit 2
+            raise (UserError if unbuildable else EngineError)(
+                f"{'--from' if i == 0 else '--to'} {self.cands[i].label} {why} — choose another end of the range")
         skipped = self.get(SKIPPED, {})
         skipped[self.cands[i].label] = why
         self.put(SKIPPED, skipped)
@@ -267,7 +268,8 @@ class Scan:
         """Build point ``i`` (a cache hit when made before), its settings pinned when asked and
         its memory checked; False when it does not build."""
         if self.judge.prepare(self.cands[i].source, self.spec["models"]) is None:
-            self.drop_point(i, f"does not build ({self.judge.build_errors.get(self.cands[i].source, '')[:80]})")
+            self.drop_point(i, f"does not build ({self.judge.build_errors.get(self.cands[i].source, '')[:80]})",
+                            unbuildable=True)
             return False
         return True
 
