@@ -488,33 +488,42 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
 
 
 def _cause(scan: Scan, parent: Candidate, culprit: Candidate, diffs: list[dict[str, Any]],
-           measure: bool = True) -> dict[str, Any]:
-    """engine, or settings when the step goes away with the culprit given its parent's
-    llama-bench settings (one more paired comparison, stored; ``measure=False``: pending
-    until the scan has made it)."""
+           moved: Sequence[tuple[str, str]], measure: bool = True) -> dict[str, Any]:
+    """engine, or settings when the step goes away, in the cells it ``moved``, with the culprit
+    given its parent's llama-bench settings (one more paired comparison, stored; its pairs
+    doubled once while a moved cell is undecided; ``measure=False``: pending until the scan has
+    made it)."""
     if not diffs:
         return {"cause": "engine"}
     causes = scan.get(CAUSES, {})
     key = interval_key(parent, culprit)
-    if key not in causes and not measure:
+    got = causes.get(key)
+
+    def cause_of(entry: dict[str, Any]) -> str:
+        verdicts = {c["verdict"] for c in entry["cells"] if (c["model"], c["workload"]) in moved}
+        return "settings" if verdicts == {"same"} else "engine" if verdicts & {"slower", "faster"} else "undecided"
+
+    if got is None and not measure:
         return {"cause": "pending"}
-    if key not in causes:
+    if measure and (got is None or (cause_of(got) == "undecided" and not got.get("doubled"))):
         scan.log(f"  {culprit.label}: llama-bench's settings changed ({', '.join(d['field'] for d in diffs)}) — "
                  f"measuring it again with {parent.label}'s")
         pinned = Judge(scan.store, workloads=scan.spec["workloads"], flags=scan.spec["flags"],
                        cmake=scan.spec["cmake"], timeout_s=scan.spec["timeout_s"], log=scan.log,
                        pin_to=parent.source, targets=scan.targets, kind=scan.spec.get("kind", DEFAULT_KIND))
-        j = pinned.compare(parent.source, culprit.source, scan.spec["models"], scan.spec["band"],
-                           scan.spec["max_pairs"])
-        causes[key] = {"study": j.study, "cells": [
+        pinned.settled(parent.source, culprit.source, scan.spec["models"])
+        most = scan.spec["max_pairs"] * (2 if got is not None else 1)
+        j = pinned.compare(parent.source, culprit.source, scan.spec["models"], scan.spec["band"], most)
+        got = {"study": j.study, "doubled": got is not None, "cells": [
             {"model": c.model, "workload": c.workload, "ratio": c.estimate.ratio if c.estimate else None,
              "ci": [c.estimate.lo, c.estimate.hi] if c.estimate else None, "verdict": c.verdict}
             for c in j.comparisons]}
+        causes[key] = got
         scan.put(CAUSES, causes)
-    got = causes[key]
-    verdicts = {c["verdict"] for c in got["cells"]}
-    cause = "settings" if verdicts == {"same"} else "engine" if verdicts & {"slower", "faster"} else "undecided"
-    return {"cause": cause, "pinned": got}
+        if cause_of(got) == "undecided" and not got["doubled"]:
+            return _cause(scan, parent, culprit, diffs, moved, measure)
+    assert got is not None
+    return {"cause": cause_of(got), "pinned": got}
 
 
 def partial(store: Store, sid: str) -> dict[str, Any]:
@@ -599,7 +608,8 @@ def _explain(scan: Scan, p: int, q: int, got: dict[str, Any], bisects: dict[str,
         "first_bad": culprit.label, "parent": parent.label, "subject": culprit.subject,
         "direction": "slower" if worst and worst["ratio"] < 1 else "faster",
         "cells": [{k: c[k] for k in ("model", "workload", "ratio", "ci", "verdict")} for c in got["cells"]],
-        "param_diffs": diffs, **_cause(scan, parent, culprit, diffs, measure),
+        "param_diffs": diffs,
+        **_cause(scan, parent, culprit, diffs, [(c["model"], c["workload"]) for c in moved], measure),
         "files": [f for f in ((found or {}).get("changes") or {}).get("files", []) if f.get("group") == "compiled"],
         "bisect": (found or {}).get("study"), "verified": (found or {}).get("verified"),
         "study": got.get("study"),
