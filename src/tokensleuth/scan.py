@@ -67,8 +67,7 @@ BISECTS = "scan-bisects"  # {"A..B": bisect result} a step's bisect inside its i
 CAUSES = "scan-causes"  # {"parent..culprit": pinned check} a step whose settings changed
 SPENT = "scan-spent"  # {"wall_s"} what earlier runs of this scan took
 SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or crashed
-RANGE = "scan-range"  # the candidates of the run that stored the result
-CANDIDATES = "scan-candidates"  # the candidates of the run under way (`report` while it runs)
+CANDIDATES = "scan-candidates"  # the candidates of the latest run (`report` reads them while it runs)
 CONFIDENCE = 0.95
 
 
@@ -451,7 +450,7 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
     sid = handle.id
     stored = store.get_state(sid, "result")
     rng = [c.source for c in cands]
-    if handle.finished and stored is not None and store.get_state(sid, RANGE) == rng:
+    if handle.finished and stored is not None and [c["source"] for c in store.get_state(sid, CANDIDATES, [])] == rng:
         log(f"scan {sid} already finished — its stored result follows")
         return dict(stored)
     with store.lease(sid):
@@ -480,7 +479,6 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
                 result["output_changes"] = [{"first_changed": first["label"], "parent": cands[i - 1].label,
                                              "mean_kld": first.get("mean_kld"), "same_top_p": first.get("same_top_p"),
                                              "subject": first.get("subject")}]
-        store.put_state(sid, RANGE, rng)
         store.put_state(sid, "result", result)
         if not result["undecided"]:  # undecided: the study stays open, and --resume adds pairs
             store.finish_study(sid)
