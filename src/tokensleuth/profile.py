@@ -63,6 +63,31 @@ def check_flags(flags: Sequence[str]) -> list[str]:
     return out
 
 
+def engine_names(engines: Sequence[str], env: Sequence[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """--engine SOURCE or NAME=SOURCE, and --env NAME:VAR=VALUE -> ({name: source}, {name: env}).
+
+    A source always begins with its kind (git:, pypi:, …), so a word before the first `=` with
+    no `:` in it is a name; an engine without one is named by its source."""
+    names: dict[str, str] = {}
+    for text in engines:
+        name, eq, source = text.partition("=")
+        if not eq or ":" in name or not name:
+            name, source = text, text
+        if name in names:
+            raise UserError(f"engine {name!r} is given twice — give each source once, or name them "
+                            "(--engine a=SOURCE --engine b=SOURCE)")
+        names[name] = source
+    envs: dict[str, dict[str, str]] = {}
+    for e in env:
+        name, sep, kv = e.partition(":")
+        var, eq, value = kv.partition("=")
+        if not sep or not eq or not var or name not in names or name == names[name]:
+            raise UserError(f"cannot read --env {e!r} — name the engine (--engine NAME=SOURCE) and write "
+                            "NAME:VAR=VALUE")
+        envs.setdefault(name, {})[var] = value
+    return names, envs
+
+
 def flags_from(flags: Sequence[str]) -> list[str]:
     """The profile flags among a measurement's llama-bench flags (-t 4 -r 3 -ngl 99 -> -t 4 -ngl 99)."""
     out = []
@@ -262,21 +287,22 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
     flat: list[dict[str, Any]] = [dict(r, engines=d["engines"]) for d in diffs for r in d["rows"]]
     flat.sort(key=lambda r: -abs(r["delta_ms_per_token"]))
     return {"schema_version": 1, "engines": engines, "ops": ops, "diff": flat, "diffs": diffs,
-            "node_sum_ratio": dict(ratios), "wall_ratio": dict(walls), "synchronised": bool(spec.get("synchronised"))}
+            "node_sum_ratio": dict(ratios), "wall_ratio": dict(walls), "synchronised": bool(spec.get("synchronised")),
+            "groups": bool(spec.get("groups")), "env": dict(spec.get("env") or {})}
 
 
 # -- the driver ---------------------------------------------------------------------------
 
 
 def bench_ms_per_token(build: EngineBuild, model: str, workload: str, flags: Sequence[str],
-                       timeout_s: float) -> float | None:
+                       timeout_s: float, env: Mapping[str, str] | None = None) -> float | None:
     """llama-bench's own ms/token of this build, model and workload (3 repetitions)."""
     from tokensleuth.engines import engine_for
     from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
     from tokensleuth.workloads import planned_argv
 
     engine = engine_for(DEFAULT_KIND)
-    arm = ArmRuntime("bench", Path(build.bin_dir), tuple(flags), {})
+    arm = ArmRuntime("bench", Path(build.bin_dir), tuple(flags), dict(env or {}))
     run = engine.run_trial(arm, model, workload, [*planned_argv(workload), "-r", "3"], timeout_s=timeout_s,
                            probe=None, host_env={})
     ts = run.outcome.results[0].avg_ts if run.outcome.status == "done" and run.outcome.results else None
@@ -285,17 +311,27 @@ def bench_ms_per_token(build: EngineBuild, model: str, workload: str, flags: Seq
 
 def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],
                 flags: Sequence[str], *, processes: int = 2, reps: int = 3, band: float = 0.02,
-                timeout_s: float = 600, resume: bool = False, log: Log | None = None) -> tuple[str, dict[str, Any]]:
+                timeout_s: float = 600, resume: bool = False, log: Log | None = None, groups: bool = False,
+                env: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, dict[str, Any]]:
     """Profile every engine on every model and workload; return (study id, its JSON).
 
-    Processes alternate the engines (A B, then B A) so that the machine's drift falls on both;
-    each one's rows are stored as soon as it ends, and --resume runs only what is missing."""
+    ``builds`` maps each engine's name (its source, or a label) to its build; ``env`` gives an
+    engine's environment (its profiles and its llama-bench run both get it); ``groups`` times
+    chains of dependent ops as one node (the profiler's -g 1: what a GPU backend fuses stays
+    fused). Processes alternate the engines (A B, then B A) so that the machine's drift falls
+    on both; each one's rows are stored as soon as it ends, and --resume runs only what is
+    missing."""
     log = log or (lambda s: None)
     engines = list(builds)
-    spec = {"engines": engines, "models": list(models), "workloads": list(workloads), "flags": list(flags),
-            "processes": processes, "reps": reps, "band": band,
-            "builds": {e: b.key for e, b in builds.items()},
-            "synchronised": any(x != "CPU" for b in builds.values() for x in b.backends)}
+    env = {e: dict(v) for e, v in (env or {}).items() if v}
+    spec: dict[str, Any] = {"engines": engines, "models": list(models), "workloads": list(workloads),
+                            "flags": list(flags), "processes": processes, "reps": reps, "band": band,
+                            "builds": {e: b.key for e, b in builds.items()},
+                            "synchronised": any(x != "CPU" for b in builds.values() for x in b.backends)}
+    if env:  # only then: a profile without them keeps its identity
+        spec["env"] = env
+    if groups:
+        spec["groups"] = True
     handle = store.begin_study("profile", spec, spec_hash(spec), resume=resume)
     sid = handle.id
     with store.lease(sid):
@@ -308,8 +344,9 @@ def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
                     for e in engines if i % 2 == 0 else engines[::-1]:
                         if (e, m, w, i) in done:
                             continue
-                        argv = [str(builds[e].binary(TARGET)), "-m", m, *workload_args(w), "-r", str(reps), *flags]
-                        res = run_process(argv, timeout_s=timeout_s)
+                        argv = [str(builds[e].binary(TARGET)), "-m", m, *workload_args(w), "-r", str(reps), *flags,
+                                *(["-g", "1"] if groups else [])]
+                        res = run_process(argv, env=env.get(e), timeout_s=timeout_s)
                         if res.returncode != 0 or res.timed_out:
                             tail = (res.tail("err").strip().splitlines() or ["no output"])[-1][:200]
                             raise EngineError(f"the profile of {e} on {Path(m).name} {w} failed "
@@ -324,7 +361,8 @@ def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
                 for e in engines:
                     if not any((b["engine"], b["model"], b["workload"]) == (e, m, w) for b in bench):
                         bench.append({"engine": e, "model": m, "workload": w,
-                                      "ms_per_token": bench_ms_per_token(builds[e], m, w, flags, timeout_s)})
+                                      "ms_per_token": bench_ms_per_token(builds[e], m, w, flags, timeout_s,
+                                                                         env.get(e, {}))})
                         store.put_state(sid, BENCH_STATE, bench)
         store.finish_study(sid)
     return sid, analyze(spec, runs, bench)

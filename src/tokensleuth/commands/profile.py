@@ -15,13 +15,15 @@ from tokensleuth.commands.common import CmakeOpt, DbOpt, engine_flags, err, json
 
 def profile(
     ctx: typer.Context,
-    engine: Annotated[list[str], typer.Option("--engine", help="Engine source (repeatable: the first is the baseline of the diff).")] = [],  # noqa: B006
+    engine: Annotated[list[str], typer.Option("--engine", help="Engine source, or NAME=SOURCE (repeatable: the first is the baseline of the diff).")] = [],  # noqa: B006
+    env: Annotated[list[str], typer.Option("--env", help="NAME:VAR=VALUE environment for the engine named NAME (repeatable).")] = [],  # noqa: B006
     model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="tgN or ppN (repeatable; default tg32).")] = [],  # noqa: B006
     cmake: CmakeOpt = [],  # noqa: B006
     processes: Annotated[int, typer.Option(min=1, max=50, help="Profile processes per engine, model and workload.")] = 2,
     reps: Annotated[int, typer.Option("--reps", min=2, max=100, help="Timed repetitions per process.")] = 3,
     band: Annotated[str, typer.Option(help="An op's change counts beyond its interval and beyond this share of the total ms/token.")] = "2%",
+    groups: Annotated[bool, typer.Option("--groups", help="Time each chain of dependent ops as one piece (A+B), so a GPU backend can still fuse it.")] = False,
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a profile process is killed.")] = 600,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile as JSON here.")] = None,
@@ -33,10 +35,13 @@ def profile(
 
     Example: tokensleuth profile --engine git:~/llama.cpp@b6900 --engine git:~/llama.cpp@b6901
     --model m.gguf -w tg32 -- -t 4
+
+    One build two ways: --engine fused=SOURCE --engine split=SOURCE
+    --env split:GGML_CUDA_DISABLE_FUSION=1 --groups
     """
     from tokensleuth.errors import EngineError, UserError
     from tokensleuth.memory import guard
-    from tokensleuth.profile import check_flags, run_profile, workload_args
+    from tokensleuth.profile import check_flags, engine_names, run_profile, workload_args
     from tokensleuth.sources.build import DEFAULT_TARGETS
     from tokensleuth.sources.profiler import TARGET
     from tokensleuth.spec import model_paths, parse_percent
@@ -45,20 +50,19 @@ def profile(
 
     flags = check_flags(engine_flags(ctx))
     json_target(json_out)
-    engines = list(engine) or [DEFAULT_ENGINE]
-    if len(set(engines)) != len(engines):
-        raise UserError("an engine is given twice — give each source once")
+    engines, envs = engine_names(list(engine) or [DEFAULT_ENGINE], env)
     models = model_paths(model)
     workloads = list(dict.fromkeys(canonical(w) for w in workload)) or ["tg32"]
     for w in workloads:
         workload_args(w)
     share = parse_percent(band)
-    builds = {e: common.get_build(e, list(cmake), (*DEFAULT_TARGETS, TARGET)) for e in engines}
+    builds = {name: common.get_build(src, list(cmake), (*DEFAULT_TARGETS, TARGET)) for name, src in engines.items()}
     for b in builds.values():
         guard(models, flags, workloads, b.backends, warn=lambda line: err.print(line, markup=False))
     with common.open_store(db) as store:
         sid, obj = run_profile(store, builds, models, workloads, flags, processes=processes, reps=reps, band=share,
-                               timeout_s=timeout, resume=resume, log=lambda line: err.print(line, markup=False))
+                               timeout_s=timeout, resume=resume, log=lambda line: err.print(line, markup=False),
+                               groups=groups, env=envs)
         md, obj = kind_of("profile").render_stored(store, sid)
     out.print(md, markup=False)
     if json_out:

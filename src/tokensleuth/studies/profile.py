@@ -39,9 +39,15 @@ def headline(d: dict[str, Any]) -> str:
 
 def render(sid: str, obj: dict[str, Any]) -> str:
     out = [f"## Profile {sid}", ""]
+    if obj.get("groups"):
+        out += ["Timed in groups: a chain of dependent ops (A+B: B reads A) runs as one piece, as a GPU backend "
+                "may fuse it; matrix products and attention start a group of their own.", ""]
     if obj.get("synchronised"):
-        out += ["On a GPU backend the profiler synchronises every node: overlap and fusion are gone, so the node "
-                "times add up to more than the real time; compare them between builds, not with llama-bench.", ""]
+        gone = "every group: the overlap between groups is" if obj.get("groups") else "every node: overlap and fusion are"
+        out += [f"On a GPU backend the profiler synchronises {gone} gone, so the node times add up to more than "
+                "the real time; compare them between builds, not with llama-bench.", ""]
+    for name, env in (obj.get("env") or {}).items():
+        out += [f"{name} ran with " + " ".join(f"{k}={v}" for k, v in env.items()), ""]
     by: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
     for o in obj["ops"]:
         by.setdefault((o["engine"], o["model"], o["workload"]), []).append(o)

@@ -8,6 +8,12 @@
 // and its "done" callback is that node's. On a GPU backend each node is synchronised, which
 // removes overlap and fusion; on the CPU it is close to the real time.
 //
+// With -g 1 (groups) the callback asks only at the end of a chain of dependent ops: a node
+// whose next node reads it (and is not a matrix product or attention, which start a group of
+// their own) is computed together with it, so a GPU backend can still fuse the chain, and the
+// chain is timed as one node named by its ops ("RMS_NORM+MUL"). Which nodes chain is learnt
+// in the warm-up, where the callback asks for no node and the graph runs whole.
+//
 // Output (stdout): one JSON line per repetition:
 //   {"rep": R, "test": "tg32", "tokens": 32, "wall_ns": W, "graph_ns": G,
 //    "ops": [["MUL_MAT", "q8_0 [2048,768,128] x f32 [2048,8,1]", nodes, ns], ...]}
@@ -77,7 +83,13 @@ static int ts_decode(llama_context * ctx, llama_batch_ext *, llama_token * toks,
 
 struct Prof {
     bool on = false;
+    bool groups = false;  // -g 1: time chains of dependent ops as one node
     clk::time_point asked;
+    // groups: per node (name and op), 1 = its next node reads it (chained), 2 = not, 3 = both seen
+    std::map<std::string, int> chain;
+    const ggml_tensor * prev = nullptr;  // the warm-up's last node that computes something
+    std::string prev_key;
+    std::string group_ops, group_sig;  // the chain so far, before its last node
     std::map<std::pair<std::string, std::string>, std::pair<long long, long long>> ops;  // -> (nodes, ns)
     long long graph_ns = 0;
 };
@@ -102,22 +114,64 @@ static bool is_free(const ggml_tensor * t) {
     }
 }
 
-static bool on_node(ggml_tensor * t, bool ask, void * user) {
-    Prof * p = static_cast<Prof *>(user);
-    if (ask) {
-        if (!p->on || is_free(t)) return false;
-        p->asked = clk::now();
-        return true;
-    }
-    if (!p->on) return true;
-    const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - p->asked).count();
+static std::string signature(const ggml_tensor * t) {
     std::string sig;
     for (int i = 0; i < GGML_MAX_SRC && t->src[i]; i++) {
         if (i == 2) { sig += " …"; break; }
         if (i) sig += " x ";
         sig += shape(t->src[i]);
     }
-    auto & e = p->ops[{ggml_op_desc(t), sig}];
+    return sig;
+}
+
+static std::string key(const ggml_tensor * t) { return std::string(t->name) + "|" + ggml_op_desc(t); }
+
+static bool starts_group(const ggml_tensor * t) {
+    return t->op == GGML_OP_MUL_MAT || t->op == GGML_OP_MUL_MAT_ID || t->op == GGML_OP_FLASH_ATTN_EXT;
+}
+
+// the warm-up of -g 1: does this node read the last one (through its views)?
+static void learn(Prof * p, const ggml_tensor * t) {
+    if (p->prev) {
+        bool reads = false;
+        for (int i = 0; i < GGML_MAX_SRC && t->src[i]; i++) {
+            const ggml_tensor * s = t->src[i];
+            while (s->view_src) s = s->view_src;
+            reads = reads || s == p->prev;
+        }
+        int & c = p->chain[p->prev_key];
+        c |= (reads && !starts_group(t)) ? 1 : 2;
+    }
+    p->prev = t;
+    p->prev_key = key(t);
+}
+
+static bool on_node(ggml_tensor * t, bool ask, void * user) {
+    Prof * p = static_cast<Prof *>(user);
+    if (ask) {
+        if (is_free(t)) return false;
+        if (!p->on) {
+            if (p->groups) learn(p, t);
+            return false;
+        }
+        if (p->groups) {
+            const auto c = p->chain.find(key(t));
+            if (c != p->chain.end() && c->second == 1) {  // computed with the node that reads it
+                p->group_ops += std::string(ggml_op_desc(t)) + "+";
+                if (p->group_sig.empty()) p->group_sig = signature(t);
+                return false;
+            }
+        }
+        p->asked = clk::now();
+        return true;
+    }
+    if (!p->on) return true;
+    const long long ns = std::chrono::duration_cast<std::chrono::nanoseconds>(clk::now() - p->asked).count();
+    const std::string op = p->group_ops + ggml_op_desc(t);
+    const std::string sig = p->group_sig.empty() ? signature(t) : p->group_sig;
+    p->group_ops.clear();
+    p->group_sig.clear();
+    auto & e = p->ops[{op, sig}];
     e.first += 1;
     e.second += ns;
     p->graph_ns += ns;
@@ -140,7 +194,7 @@ static void quiet(ggml_log_level level, const char * text, void *) {
 
 int main(int argc, char ** argv) {
     const char * model_path = nullptr;
-    int n_prompt = 0, n_gen = 0, reps = 3, threads = 0, ngl = 99, n_batch = 2048, n_ubatch = 512;
+    int n_prompt = 0, n_gen = 0, reps = 3, threads = 0, ngl = 99, n_batch = 2048, n_ubatch = 512, groups = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
         const char * v = argv[i + 1];
@@ -152,10 +206,11 @@ int main(int argc, char ** argv) {
         else if (a == "-ngl") ngl = atoi(v);
         else if (a == "-b") n_batch = atoi(v);
         else if (a == "-ub") n_ubatch = atoi(v);
+        else if (a == "-g") groups = atoi(v);
         else { fprintf(stderr, "error: unknown argument %s\n", a.c_str()); return 2; }
     }
     if (!model_path || (n_prompt > 0) == (n_gen > 0) || reps < 1) {
-        fprintf(stderr, "usage: %s -m MODEL (-p N | -n N) [-r REPS] [-t THREADS] [-ngl N] [-b N] [-ub N]\n", argv[0]);
+        fprintf(stderr, "usage: %s -m MODEL (-p N | -n N) [-r REPS] [-t THREADS] [-ngl N] [-b N] [-ub N] [-g 1]\n", argv[0]);
         return 2;
     }
     llama_log_set(quiet, nullptr);
@@ -165,6 +220,7 @@ int main(int argc, char ** argv) {
     llama_model * model = TS_LOAD_MODEL(model_path, mp);
     if (!model) { fprintf(stderr, "error: cannot load %s\n", model_path); return 1; }
     Prof prof;
+    prof.groups = groups != 0;
     llama_context_params cp = llama_context_default_params();
     cp.n_ctx = n_prompt + n_gen + 16;
     cp.n_batch = n_batch;
@@ -187,6 +243,9 @@ int main(int argc, char ** argv) {
         for (auto & t : toks) t = std::rand() % n_vocab;
         prof.ops.clear();
         prof.graph_ns = 0;
+        prof.prev = nullptr;
+        prof.group_ops.clear();
+        prof.group_sig.clear();
         prof.on = rep >= 0;
         const auto t0 = clk::now();
         if (n_prompt > 0) {
