@@ -39,7 +39,7 @@ def profile(
     One build two ways: --engine fused=SOURCE --engine split=SOURCE
     --env split:GGML_CUDA_DISABLE_FUSION=1 --groups
     """
-    from tokensleuth.errors import EngineError, UserError
+    from tokensleuth.errors import EngineError
     from tokensleuth.memory import guard
     from tokensleuth.profile import check_flags, engine_names, run_profile, workload_args
     from tokensleuth.sources.build import DEFAULT_TARGETS
