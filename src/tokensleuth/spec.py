@@ -222,8 +222,8 @@ class CompareSpec(BaseModel):
             raise UserError(f"--max-pairs {self.max_pairs} is below the first round of {self.min_pairs} pairs — raise it")
 
 
-def load_compare_toml(path: Path) -> CompareSpec:
-    """Read a TOML study file; one clear line for any mistake in it."""
+def read_toml(path: Path) -> dict[str, Any]:
+    """The table of a TOML study file; one clear line for any mistake in it."""
     if path.is_dir():
         raise UserError(f"study file {path} is a folder — give the path of a .toml file")
     if not path.is_file():
@@ -232,22 +232,70 @@ def load_compare_toml(path: Path) -> CompareSpec:
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"cannot read study file {path}: {exc.strerror or exc} — check its permissions") from None
-    return parse_compare_toml(raw, str(path))
+    return parse_toml(raw, str(path))
 
 
-def parse_compare_toml(raw: bytes, where: str) -> CompareSpec:
-    """A study from the bytes of a TOML file (``where`` names it in messages)."""
+def parse_toml(raw: bytes, where: str) -> dict[str, Any]:
+    """The table in the bytes of a TOML file (``where`` names it in messages)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{where} is not UTF-8 text (byte {exc.start}) — save it as UTF-8") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{where} is not valid TOML ({exc}) — fix the line it names") from None
     except RecursionError:  # tomllib recurses once per nesting level
         raise UserError(f"{where} nests arrays or tables too deeply — a study file is two levels deep") from None
-    return build_compare_spec(data, where)
+
+
+def load_compare_toml(path: Path) -> CompareSpec:
+    """Read a TOML compare study; one clear line for any mistake in it."""
+    return build_compare_spec(read_toml(path), str(path))
+
+
+def parse_compare_toml(raw: bytes, where: str) -> CompareSpec:
+    """A compare study from the bytes of a TOML file (``where`` names it in messages)."""
+    return build_compare_spec(parse_toml(raw, where), where)
+
+
+class ScanFile(BaseModel):
+    """A scan in a TOML file: its keys are scan's options, with `from`, `models`, `workloads`,
+    `control_models`, `flags` (the engine flags) and `profile = false` (--no-profile)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    repo: str | None = None
+    source: str | None = None
+    from_: str | None = Field(None, alias="from", min_length=1)
+    to: str | None = Field(None, min_length=1)
+    models: list[str] = []
+    control_models: list[str] = []
+    workloads: list[str] = []
+    band: str | None = None
+    max_pairs: int | None = Field(None, ge=2, le=5000)
+    samples: int | None = Field(None, ge=1, le=1000)
+    rounds: int | None = Field(None, ge=1, le=50)
+    max_gap: int | None = Field(None, ge=1)
+    budget: str | None = None
+    cmake: list[str] = []
+    flags: list[str] = []
+    timeout_s: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+    pin_params: bool = False
+    check_outputs: bool = False
+    profile: bool = True
+
+
+def load_scan_toml(path: Path) -> ScanFile:
+    """Read a TOML scan file; one clear line for any mistake in it."""
+    where = str(path)
+    try:
+        return ScanFile.model_validate(read_toml(path))
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"])
+        if e["type"] == "extra_forbidden":
+            raise UserError(f"{where}: unknown key {loc!r} — see `tokensleuth scan --help` for the keys") from None
+        raise UserError(f"{where}: {loc}: {e['msg']} — see `tokensleuth scan --help`") from None
 
 
 def build_compare_spec(data: dict[str, Any], where: str) -> CompareSpec:

