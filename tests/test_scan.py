@@ -45,6 +45,19 @@ def test_the_next_move_judges_then_splits_long_sames_and_bisects_steps() -> None
     assert next_work([0, 1, 2], {(0, 1): "undecided", (1, 2): "step"}, set(), 32, closed={(0, 1)}) == ("bisect", 1, 2)
 
 
+def test_what_is_left_counts_verdicts_splits_and_bisect_steps() -> None:
+    from tokensleuth.scan import remaining
+
+    pts = [0, 10, 50, 60, 61]
+    assert remaining(pts, {}, set(), 32) == {"judge": 4, "split": 0, "bisect": 0, "verdicts": 4}
+    v = {(0, 10): "same", (10, 50): "same", (50, 60): "step", (60, 61): "step"}
+    # the 40-commit same is split (a build, two verdicts); the 10-commit step takes ~4 bisect steps;
+    # a one-commit step needs no bisect step
+    assert remaining(pts, v, set(), 32) == {"judge": 0, "split": 1, "bisect": 4, "verdicts": 6}
+    assert remaining(pts, v, {(50, 60)}, 64) == {"judge": 0, "split": 0, "bisect": 0, "verdicts": 0}
+    assert remaining(pts, {**v, (0, 10): "undecided"}, set(), 64)["verdicts"] == 4  # closed, not counted
+
+
 def _sequence(rng: np.random.Generator, steps: dict[int, float], n: int = 30, rounds: int = 2,
               noise: float = 0.01) -> list[list[float]]:
     level, out = 100.0, []

@@ -194,6 +194,23 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
     return action, p, q
 
 
+def remaining(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bisected: Collection[tuple[int, int]],
+              max_gap: int) -> dict[str, int]:
+    """What is left to do, in verdicts (each with the builds it needs): intervals to judge, long
+    same intervals to split (a build, two verdicts) and the steps of the bisects still to run
+    (about log2 of the interval's length, a build and a verdict each)."""
+    judge = split = bisect = 0
+    for p, q in zip(points, points[1:], strict=False):
+        v = verdicts.get((p, q))
+        if v is None:
+            judge += 1
+        elif v == "same" and q - p > max_gap:
+            split += 1
+        elif v == "step" and (p, q) not in bisected and q - p > 1:
+            bisect += math.ceil(math.log2(q - p))
+    return {"judge": judge, "split": split, "bisect": bisect, "verdicts": judge + 2 * split + bisect}
+
+
 def interval_key(a: Candidate, b: Candidate) -> str:
     return f"{a.label}..{b.label}"
 
@@ -335,12 +352,14 @@ class Scan:
         return {"verdict": verdict, "cells": cells, "study": j.study,
                 "param_diffs": [d.to_json() for d in j.param_diffs]}
 
-    def progress(self, intervals: dict[str, Any], todo: int) -> None:
+    def progress(self, intervals: dict[str, Any], left: dict[str, int]) -> None:
         counts = {v: sum(1 for x in intervals.values() if x["verdict"] == v) for v in ("same", "step", "undecided")}
         per = sum(self.compare_s) / len(self.compare_s) if self.compare_s else None
-        eta = f" — about {todo * per / 60:.0f} min left at {per:.0f} s per interval" if per and todo else ""
+        eta = (f" — about {left['verdicts'] * per / 60:.0f} min left at {per:.0f} s per verdict, its builds included"
+               if per and left["verdicts"] else "")
         self.log(f"scan: {len(self.points())} points ({self.builds_made()} built), intervals: {counts['same']} same, "
-                 f"{counts['step']} steps, {counts['undecided']} undecided, {todo} to judge{eta}")
+                 f"{counts['step']} steps, {counts['undecided']} undecided; left: {left['judge']} to judge, "
+                 f"{left['split']} to split, ~{left['bisect']} bisect steps{eta}")
 
     def step(self, p: int, q: int, got: dict[str, Any]) -> None:
         """Bisect the step inside (p, q) and add its parent and culprit to the points."""
@@ -392,7 +411,7 @@ class Scan:
                 return
             action, p, q = work
             key = interval_key(self.cands[p], self.cands[q])
-            self.progress(stored, sum(1 for a, b in zip(pts, pts[1:], strict=False) if (a, b) not in verdicts))
+            self.progress(stored, remaining(pts, verdicts, bisected, int(self.spec["max_gap"])))
             if self.over_budget():
                 closed.add((p, q))
                 if action == "judge":
