@@ -202,7 +202,7 @@ def test_one_build_two_ways_in_groups(engine: EngineBuild, dense_model: Path, cl
     src = f"git:{planted_repo()}@HEAD"
     base = [tokensleuth_bin(), "profile", "--engine", f"quiet={src}", "--engine", f"spin={src}", "--env",
             "spin:TOKENSLEUTH_SPIN_US=2000", "--model", str(dense_model), "-w", "tg16"]
-    docs = []
+    docs: list[dict[str, Any]] = []
     for extra in (["--groups"], []):
         out = tmp_path / f"g{len(docs)}.json"
         p = subprocess.run([*base, *extra, "--json", str(out), "--", "-t", "1"], env=cli_env, capture_output=True,
@@ -218,7 +218,7 @@ def test_one_build_two_ways_in_groups(engine: EngineBuild, dense_model: Path, cl
     assert all(r["verdict"] in ("same", "grew", "shrank") and r["delta_nodes_per_token"] == 0 for r in d["rows"])
 
     def count(doc: dict[str, Any]) -> float:  # nodes per token of the quiet engine, a group counting its ops
-        return sum(o["nodes_per_token"] * len(o["op"].split("+")) for o in doc["ops"] if o["engine"] == "quiet")
+        return sum(float(o["nodes_per_token"]) * len(o["op"].split("+")) for o in doc["ops"] if o["engine"] == "quiet")
 
     quiet = [o for o in grouped["ops"] if o["engine"] == "quiet"]
     assert any("+" in o["op"] for o in quiet) and not any("+" in o["op"] for o in nodes["ops"])
