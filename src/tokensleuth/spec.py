@@ -285,28 +285,28 @@ class ScanFile(BaseModel):
     profile: bool = True
 
 
+def _invalid(exc: ValidationError, where: str, command: str) -> UserError:
+    """A validation error of a study's table as one line: the key and what is wrong with it."""
+    e = exc.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"])
+    if e["type"] == "extra_forbidden":
+        return UserError(f"{where}: unknown key {loc!r} — see `tokensleuth {command} --help` for the keys")
+    return UserError(f"{where}: {loc}: {e['msg']} — see `tokensleuth {command} --help`")
+
+
 def load_scan_toml(path: Path) -> ScanFile:
     """Read a TOML scan file; one clear line for any mistake in it."""
-    where = str(path)
     try:
         return ScanFile.model_validate(read_toml(path))
     except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        if e["type"] == "extra_forbidden":
-            raise UserError(f"{where}: unknown key {loc!r} — see `tokensleuth scan --help` for the keys") from None
-        raise UserError(f"{where}: {loc}: {e['msg']} — see `tokensleuth scan --help`") from None
+        raise _invalid(exc, str(path), "scan") from None
 
 
 def build_compare_spec(data: dict[str, Any], where: str) -> CompareSpec:
     try:
         spec = CompareSpec.model_validate(data)
     except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = ".".join(str(x) for x in e["loc"])
-        if e["type"] == "extra_forbidden":
-            raise UserError(f"{where}: unknown key {loc!r} — see `tokensleuth compare --help` for the keys") from None
-        raise UserError(f"{where}: {loc}: {e['msg']} — see `tokensleuth compare --help`") from None
+        raise _invalid(exc, where, "compare") from None
     except RecursionError:
         raise UserError(f"{where}: values nest too deeply — a study is arms, models and settings") from None
     spec.check()
