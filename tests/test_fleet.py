@@ -280,6 +280,49 @@ def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engi
 
 
 @pytest.mark.slow
+def test_a_scan_on_two_machines_splits_the_range_and_keeps_their_levels_apart(
+        cluster: object, engine: EngineBuild, moe_model: Path, tmp_path: Path) -> None:
+    """The range is cut in two blocks at a sampled point: each machine builds, measures and judges
+    its own block (the boundary point on both), the step is found inside the first, and no pair
+    or level sequence mixes machines. (The history of the parallel bisect above: its builds are
+    each machine's cache hits.)"""
+    from tests.fleet import LocalCluster
+    from tests.planted import bisect_history
+
+    assert isinstance(cluster, LocalCluster)
+    repo, shas = bisect_history(("n1", "spin", "n2"), branch="bisect-fleet-spin3000-short", spin_us=3000)
+    db, out = tmp_path / "s.db", tmp_path / "scan.json"
+    p = subprocess.run([tokensleuth_bin(), "scan", "--db", str(db), "--repo", str(repo), "--from", shas["base"],
+                        "--to", shas["n2"], "--model", str(moe_model), "-w", "tg16", "--samples", "3",
+                        "--band", "10%", "--max-pairs", "10", "--cluster", cluster.address, "--on", "role=bench",
+                        "--json", str(out), "--", "-t", "1", "-r", "3"],
+                       capture_output=True, text=True, timeout=1500)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(out.read_text())
+    assert [(s["first_bad"], s["direction"]) for s in r["steps"]] == [(shas["spin"][:10], "slower")], r["steps"]
+    assert r["undecided"] == []
+    con = sqlite3.connect(db)
+    state = {k: json.loads(v) for k, v in con.execute("SELECT key, value_json FROM state WHERE key LIKE 'scan-%'")}
+    labels = [shas[n][:10] for n in ("base", "n1", "spin", "n2")]
+    assert [(b["from"], b["to"], b["node"]) for b in state["scan-blocks"]] == [
+        (labels[0], labels[2], "w1"), (labels[2], labels[3], "w2")]
+    measured: dict[str, set[str]] = {}
+    for x in state["scan-levels"]:
+        measured.setdefault(x["node"], set()).add(x["label"])
+    assert measured == {"w1": set(labels[:3]), "w2": set(labels[2:])}  # the boundary point on both
+    rows = _trials(db)
+    pairs: dict[tuple[str, int], set[str]] = {}
+    for x in rows:
+        if x["status"] == "done":
+            pairs.setdefault((x["study_id"], x["pair"]), set()).add(json.loads(x["env_json"])["node"])
+    assert pairs and all(len(v) == 1 for v in pairs.values())  # a pair on one machine
+    on = {k: set().union(*(v for (sid, _), v in pairs.items() if sid == got["study"]))
+          for k, got in state["scan-intervals"].items()}
+    assert on[f"{labels[2]}..{labels[3]}"] == {"w2"} and on[f"{labels[0]}..{labels[1]}"] == {"w1"}
+    assert "[w1]" in p.stderr and "[w2]" in p.stderr  # each machine's lines, named
+
+
+@pytest.mark.slow
 def test_a_flag_the_workers_engine_refuses_and_a_missing_model_are_one_line(
         cluster: object, engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
     from tests.fleet import LocalCluster

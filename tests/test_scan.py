@@ -45,6 +45,17 @@ def test_the_next_move_judges_then_splits_long_sames_and_bisects_steps() -> None
     assert next_work([0, 1, 2], {(0, 1): "undecided", (1, 2): "step"}, set(), 32, closed={(0, 1)}) == ("bisect", 1, 2)
 
 
+def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None:
+    from tokensleuth.scan import blocks_of
+
+    pts = [0, 3, 6, 9, 12, 16, 19, 22, 25]
+    assert blocks_of(pts, 1) == [(0, 25)]
+    assert blocks_of(pts, 2) == [(0, 12), (12, 25)]  # neighbours share their boundary point
+    assert blocks_of(pts, 3) == [(0, 9), (9, 16), (16, 25)]
+    assert blocks_of([0, 1], 4) == [(0, 1)]  # never more blocks than intervals
+    assert blocks_of([0, 1, 2, 3], 2) == [(0, 2), (2, 3)]
+
+
 def test_what_is_left_counts_verdicts_splits_and_bisect_steps() -> None:
     from tokensleuth.scan import remaining
 
@@ -146,7 +157,9 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
     (["--from", "HEAD", "--to", "HEAD"], "no commits between"),
     (["--to", "HEAD"], "needs --from and --to"),
     (["--from", "HEAD~1", "--to", "HEAD", "--budget", "soon"], "--budget"),
-    (["--from", "HEAD~1", "--to", "HEAD", "--cluster", "x"], "this machine only"),
+    (["--from", "HEAD~1", "--to", "HEAD", "--cluster", "x"], "cannot read --cluster 'x'"),
+    (["--from", "HEAD~1", "--to", "HEAD", "--on", "host=a"], "--on needs --cluster"),
+    (["--from", "HEAD~1", "--to", "HEAD", "--cluster", "127.0.0.1:9"], "no Ray cluster answers at 127.0.0.1:9"),
     (["--study", "{tmp}/none.toml"], "does not exist"),
     (["--study", "{tmp}/bad.toml"], "unknown key 'sourc'"),
     (["--study", "{tmp}/zero.toml"], "samples:"),

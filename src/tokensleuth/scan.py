@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +57,8 @@ from tokensleuth.sources.build import DEFAULT_TARGETS
 from tokensleuth.spec import spec_hash
 
 if TYPE_CHECKING:
+    from tokensleuth.fleet import Fleet, Node
+    from tokensleuth.records import TrialOutcome
     from tokensleuth.store import Store
 
 Log = Callable[[str], None]
@@ -65,6 +68,7 @@ LEVELS = "scan-levels"  # [{label, round, model, workload, ts}] one per trial of
 INTERVALS = "scan-intervals"  # {"A..B": {verdict, cells, study, note}} the paired verdicts
 BISECTS = "scan-bisects"  # {"A..B": bisect result} a step's bisect inside its interval
 CAUSES = "scan-causes"  # {"parent..culprit": pinned check} a step whose settings changed
+BLOCKS = "scan-blocks"  # [{from, to, node}] with a fleet: the blocks of the range and their machines
 SPENT = "scan-spent"  # {"wall_s"} what earlier runs of this scan took
 SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or crashed
 CANDIDATES = "scan-candidates"  # the candidates of the latest run (`report` reads them while it runs)
@@ -219,23 +223,43 @@ def interval_key(a: Candidate, b: Candidate) -> str:
 
 
 class Scan:
-    """One scan's state and the work that moves it on; every change is stored at once."""
+    """One scan's state and the work that moves it on; every change is stored at once.
+
+    With a fleet, the range is cut into blocks at sampled points (:func:`blocks_of`), and each
+    block is a lane: one machine builds, measures and refines it (:meth:`run_block`) in a
+    thread of its own, with a ``Scan`` of its own on a store connection of its own; the
+    state they share is changed under ``lock``, read again first (:meth:`update`)."""
 
     def __init__(self, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any], log: Log,
-                 profile: Profiler | None) -> None:
+                 profile: Profiler | None, fleet: Fleet | None = None, node: Node | None = None,
+                 lock: threading.Lock | None = None, judges: list[Judge] | None = None) -> None:
         self.store, self.sid, self.cands, self.spec, self.log = store, sid, list(cands), spec, log
         self.profile = profile
+        self.fleet, self.node = fleet, node
+        self.node_label = node.label if node is not None else None  # levels are kept apart by machine
+        self.lock = lock or threading.Lock()
         self.index = {c.label: i for i, c in enumerate(self.cands)}
         self.targets = CHECK_TARGETS if spec.get("check_outputs") else DEFAULT_TARGETS
+        executor: Any = None
+        cache: Any = None
+        if fleet is not None and node is not None:
+            from tokensleuth.executors.ray import on_fleet
+
+            executor = on_fleet(fleet, [node])  # pairs and levels on this lane's machine only
+            cache = fleet.cache(node)
         self.judge = Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
                            timeout_s=spec["timeout_s"], log=log,
                            pin_to=self.cands[0].source if spec.get("pin_params") else None,
-                           targets=self.targets, kind=spec.get("kind", DEFAULT_KIND))
+                           targets=self.targets, kind=spec.get("kind", DEFAULT_KIND),
+                           cache=cache, executor=executor)
+        self.judges = judges if judges is not None else []  # every lane's (the builds budget counts them all)
+        self.judges.append(self.judge)
         self.budget = parse_budget(spec.get("budget"))
         self.started = time.monotonic()
         self.spent0 = float(store.get_state(sid, SPENT, {}).get("wall_s", 0.0))
         self.compare_s: list[float] = []
         self.exhausted = False
+        self.block = (0, len(self.cands) - 1)  # the part of the range this Scan works on
         for key, got in self.get(INTERVALS, {}).items():  # decided before a kill: their pairs are final
             a, _, b = key.partition("..")
             if got["verdict"] != "undecided" and a in self.index and b in self.index:
@@ -249,11 +273,23 @@ class Scan:
         self.store.put_state(self.sid, key, value)
         self.store.put_state(self.sid, SPENT, {"wall_s": self.wall_s()})
 
+    def update(self, key: str, default: Any, change: Callable[[Any], Any]) -> Any:
+        """Read ``key`` again, change it and store it, under the lock the lanes share (another
+        lane may have stored it since this one read it)."""
+        with self.lock:
+            value = change(self.get(key, default))
+            self.put(key, value)
+            return value
+
+    def set_item(self, key: str, item: str, value: Any) -> None:
+        """``key``'s dict with ``item`` set to ``value`` (under the lanes' lock, read again first)."""
+        self.update(key, {}, lambda d: {**d, item: value})
+
     def wall_s(self) -> float:
         return self.spent0 + time.monotonic() - self.started
 
     def builds_made(self) -> int:
-        return sum(1 for b in self.judge.builds.values() if b is not None and not b.cache_hit)
+        return sum(1 for j in self.judges for b in j.builds.values() if b is not None and not b.cache_hit)
 
     def over_budget(self) -> bool:
         if "wall_s" in self.budget and self.wall_s() >= self.budget["wall_s"]:
@@ -266,18 +302,23 @@ class Scan:
         stored = [self.index[x] for x in self.get(POINTS, []) if x in self.index]
         return sorted(set(stored))
 
+    def block_points(self) -> list[int]:
+        lo, hi = self.block
+        return [i for i in self.points() if lo <= i <= hi]
+
     def add_points(self, idx: Sequence[int]) -> None:
-        pts = sorted(set(self.points()) | set(idx))
-        self.put(POINTS, [self.cands[i].label for i in pts])
+        def add(labels: list[str]) -> list[str]:
+            have = {self.index[x] for x in labels if x in self.index}
+            return [self.cands[i].label for i in sorted(have | set(idx))]
+
+        self.update(POINTS, [], add)
 
     def drop_point(self, i: int, why: str, unbuildable: bool = False) -> None:
         if i in (0, len(self.cands) - 1):  # an end that does not build is the range's fault: exit 2
             raise (UserError if unbuildable else EngineError)(
                 f"{'--from' if i == 0 else '--to'} {self.cands[i].label} {why} — choose another end of the range")
-        skipped = self.get(SKIPPED, {})
-        skipped[self.cands[i].label] = why
-        self.put(SKIPPED, skipped)
-        self.put(POINTS, [self.cands[k].label for k in self.points() if k != i])
+        self.set_item(SKIPPED, self.cands[i].label, why)
+        self.update(POINTS, [], lambda labels: [x for x in labels if x != self.cands[i].label])
         self.log(f"  {self.cands[i].label}: {why} — left out of the sample")
 
     def build(self, i: int) -> bool:
@@ -289,18 +330,29 @@ class Scan:
             return False
         return True
 
+    def run_block(self, lo: int, hi: int) -> None:
+        """Build, measure and refine the points from ``lo`` to ``hi`` (the whole range alone)."""
+        self.block = (lo, hi)
+        for i in self.block_points():
+            if not self.over_budget():
+                self.build(i)
+        self.measure_levels(int(self.spec["rounds"]))
+        self.refine()
+
     # levels
     def measure_levels(self, rounds: int) -> None:
-        """Rounds over every sampled point not yet measured that often (one trial per cell)."""
+        """Rounds over every sampled point of the block not yet measured that often (one trial
+        per cell), on this lane's machine: a level carries its machine's label, and levels of
+        different machines are never put in one sequence (:meth:`fit`)."""
         from tokensleuth.engines import engine_for
         from tokensleuth.engines.base import ArmRuntime
         from tokensleuth.workloads import planned_argv
 
         engine = engine_for(self.spec.get("kind", DEFAULT_KIND))
-        levels: list[dict[str, Any]] = list(self.get(LEVELS, []))
-        have = {(x["label"], x["round"], x["model"], x["workload"]) for x in levels}
+        have = {(x["label"], x["round"], x["model"], x["workload"]) for x in self.get(LEVELS, [])
+                if x.get("node") == self.node_label}
         for r in range(rounds):
-            for i in round_order(self.points(), r):
+            for i in round_order(self.block_points(), r):
                 c = self.cands[i]
                 for m in self.spec["models"]:
                     for w in self.spec["workloads"]:
@@ -311,26 +363,61 @@ class Scan:
                             continue
                         flags = (*self.spec["flags"], *self.judge.arm_flags.get(c.source, []))
                         arm = ArmRuntime("level", Path(b.bin_dir), tuple(flags), {})
-                        run = engine.run_trial(arm, m, w, planned_argv(w), timeout_s=self.spec["timeout_s"],
-                                               probe=None, host_env={})
-                        res = run.outcome.results
-                        ts = float(res[0].avg_ts) if run.outcome.status == "done" and res and res[0].avg_ts else None
-                        levels.append({"label": c.label, "round": r, "model": m, "workload": w, "ts": ts})
+                        if self.judge.executor is None:
+                            out = engine.run_trial(arm, m, w, planned_argv(w), timeout_s=self.spec["timeout_s"],
+                                                   probe=None, host_env={}).outcome
+                        else:
+                            out = self._remote_level(arm, m, w, planned_argv(w))
+                        res = out.results
+                        ts = float(res[0].avg_ts) if out.status == "done" and res and res[0].avg_ts else None
+                        level = {"label": c.label, "round": r, "model": m, "workload": w, "ts": ts}
+                        if self.node_label is not None:
+                            level["node"] = self.node_label
+                        self.update(LEVELS, [], lambda xs: [*xs, level])
                         have.add((c.label, r, m, w))
-                        self.put(LEVELS, levels)
-            self.log(f"  levels: round {r + 1}/{rounds} over {len(self.points())} builds")
+            self.log(f"  levels{self._on()}: round {r + 1}/{rounds} over {len(self.block_points())} builds")
+
+    def _on(self) -> str:
+        return f" on {self.node_label}" if self.node_label is not None else ""
+
+    def _remote_level(self, arm: Any, model: str, workload: str, argv: Sequence[str]) -> TrialOutcome:
+        """One level trial on this lane's machine (its build made there first)."""
+        from tokensleuth.executors import Done
+        from tokensleuth.runner import TrialJob
+
+        assert self.judge.executor is not None
+        job = TrialJob(-1, 0, "level", model, workload, tuple(argv))
+        for got in self.judge.executor.run([(job,)], {"level": arm}, timeout_s=self.spec["timeout_s"],
+                                           interval_s=0.2, handout=lambda unit, node: None, live=None):
+            if isinstance(got, Done):
+                return got.outcomes[0]
+        raise EngineError(f"a level trial on {self.node_label} came back with nothing")  # pragma: no cover
 
     def fit(self) -> dict[tuple[str, str], list[FitStep]]:
+        """The step fit per cell, block by block (each block's levels from its own machine);
+        each step's ``after`` an index into :meth:`points`."""
         levels = self.get(LEVELS, [])
         pts = self.points()
         out: dict[tuple[str, str], list[FitStep]] = {}
-        for m in self.spec["models"]:
-            for w in self.spec["workloads"]:
-                seq = [[x["ts"] for x in levels if x["label"] == self.cands[i].label and x["model"] == m
-                        and x["workload"] == w and x["ts"]] for i in pts]
-                keep = [s for s in seq if s]
-                out[(m, w)] = fit_steps(keep, self.spec["band"]) if len(keep) == len(seq) else []
+        for lo, hi, node in self.blocks():
+            sub = [i for i in pts if lo <= i <= hi]
+            for m in self.spec["models"]:
+                for w in self.spec["workloads"]:
+                    seq = [[x["ts"] for x in levels if x["label"] == self.cands[i].label and x["model"] == m
+                            and x["workload"] == w and x["ts"] and x.get("node") == node] for i in sub]
+                    keep = [s for s in seq if s]
+                    steps = fit_steps(keep, self.spec["band"]) if len(keep) == len(seq) else []
+                    out.setdefault((m, w), []).extend(
+                        replace(s, after=pts.index(sub[s.after])) for s in steps)
         return out
+
+    def blocks(self) -> list[tuple[int, int, str | None]]:
+        """(first, last, machine) of each block: the whole range on this machine without a fleet."""
+        stored = self.get(BLOCKS, None)
+        if not stored:
+            return [(0, len(self.cands) - 1, None)]
+        bounds = [0, *[self.index[b["to"]] for b in stored[:-1] if b["to"] in self.index], len(self.cands) - 1]
+        return [(lo, hi, b.get("node")) for lo, hi, b in zip(bounds, bounds[1:], stored, strict=False)]
 
     # verdicts
     def judge_interval(self, p: int, q: int) -> dict[str, Any]:
@@ -357,14 +444,14 @@ class Scan:
         per = sum(self.compare_s) / len(self.compare_s) if self.compare_s else None
         eta = (f" — about {left['verdicts'] * per / 60:.0f} min left at {per:.0f} s per verdict, its builds included"
                if per and left["verdicts"] else "")
-        self.log(f"scan: {len(self.points())} points ({self.builds_made()} built), intervals: {counts['same']} same, "
+        self.log(f"scan{self._on()}: {len(self.block_points())} points ({self.builds_made()} built), intervals: "
+                 f"{counts['same']} same, "
                  f"{counts['step']} steps, {counts['undecided']} undecided; left: {left['judge']} to judge, "
                  f"{left['split']} to split, ~{left['bisect']} bisect steps{eta}")
 
     def step(self, p: int, q: int, got: dict[str, Any]) -> None:
         """Bisect the step inside (p, q) and add its parent and culprit to the points."""
         key = interval_key(self.cands[p], self.cands[q])
-        bisects = self.get(BISECTS, {})
         spec = {k: self.spec[k] for k in ("models", "control_models", "workloads", "band", "max_pairs", "cmake",
                                           "flags", "timeout_s")}
         for k in ("pin_params", "kind"):
@@ -380,12 +467,11 @@ class Scan:
         self.log(f"step in {key}: bisecting its {q - p} commit(s) on {Path(worst['model']).stem} {worst['workload']}")
         result = run_bisect(self.store, self.cands[p:q + 1], spec, resume=True, log=self.log, profile=self.profile,
                             judge=self.judge, search_outputs=False)
-        bisects[key] = result
-        self.put(BISECTS, bisects)
+        self.set_item(BISECTS, key, result)
         if result["status"] == "found":
             f = self.index[result["first_bad"]]
-            bisects[interval_key(self.cands[f - 1], self.cands[f])] = result  # its verification
-            self.put(BISECTS, bisects)
+            # its verification
+            self.set_item(BISECTS, interval_key(self.cands[f - 1], self.cands[f]), result)
             self.add_points([f - 1, f])
         elif result.get("culprit_range"):
             inner = [self.index[x] for x in result["culprit_range"] if x in self.index]
@@ -394,11 +480,11 @@ class Scan:
 
     def refine(self) -> None:
         """Judge, split and bisect intervals (:func:`next_work`) until none is left to do."""
-        fitted = self.fit()
-        likely = {s.after for steps in fitted.values() for s in steps}
+        fitted, all_pts = self.fit(), self.points()
+        after = {all_pts[s.after] for steps in fitted.values() for s in steps}  # where the fit sees a step
         closed: set[tuple[int, int]] = set()  # nothing more this run can do for these
         while True:
-            pts = self.points()
+            pts = self.block_points()
             stored = self.get(INTERVALS, {})
             verdicts = {(p, q): stored[interval_key(self.cands[p], self.cands[q])]["verdict"]
                         for p, q in zip(pts, pts[1:], strict=False)
@@ -406,6 +492,7 @@ class Scan:
             bisects = self.get(BISECTS, {})
             bisected = {(p, q) for p, q in verdicts if bisects.get(interval_key(self.cands[p], self.cands[q]),
                                                                     {}).get("status") in ANSWERED}
+            likely = {k for k, p in enumerate(pts) if p in after}
             work = next_work(pts, verdicts, bisected, int(self.spec["max_gap"]), closed, likely)
             if work is None:
                 return
@@ -415,16 +502,15 @@ class Scan:
             if self.over_budget():
                 closed.add((p, q))
                 if action == "judge":
-                    stored[key] = {"verdict": "undecided", "cells": [], "note": "budget spent before it was judged"}
-                    self.put(INTERVALS, stored)
+                    self.set_item(INTERVALS, key, {"verdict": "undecided", "cells": [],
+                                                   "note": "budget spent before it was judged"})
                 continue
             if action == "judge":
                 got = self.judge_interval(p, q)
                 if got["verdict"] == "crash":
                     self.drop_point(self.index[got["failed"]], f"crashed beside its neighbour ({got['note']})")
                     continue
-                stored[key] = got
-                self.put(INTERVALS, stored)
+                self.set_item(INTERVALS, key, got)
                 if got["verdict"] == "undecided":
                     closed.add((p, q))  # its pairs doubled already; --resume adds more
                 self.log(f"  {key}: {got['verdict']} (" + ", ".join(
@@ -450,15 +536,95 @@ class Scan:
                          f"sampling {self.cands[i].label}")
                 self.measure_levels(int(self.spec["rounds"]))
                 return True
-        intervals = self.get(INTERVALS, {})  # nothing between builds: it stays as it is (said in the result)
-        intervals[interval_key(self.cands[p], self.cands[q])]["note"] = "nothing between builds"
-        self.put(INTERVALS, intervals)
+        key = interval_key(self.cands[p], self.cands[q])  # nothing between builds: it stays as it is (said)
+        self.update(INTERVALS, {}, lambda d: {**d, key: {**d[key], "note": "nothing between builds"}})
         return False
 
 
+def blocks_of(points: Sequence[int], k: int) -> list[tuple[int, int]]:
+    """The range cut at sampled ``points`` into at most ``k`` blocks of about as many intervals,
+    neighbours sharing their boundary point (each block is one machine's: its intervals, pairs
+    and levels all there; the boundary point is built on both)."""
+    k = max(1, min(k, len(points) - 1))
+    bounds = sorted({points[round(j * (len(points) - 1) / k)] for j in range(k + 1)})
+    return list(zip(bounds, bounds[1:], strict=False))
+
+
+def run_lanes(main: Scan, fleet: Fleet) -> None:
+    """Build, measure and refine the blocks of the range on the fleet's machines at once, one
+    block per machine at a time, each in a thread with a store connection of its own.
+
+    A block keeps its machine across runs when that machine is there (its levels were measured
+    there); a block whose machine is lost goes to another, which measures its levels again (a
+    level is only ever compared with levels of its own machine). Pairs never leave a machine."""
+    from tokensleuth.executors.ray import NodesLost, _lost_errors
+    from tokensleuth.store import Store
+
+    lost_errors: tuple[type[BaseException], ...] = (NodesLost, *_lost_errors(fleet.ray))
+    stored = main.get(BLOCKS, None)
+    if stored and len(main.blocks()) == len(stored):  # an earlier run's (an extension's new end joins the last)
+        blocks = [(lo, hi) for lo, hi, _ in main.blocks()]
+        owner = [b.get("node") for b in stored]
+    else:
+        blocks = blocks_of(main.points(), len(fleet.usable(fleet.nodes)))
+        owner = [None] * len(blocks)
+    main.update(BLOCKS, None, lambda _: [{"from": main.cands[lo].label, "to": main.cands[hi].label, "node": n}
+                                         for (lo, hi), n in zip(blocks, owner, strict=True)])
+    queue = list(range(len(blocks)))
+    errors: list[BaseException] = []
+    lanes: list[Scan] = []
+
+    def lane(node: Node) -> None:
+        while True:
+            with main.lock:
+                if not queue or errors:
+                    return
+                j = next((x for x in queue if owner[x] == node.label), queue[0])
+                queue.remove(j)
+                owner[j] = node.label
+            try:
+                with Store(main.store.path) as st:  # (a store connection is its thread's own)
+                    scan = Scan(st, main.sid, main.cands, main.spec, lambda line: main.log(f"[{node.label}] {line}"),
+                                None, fleet=fleet, node=node, lock=main.lock, judges=main.judges)
+                    lanes.append(scan)
+                    scan.update(BLOCKS, [], lambda bs: [{**b, "node": node.label} if k == j else b
+                                                         for k, b in enumerate(bs)])
+                    scan.run_block(*blocks[j])
+            except lost_errors as exc:
+                fleet.forget(node)
+                main.log(f"machine {node.label} was lost ({type(exc).__name__}) — its block "
+                         f"{main.cands[blocks[j][0]].label}..{main.cands[blocks[j][1]].label} goes to another")
+                with main.lock:
+                    queue.insert(0, j)
+                return
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                with main.lock:
+                    errors.append(exc)
+                return
+
+    while queue and not errors:
+        nodes = fleet.usable(fleet.nodes)
+        if not nodes:
+            raise EngineError("every machine of the fleet was lost — rerun with --resume once one is back; "
+                              "nothing measured so far is lost")
+        main.log(f"scan: {len(queue)} block(s) on {len(nodes)} machine(s): "
+                 + ", ".join(f"{main.cands[blocks[j][0]].label}..{main.cands[blocks[j][1]].label}" for j in queue))
+        # daemon: an interrupted driver exits; what was out is measured again on --resume
+        threads = [threading.Thread(target=lane, args=(n,), name=f"scan-{n.label}", daemon=True) for n in nodes]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    main.exhausted = main.exhausted or any(s.exhausted for s in lanes)
+    if errors:
+        raise errors[0]
+
+
 def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
-             log: Log | None = None, profile: Profiler | None = None) -> dict[str, Any]:
+             log: Log | None = None, profile: Profiler | None = None, fleet: Fleet | None = None) -> dict[str, Any]:
     """Scan ``cands`` (oldest first); returns the scan's JSON object (DESIGN.md's scan contract).
+
+    With ``fleet``, the machines scan blocks of the range at once (:func:`run_lanes`).
 
     The scan's identity leaves out its end, so ``--resume`` with a later end extends a finished
     scan: every stored verdict, level and bisect is kept and only the new part is measured."""
@@ -483,11 +649,10 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
         else:  # an extension keeps every stored point and adds the new end
             scan.add_points([0, len(cands) - 1])
         log(f"scan {sid}: {len(cands)} candidates, {len(scan.points())} sampled")
-        for i in scan.points():
-            if not scan.over_budget():
-                scan.build(i)
-        scan.measure_levels(int(spec["rounds"]))
-        scan.refine()
+        if fleet is None:
+            scan.run_block(0, len(cands) - 1)
+        else:
+            run_lanes(scan, fleet)
         result = finish(scan)
         if spec.get("check_outputs"):
             bis = Bisector(store, sid, cands, dict(spec, check_outputs=True), log, judge=scan.judge)

@@ -261,7 +261,8 @@ def parse_compare_toml(raw: bytes, where: str) -> CompareSpec:
 
 class ScanFile(BaseModel):
     """A scan in a TOML file: its keys are scan's options, with `from`, `models`, `workloads`,
-    `control_models`, `flags` (the engine flags) and `profile = false` (--no-profile)."""
+    `control_models`, `flags` (the engine flags), `profile = false` (--no-profile), `cluster`
+    and `on` (the machines)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     repo: str | None = None
@@ -283,6 +284,8 @@ class ScanFile(BaseModel):
     pin_params: bool = False
     check_outputs: bool = False
     profile: bool = True
+    cluster: str | None = None
+    on: list[str] = []
 
 
 def _invalid(exc: ValidationError, where: str, command: str) -> UserError:

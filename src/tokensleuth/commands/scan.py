@@ -11,8 +11,8 @@ from tokensleuth.errors import UserError
 from tokensleuth.limits import MAX_TIMEOUT_S
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
-    CmakeOpt, ClusterOpt, DbOpt, OnOpt, build_compare_spec_check, doctor_line, engine_flags, err, json_target, out,
-    profiler, save_json, seconds_option,
+    CmakeOpt, ClusterOpt, DbOpt, OnOpt, build_compare_spec_check, doctor_line, engine_flags, err, fleet_paths,
+    json_target, open_fleet, out, profiler, refuse_on_fleet, save_json, seconds_option,
 )
 
 
@@ -90,8 +90,8 @@ def scan(
         pin_params = pin_params or f.pin_params
         check_outputs = check_outputs or f.check_outputs
         no_profile = no_profile or not f.profile
-    if cluster or on:
-        raise UserError("scan runs on this machine only for now — drop --cluster/--on (bisect takes them)")
+        cluster = cluster if given("cluster") else f.cluster
+        on = on if given("on") else f.on
     if not from_ or not to:
         raise UserError("scan needs --from and --to — the oldest and newest revisions (or versions) of the range")
     if not model:
@@ -118,10 +118,16 @@ def scan(
         perplexity_flags(flags)
         spec["check_outputs"] = True
     build_compare_spec_check(spec)
+    fleet = open_fleet(cluster, on)
+    refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
+    if fleet is not None:
+        fleet.check_files(fleet_paths(model_paths(model) + (model_paths(control_model) if control_model else []),
+                                      [c.source for c in cands]))
     doctor_line()
     with common.open_store(db) as store:
         result = run_scan(store, cands, spec, resume=resume, log=lambda line: err.print(line, markup=False),
-                          profile=None if no_profile else profiler(store, list(cmake), flags, timeout))
+                          profile=None if no_profile or fleet is not None else
+                          profiler(store, list(cmake), flags, timeout), fleet=fleet)
     kind = driver_kind("scan")
     out.print(kind.render(result))
     if json_out:
