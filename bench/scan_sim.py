@@ -5,7 +5,8 @@ way, at random releases) or none; every measurement is the true level times log-
 ``--noise`` (the sd of one trial's log t/s: 0.015 is what the tiny models' tg16 show here). The
 scan runs its own code on it: :func:`tokensleuth.scan.initial_sample` and :func:`next_work`, paired
 verdicts by :func:`tokensleuth.stats.verdict` with compare's schedule (5, 10, 20 pairs, then once
-twice that), each step bisected with :func:`tokensleuth.bisect.search` judging candidates at half
+twice that), an interval still undecided, or a step whose bisect named no culprit, split at its
+middle as the scan does, each step bisected with :func:`tokensleuth.bisect.search` judging candidates at half
 the step as the bisect does. The others get one measurement per release (every release built):
 asv's penalised step fit (PELT, L1, penalty from the noise) and a Perfherder-style sliding t-test
 (12 releases either side, t > 7).
@@ -79,20 +80,22 @@ def scan(h: History, band: float, max_gap: int = 32) -> tuple[set[int], int]:
     verdicts: dict[tuple[int, int], str] = {}
     bisected: set[tuple[int, int]] = set()
     closed: set[tuple[int, int]] = set()
-    while (work := next_work(points, verdicts, bisected, max_gap, closed)) is not None:
+    spent: set[tuple[int, int]] = set()  # undecided after their pairs
+    failed: set[tuple[int, int]] = set()  # a step whose bisect named no culprit
+    while (work := next_work(points, verdicts, bisected, max_gap, closed, spent=spent, failed=failed)) is not None:
         action, p, q = work
         if action == "judge":
             v = paired(h, p, q, band)
             verdicts[(p, q)] = "step" if v in ("slower", "faster") else "same" if v == "same" else "undecided"
             if verdicts[(p, q)] == "undecided":
-                closed.add((p, q))
+                spent.add((p, q))
         elif action == "split":
             m = (p + q) // 2
             points = sorted({*points, m})
             built.add(m)
         else:
-            bisected.add((p, q))
             if q - p == 1:
+                bisected.add((p, q))
                 continue
             ratio = math.exp(h.level[q] - h.level[p])
             edge = 1 - half_regression_band(ratio, band) if ratio < 1 else 1 + half_regression_band(ratio, band)
@@ -105,10 +108,13 @@ def scan(h: History, band: float, max_gap: int = 32) -> tuple[set[int], int]:
 
             found = search(q - p + 1, judge)
             if found.first_bad is not None:
+                bisected.add((p, q))
                 f = p + found.first_bad
                 bisected.add((f - 1, f))
                 points = sorted({*points, f - 1, f})
                 built |= {f - 1, f}
+            else:
+                failed.add((p, q))
     steps = {q for p, q in zip(points, points[1:], strict=False) if q - p == 1 and verdicts.get((p, q)) == "step"}
     return steps, len(built)
 

@@ -43,6 +43,14 @@ def test_the_next_move_judges_then_splits_long_sames_and_bisects_steps() -> None
     # undecided goes on until the run closes it (its pairs spent); a step of one commit is bisected too
     assert next_work([0, 1, 2], {(0, 1): "undecided", (1, 2): "step"}, set(), 32) == ("judge", 0, 1)
     assert next_work([0, 1, 2], {(0, 1): "undecided", (1, 2): "step"}, set(), 32, closed={(0, 1)}) == ("bisect", 1, 2)
+    # undecided after its pairs (a step and its revert could be inside), or a step whose bisect named
+    # no culprit (two steps inside, most often): its middle is sampled; one commit long, left as it is
+    assert next_work(pts, {(0, 10): "undecided"}, set(), 32, spent={(0, 10)}) == ("judge", 10, 50)
+    v = {(0, 10): "undecided", (10, 50): "same", (50, 60): "same"}
+    assert next_work(pts, v, set(), 64, spent={(0, 10)}) == ("split", 0, 10)
+    assert next_work(pts, {**v, (0, 10): "step"}, set(), 64, failed={(0, 10)}) == ("split", 0, 10)
+    assert next_work([0, 1, 2], {(0, 1): "undecided", (1, 2): "step"}, set(), 32, spent={(0, 1)},
+                     failed={(1, 2)}) is None
 
 
 def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None:

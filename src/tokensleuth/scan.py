@@ -171,25 +171,35 @@ def parse_budget(text: str | None) -> dict[str, float]:
 
 
 def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bisected: Collection[tuple[int, int]],
-              max_gap: int, closed: Collection[tuple[int, int]] = (), likely: Collection[int] = ()
+              max_gap: int, closed: Collection[tuple[int, int]] = (), likely: Collection[int] = (),
+              spent: Collection[tuple[int, int]] = (), failed: Collection[tuple[int, int]] = ()
               ) -> tuple[str, int, int] | None:
     """The scan's next move over the sampled ``points`` (candidate indices, in order), from the
     verdicts of the intervals between neighbours so far (same | step | undecided):
 
     - ``("judge", p, q)``: an interval with no verdict, or undecided (its pairs go on);
     - ``("split", p, q)``: the same, but longer than ``max_gap`` (a step and its revert could hide);
+      undecided after its pairs were ``spent`` (a step and its revert, or a step near the band,
+      could be inside); a step whose bisect ``failed`` to name a culprit (most often two steps
+      inside, whose sum the bisect's candidates fall between): its middle is sampled, and each
+      half judged on its own. (One commit long, such an interval is left as it is.)
     - ``("bisect", p, q)``: a step not bisected yet (one commit long too: the bisect explains it).
 
-    ``closed``: intervals nothing more can be done for now (undecided after their pairs, nothing
-    between them builds, the budget). The intervals after the points in ``likely`` (indices into
-    ``points``: where the fit put a step) come first, then the longest. None: nothing left."""
+    ``closed``: intervals nothing more can be done for now (nothing between them builds, the
+    budget). The intervals after the points in ``likely`` (indices into ``points``: where the fit
+    put a step) come first, then the longest. None: nothing left."""
     todo = []
     for k, (p, q) in enumerate(zip(points, points[1:], strict=False)):
         if (p, q) in closed:
             continue
         v = verdicts.get((p, q))
-        action = ("judge" if v is None or v == "undecided" else "split" if v == "same" and q - p > max_gap else
-                  "bisect" if v == "step" and (p, q) not in bisected else None)
+        action: str | None = None
+        if v is None or v == "undecided":
+            action = "judge" if (p, q) not in spent else "split" if q - p > 1 else None
+        elif v == "same":
+            action = "split" if q - p > max_gap else None
+        elif v == "step" and (p, q) not in bisected:
+            action = "bisect" if (p, q) not in failed else "split" if q - p > 1 else None
         if action:
             todo.append((k not in likely, -(q - p), k, action, p, q))
     if not todo:
@@ -483,6 +493,8 @@ class Scan:
         fitted, all_pts = self.fit(), self.points()
         after = {all_pts[s.after] for steps in fitted.values() for s in steps}  # where the fit sees a step
         closed: set[tuple[int, int]] = set()  # nothing more this run can do for these
+        spent: set[tuple[int, int]] = set()  # undecided after this run's pairs
+        failed: set[tuple[int, int]] = set()  # a step whose bisect in this run named no culprit
         while True:
             pts = self.block_points()
             stored = self.get(INTERVALS, {})
@@ -493,7 +505,7 @@ class Scan:
             bisected = {(p, q) for p, q in verdicts if bisects.get(interval_key(self.cands[p], self.cands[q]),
                                                                     {}).get("status") in ANSWERED}
             likely = {k for k, p in enumerate(pts) if p in after}
-            work = next_work(pts, verdicts, bisected, int(self.spec["max_gap"]), closed, likely)
+            work = next_work(pts, verdicts, bisected, int(self.spec["max_gap"]), closed, likely, spent, failed)
             if work is None:
                 return
             action, p, q = work
@@ -512,19 +524,21 @@ class Scan:
                     continue
                 self.set_item(INTERVALS, key, got)
                 if got["verdict"] == "undecided":
-                    closed.add((p, q))  # its pairs doubled already; --resume adds more
+                    spent.add((p, q))  # its pairs doubled already: split (one commit: --resume adds pairs)
                 self.log(f"  {key}: {got['verdict']} (" + ", ".join(
                     f"{Path(c['model']).stem} {c['workload']} {c['ratio']:.4f}" if c["ratio"] else
                     f"{c['workload']} —" for c in got["cells"]) + ")")
             elif action == "split":
-                if not self._split(p, q):
+                why = {"same": "the same", "undecided": "undecided"}.get(verdicts.get((p, q), ""),
+                                                                         "a step whose bisect named no culprit")
+                if not self._split(p, q, why):
                     closed.add((p, q))
             else:
                 self.step(p, q, stored[key])
                 if self.get(BISECTS, {})[key]["status"] not in ANSWERED:
-                    closed.add((p, q))  # undecided: --resume adds pairs to its bisect
+                    failed.add((p, q))  # split (one commit long: undecided, and --resume adds pairs)
 
-    def _split(self, p: int, q: int) -> bool:
+    def _split(self, p: int, q: int, why: str) -> bool:
         """Sample the buildable point nearest the middle of (p, q); False when none builds."""
         mid = (p + q) // 2
         for i in sorted(range(p + 1, q), key=lambda k: (abs(k - mid), k)):
@@ -532,7 +546,7 @@ class Scan:
                 continue
             self.add_points([i])
             if self.build(i):
-                self.log(f"  {self.cands[p].label}..{self.cands[q].label} is the same but {q - p} long: "
+                self.log(f"  {self.cands[p].label}..{self.cands[q].label} is {why} and {q - p} long: "
                          f"sampling {self.cands[i].label}")
                 self.measure_levels(int(self.spec["rounds"]))
                 return True
