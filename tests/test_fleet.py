@@ -310,6 +310,7 @@ def test_a_scan_on_two_machines_splits_the_range_and_keeps_their_levels_apart(
     for x in state["scan-levels"]:
         measured.setdefault(x["node"], set()).add(x["label"])
     assert measured == {"w1": set(labels[:3]), "w2": set(labels[2:])}  # the boundary point on both
+    assert [x["node"] for x in r["sampled"]] == ["w1", "w1", "w1", "w2"]  # the history: each from its block's
     rows = _trials(db)
     pairs: dict[tuple[str, int], set[str]] = {}
     for x in rows:

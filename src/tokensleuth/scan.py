@@ -764,16 +764,19 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
                   if c.get("ci") and c["ci"][0] > 0]
     gaps = [q - p - 1 for p, q, _ in same]
     levels = scan.get(LEVELS, [])
+    blocks = scan.blocks()
     sampled = []
     for i in pts:
         c = cands[i]
+        node = next(n for lo, hi, n in blocks if lo <= i <= hi)  # each point from its block's machine
         cells = {}
         for m in spec["models"]:
             for w in spec["workloads"]:
                 ts = [x["ts"] for x in levels if x["label"] == c.label and x["model"] == m and x["workload"] == w
-                      and x["ts"]]
+                      and x["ts"] and x.get("node") == node]
                 cells[f"{Path(m).stem} {w}"] = sum(ts) / len(ts) if ts else None
-        sampled.append({"label": c.label, "index": i, "subject": c.subject, "ts": cells})
+        sampled.append({"label": c.label, "index": i, "subject": c.subject, "ts": cells,
+                        **({"node": node} if node is not None else {})})
     fit = [{"model": m, "workload": w, "after": cands[pts[s.after]].label, "before": cands[pts[s.after + 1]].label,
             "ratio": s.ratio, "ci": list(s.ci), "p": s.p} for (m, w), ss in scan.fit().items() for s in ss]
     seen = smallest_seen(halfwidths, spec["band"])
