@@ -664,6 +664,8 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
             scan.add_points([0, len(cands) - 1])
         log(f"scan {sid}: {len(cands)} candidates, {len(scan.points())} sampled")
         if fleet is None:
+            if scan.get(BLOCKS, None):  # an earlier run on a cluster: its levels stay its machines'
+                scan.put(BLOCKS, None)
             scan.run_block(0, len(cands) - 1)
         else:
             run_lanes(scan, fleet)
