@@ -81,17 +81,20 @@ def test_bench_refuses_a_workload_it_cannot_measure(engine: EngineBuild, dense_m
 
 def test_compare_between_two_builds_finds_the_planted_wait(engine: EngineBuild, dense_model: Path,
                                                           cli_env: dict[str, str], tmp_path: Path) -> None:
-    """The default engine against the planted build (a 2 ms busy wait per decode call) at 2
+    """The default engine against the planted build (a 5 ms busy wait per decode call) at 2
     parallel sequences, one thread: slower, whatever else runs on the machine."""
     from tests.planted import planted_engine
 
     src, _ = planted_engine()
     out = tmp_path / "c.json"
     p = _run(["compare", "--json", str(out), "--arm", f"base={DEFAULT_ENGINE}", "--arm", f"spin={src}",
-              "--env", "spin:TOKENSLEUTH_SPIN_US=2000", "--kind", "base=llama-batched-bench",
+              "--env", "spin:TOKENSLEUTH_SPIN_US=5000", "--kind", "base=llama-batched-bench",
               "--kind", "spin=llama-batched-bench", "--model", str(dense_model), "-w", "tg32xc2",
               "--max-pairs", "10", "--", "-t", "1"], cli_env)
     assert p.returncode == 0, p.stderr
     (c,) = json.loads(out.read_text())["comparisons"]
     assert (c["workload"], c["candidate"], c["verdict"]) == ("tg32xc2", "spin", "slower"), c
-    assert c["ci"][1] < 0.9  # 64 ms of waits on a run of tens of ms
+    # 160 ms of waits on a run of tens of ms. (Not the interval's far end: the sequential test stops
+    # as soon as the interval clears the band, so its width is the machine's noise — 5 pairs on a
+    # loaded 2-core machine gave [0.38, 0.97] around 0.60 with a 2 ms wait.)
+    assert c["ratio"] < 0.9
