@@ -97,6 +97,8 @@ def scan(
     if not model:
         raise UserError("scan needs --model (repeatable) — the GGUF models to measure")
     parse_budget(budget)
+    fleet = open_fleet(cluster, on)  # (an address that cannot be read, or answers not, is one line now)
+    refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
     if repo is not None:
         cands = bis.git_candidates(str(repo), from_, to, ("--from", "--to"))
     elif source is not None:
@@ -118,8 +120,6 @@ def scan(
         perplexity_flags(flags)
         spec["check_outputs"] = True
     build_compare_spec_check(spec)
-    fleet = open_fleet(cluster, on)
-    refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
     if fleet is not None:
         fleet.check_files(fleet_paths(model_paths(model) + (model_paths(control_model) if control_model else []),
                                       [c.source for c in cands]))
