@@ -351,7 +351,7 @@ def test_a_flag_the_workers_engine_refuses_and_a_missing_model_are_one_line(
 @pytest.mark.slow
 def test_a_machine_lost_mid_pair_loses_only_that_pair(cluster: object, engine: EngineBuild, dense_model: Path,
                                                       tmp_path: Path) -> None:
-    """Runs last: it kills w2 for good."""
+    """Runs next to last: it kills w2 for good (the last test brings a w3)."""
     from tests.fleet import LocalCluster
 
     assert isinstance(cluster, LocalCluster)
@@ -382,3 +382,42 @@ def test_a_machine_lost_mid_pair_loses_only_that_pair(cluster: object, engine: E
     c = json.loads(out.read_text())["comparisons"][0]
     assert c["pairs"] == 10
     assert "worker w2 lost" in stdout  # the report lists the lost machine and the time
+
+
+@pytest.mark.slow
+def test_a_scan_whose_machine_is_lost_gives_its_block_to_another(cluster: object, engine: EngineBuild,
+                                                                 moe_model: Path, tmp_path: Path) -> None:
+    """Runs after w2 is gone for good: a machine w3 joins, takes the second block, and is killed
+    while it judges; w1 then scans that block too, measuring its levels again (none of w3's are
+    used), and the answer is the same."""
+    from tests.fleet import LocalCluster
+    from tests.planted import bisect_history
+
+    assert isinstance(cluster, LocalCluster)
+    cluster.start("w3", ccache=cache_dir() / "ccache")
+    repo, shas = bisect_history(("n1", "spin", "n2"), branch="bisect-fleet-spin3000-short", spin_us=3000)
+    db, out = tmp_path / "s.db", tmp_path / "scan.json"
+    args = [tokensleuth_bin(), "scan", "--db", str(db), "--repo", str(repo), "--from", shas["base"],
+            "--to", shas["n2"], "--model", str(moe_model), "-w", "tg32", "--samples", "3", "--band", "20%",
+            "--max-pairs", "10", "--cluster", cluster.address, "--on", "role=bench", "--json", str(out),
+            "--", "-t", "1", "-r", "5"]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline and proc.poll() is None:
+        if any(r["status"] == "running" and r["node"] == "w3" for r in _trials(db)):
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the scan ended before w3 judged anything"
+    cluster.kill("w3")
+    stdout, stderr = proc.communicate(timeout=1500)
+    r = json.loads(out.read_text())
+    assert proc.returncode == (1 if r["undecided"] else 0), stderr[-3000:]
+    assert "machine w3 was lost" in stderr
+    assert [(s["first_bad"], s["direction"]) for s in r["steps"]] == [(shas["spin"][:10], "slower")], r["steps"]
+    con = sqlite3.connect(db)
+    state = {k: json.loads(v) for k, v in con.execute("SELECT key, value_json FROM state WHERE key LIKE 'scan-%'")}
+    assert [b["node"] for b in state["scan-blocks"]] == ["w1", "w1"]
+    labels = [shas[n][:10] for n in ("base", "n1", "spin", "n2")]
+    on_w1 = {x["label"] for x in state["scan-levels"] if x.get("node") == "w1"}
+    assert on_w1 == set(labels)  # the second block's levels measured again on w1
+    assert [x["node"] for x in r["sampled"]] == ["w1"] * 4
