@@ -245,7 +245,6 @@ class Scan:
                  lock: threading.Lock | None = None, judges: list[Judge] | None = None) -> None:
         self.store, self.sid, self.cands, self.spec, self.log = store, sid, list(cands), spec, log
         self.profile = profile
-        self.fleet, self.node = fleet, node
         self.node_label = node.label if node is not None else None  # levels are kept apart by machine
         self.lock = lock or threading.Lock()
         self.index = {c.label: i for i, c in enumerate(self.cands)}
@@ -600,6 +599,7 @@ def run_lanes(main: Scan, fleet: Fleet) -> None:
                 with Store(main.store.path) as st:  # (a store connection is its thread's own)
                     scan = Scan(st, main.sid, main.cands, main.spec, lambda line: main.log(f"[{node.label}] {line}"),
                                 None, fleet=fleet, node=node, lock=main.lock, judges=main.judges)
+                    scan.started, scan.spent0 = main.started, main.spent0  # one clock: the scan's wall time
                     lanes.append(scan)
                     scan.update(BLOCKS, [], lambda bs: [{**b, "node": node.label} if k == j else b
                                                          for k, b in enumerate(bs)])
