@@ -147,7 +147,6 @@ def test_timelines_follow_the_sample_interval(engine: EngineBuild, dense_model: 
     gpu = NvidiaSource.probe(FakeNVML(power_w=50.0))
     assert gpu is not None
     gaps = {}
-    short = {}
     with Store(tmp_path / "s.db") as store:
         for interval in (0.05, 0.25):
             sid = run_bench(store, engine, [str(dense_model)], ["-p", "0", "-n", "512", "-r", "3", "-t", "1"],
@@ -155,10 +154,11 @@ def test_timelines_follow_the_sample_interval(engine: EngineBuild, dense_model: 
             ts = [t for t, row in store.timeline(int(store.trials(sid)[0]["id"])) if "gpu0_power_w" in row]
             assert len(ts) >= 4
             gaps[interval] = float(np.median(np.diff(ts))) / 1e9
-            # a window is "short" against the interval it was sampled at (5 samples at least)
+            # a window is "short" against the interval it was sampled at (5 samples at least); which
+            # windows are short depends on this machine's speed (0.35 s windows here, 1.3 s on a slow
+            # one), so the rule is checked window by window; both outcomes: tests/monitor/test_sources.py
             (cell,) = load_cells(store, sid)
-            assert {w["short_window"] for w in cell.windows} == {w["window_s"] < 5 * interval for w in cell.windows}
-            short[interval] = all(w["short_window"] for w in cell.windows)
+            assert cell.windows
+            assert [w["short_window"] for w in cell.windows] == [w["window_s"] < 5 * interval for w in cell.windows]
     assert gaps[0.05] == pytest.approx(0.05, rel=0.3)
     assert gaps[0.25] == pytest.approx(0.25, rel=0.3)
-    assert short == {0.05: False, 0.25: True}  # ~0.35 s windows: long at 0.05 s, short at 0.25 s
