@@ -23,12 +23,15 @@ def test_sync_tree_touches_only_what_changed(tmp_path: Path) -> None:
     (dst / "a" / "same.c").write_text("int same;\n")
     (dst / "a" / "changed.c").write_text("int v = 1;\n")
     (dst / "gone.c").write_text("int gone;\n")
+    (dst / ".tokensleuth-build-f" / "a").mkdir(parents=True)  # the build directory in the tree: kept
+    (dst / ".tokensleuth-build-f" / "a" / "same.c.o").write_text("object")
     old = 1_000_000_000
     for f in ("a/same.c", "a/changed.c"):
         os.utime(dst / f, (old, old))
     assert sync_tree(src, dst) == 3  # changed.c rewritten, new.h added, gone.c removed
     assert (dst / "a" / "changed.c").read_text() == "int v = 2;\n" and (dst / "new.h").exists()
     assert not (dst / "gone.c").exists()
+    assert (dst / ".tokensleuth-build-f" / "a" / "same.c.o").read_text() == "object"
     assert (dst / "a" / "same.c").stat().st_mtime == old  # untouched: ninja keeps its object
     assert (dst / "a" / "changed.c").stat().st_mtime > old  # newer than any object built from the old one
     assert sync_tree(src, dst) == 0
@@ -42,9 +45,10 @@ def ninja_steps(lines: list[str]) -> int:
 @pytest.mark.slow
 @pytest.mark.needs("ccache")
 def test_the_next_commit_recompiles_only_what_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """One build directory per family, reused; and another cache root (another machine, or a
-    new clone) compiles from the compiler cache: its worktree and build directory have the same
-    names under each root, so compile lines (paths relative to the root) are the same."""
+    """One build directory per family, reused; and another source root (another machine, another
+    history of the same files, an sdist's tree) compiles from the compiler cache: each build
+    directory lies inside its source tree, so compile lines (paths relative to the build
+    directory) are the same whatever the root is called."""
     from tests.planted import bisect_history
 
     repo, shas = bisect_history()
@@ -59,16 +63,23 @@ def test_the_next_commit_recompiles_only_what_changed(tmp_path: Path, monkeypatc
     assert (Path(b.bin_dir) / "llama-bench").exists()
     assert ninja_steps(first) > 100  # the first build in the family: everything
     assert 0 < ninja_steps(second) < 30, second[-20:]  # then: the changed file, its library, the links
-    assert len([d for d in (tmp_path / "cache" / "work").glob("build-*") if d.is_dir()]) == 1  # one, reused
+    wt = [d for d in (tmp_path / "cache" / "work").glob("wt-*") if d.is_dir()]
+    assert len(wt) == 1 and len(list(wt[0].glob(".tokensleuth-build-*"))) == 1  # one, reused, in the tree
 
     log = tmp_path / "ccache-stats.log"
     monkeypatch.setenv("CCACHE_STATSLOG", str(log))
-    # another machine: its own cache root and its own copy of the history (a fleet machine's
-    # mirror is a bare repository fetched from a bundle)
-    mirror = tmp_path / "other" / "src" / "mirror.git"
-    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(mirror)], check=True)
+    # another machine, with another history of the same files (a first commit of its own: its
+    # worktree gets another name, as an sdist's mirror or a decompose clone has)
+    other = tmp_path / "other-history"
+    subprocess.run(["git", "clone", "-q", str(repo), str(other)], check=True)
+    subprocess.run(["git", "-C", str(other), "checkout", "-q", "--orphan", "fresh", shas["n2"]], check=True)
+    subprocess.run(["git", "-C", str(other), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "-m", "the same files, a history of their own"], check=True)
     third: list[str] = []
-    BuildCache(tmp_path / "other").get(f"git:{mirror}@{shas['n2']}", log=third.append)
+    b3 = BuildCache(tmp_path / "other").get(f"git:{other}@fresh", log=third.append)
+    assert Path(b3.bin_dir).parent.parent.parent == tmp_path / "other"
+    worktrees = [d.name for d in (tmp_path / "other" / "work").glob("wt-*") if d.is_dir()]
+    assert worktrees and worktrees != [wt[0].name]  # a root whose name differs
     assert ninja_steps(third) > 100  # a build directory of its own: every object asked for
     results = [r for ln in log.read_text().splitlines()
                if (r := ln.strip()) in ("direct_cache_hit", "preprocessed_cache_hit", "cache_miss")]

