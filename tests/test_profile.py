@@ -259,11 +259,15 @@ def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys
 
 def test_compare_profile_names_the_op_beside_the_verdict(engine: EngineBuild, moe_model: Path,
                                                          cli_env: dict[str, str], tmp_path: Path) -> None:
-    from tests.planted import bisect_history
+    from tests.planted import SCAN_HISTORY, SCAN_MOE_US, SCAN_SPIN_US, bisect_history
 
-    repo, shas = bisect_history()
+    # the scan's plant (3 ms per MoE layer: the tiny MoE model at about half its speed): the
+    # bisect's 0.4 ms one came out at 0.854 [0.727, 1.003] after 10 pairs on a machine whose
+    # trials varied by 17%, and the verdict beside which the profile is shown was unresolved
+    repo, shas = bisect_history(SCAN_HISTORY, branch=f"scan-spin{SCAN_SPIN_US}", spin_us=SCAN_SPIN_US,
+                                moe_us=SCAN_MOE_US)
     out = tmp_path / "c.json"
-    p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out), "--arm", f"parent=git:{repo}@{shas['fix']}",
+    p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out), "--arm", f"parent=git:{repo}@{shas['n2']}",
                         "--arm", f"culprit=git:{repo}@{shas['culprit']}", "--model", str(moe_model), "-w", "tg16",
                         "--max-pairs", "10", "--profile", "--", "-r", "3", "-t", "1"],
                        env=cli_env, capture_output=True, text=True, timeout=1800)

@@ -6,6 +6,7 @@ sequences; the real scan runs over a planted history of 25 commits on the real l
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -223,7 +224,10 @@ def test_a_finished_scan_resumed_with_a_later_end_measures_only_the_new_part(
                            env=cli_env, capture_output=True, text=True, timeout=1200)
         got: dict[str, Any] = json.loads(out.read_text())
         assert p.returncode == (1 if got["undecided"] else 0), p.stderr[-2000:]  # undecided: said so, exit 1
+        logs.append(p.stdout + p.stderr)
         return got
+
+    logs: list[str] = []
 
     def compares() -> int:
         return int(sqlite3.connect(cli_env["TOKENSLEUTH_DB"]).execute(
@@ -231,6 +235,11 @@ def test_a_finished_scan_resumed_with_a_later_end_measures_only_the_new_part(
 
     first = scan("n2")
     assert first["steps"] == [] and first["last"] == shas["n2"][:10]
+    # a line per sampled build, as it is made or found: what the build phase has done and has left
+    sampled = [x["label"] for x in first["sampled"]]
+    built = re.findall(r"build (\d+)/(\d+): (\w+) (?:built in \d+ s|from the cache)", logs[0])
+    assert [(int(k), int(n), label) for k, n, label in built] == [
+        (k, len(sampled), label) for k, label in enumerate(sampled, 1)], logs[0][-2000:]
     before, judged = compares(), _state(cli_env["TOKENSLEUTH_DB"], "scan-intervals")
     assert scan("n2")["study"] == first["study"] and compares() == before  # its answer (or more pairs), no new study
     later = scan("n4", from_file=True)

@@ -342,9 +342,21 @@ class Scan:
     def run_block(self, lo: int, hi: int) -> None:
         """Build, measure and refine the points from ``lo`` to ``hi`` (the whole range alone)."""
         self.block = (lo, hi)
-        for i in self.block_points():
-            if not self.over_budget():
-                self.build(i)
+        pts = self.block_points()
+        took: list[float] = []
+        for n, i in enumerate(pts, 1):
+            if self.over_budget():
+                continue
+            t0 = time.monotonic()
+            ok = self.build(i)
+            b = self.judge.builds.get(self.cands[i].source)
+            if ok and b is not None and not b.cache_hit:
+                took.append(time.monotonic() - t0)
+            how = ("does not build" if not ok else "from the cache" if b is None or b.cache_hit
+                   else f"built in {took[-1]:.0f} s")
+            left = (f"; ~{(len(pts) - n) * sum(took) / len(took) / 60:.0f} min of builds left"
+                    if took and n < len(pts) else "")
+            self.log(f"  build{self._on()} {n}/{len(pts)}: {self.cands[i].label} {how}{left}")
         self.measure_levels(int(self.spec["rounds"]))
         self.refine()
 
@@ -361,6 +373,8 @@ class Scan:
         have = {(x["label"], x["round"], x["model"], x["workload"]) for x in self.get(LEVELS, [])
                 if x.get("node") == self.node_label}
         for r in range(rounds):
+            stored = all((self.cands[i].label, r, m, w) in have for i in self.block_points()
+                         for m in self.spec["models"] for w in self.spec["workloads"])
             for i in round_order(self.block_points(), r):
                 c = self.cands[i]
                 for m in self.spec["models"]:
@@ -384,7 +398,8 @@ class Scan:
                             level["node"] = self.node_label
                         self.update(LEVELS, [], lambda xs: [*xs, level])
                         have.add((c.label, r, m, w))
-            self.log(f"  levels{self._on()}: round {r + 1}/{rounds} over {len(self.block_points())} builds")
+            self.log(f"  levels{self._on()}: round {r + 1}/{rounds} over {len(self.block_points())} builds"
+                     + (" (measured before)" if stored else ""))
 
     def _on(self) -> str:
         return f" on {self.node_label}" if self.node_label is not None else ""
