@@ -2,9 +2,10 @@
 # The scan at the users' scale, on the lent H200 (CUDA, -ngl 99): a planted history of the real
 # llama.cpp source (tests/planted.py: base, n1, culprit, n2, spin, n3, n4 — the culprit a MoE-only
 # wait of MOE_US per MoE layer, the spin SPIN_US per decode call), scanned with the Qwen3-30B-A3B
-# shape (Q8_0, 32.5 GB) and the Llama-3.1-8B shape (Q8_0) at tg32 and pp512. Two calls on one
-# warm machine (the scan is stopped before the call's limit and resumed by the second):
-#   bash bench/device_scan.sh      # again, as soon as the first returns: --resume
+# shape (Q8_0, 32.5 GB) and the Llama-3.1-8B shape (Q8_0) at tg32 and pp512. Calls on one
+# warm machine, each stopped (SIGINT) SCAN_S seconds in, before the call's limit, and resumed by the next
+# (three were made: the first builds with CUDA; 2 and 3 judge and bisect):
+#   SCAN_S=400 bash bench/device_scan.sh; SCAN_S=530 bash bench/device_scan.sh   # the second: --resume
 # Expects .whl/ and .carry/ carried; the store, the JSON and the report come back in $OUT.
 set -x
 mkdir -p .devcache

@@ -53,7 +53,7 @@ from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.errors import EngineError, UserError
 from tokensleuth.judge import Judge
 from tokensleuth.outputs import CHECK_TARGETS
-from tokensleuth.sources.build import DEFAULT_TARGETS
+from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
 from tokensleuth.spec import spec_hash
 
 if TYPE_CHECKING:
@@ -330,14 +330,14 @@ class Scan:
         self.update(POINTS, [], lambda labels: [x for x in labels if x != self.cands[i].label])
         self.log(f"  {self.cands[i].label}: {why} — left out of the sample")
 
-    def build(self, i: int) -> bool:
+    def build(self, i: int) -> EngineBuild | None:
         """Build point ``i`` (a cache hit when made before), its settings pinned when asked and
-        its memory checked; False when it does not build."""
-        if self.judge.prepare(self.cands[i].source, self.spec["models"]) is None:
+        its memory checked; None when it does not build."""
+        b = self.judge.prepare(self.cands[i].source, self.spec["models"])
+        if b is None:
             self.drop_point(i, f"does not build ({self.judge.build_errors.get(self.cands[i].source, '')[:80]})",
                             unbuildable=True)
-            return False
-        return True
+        return b
 
     def run_block(self, lo: int, hi: int) -> None:
         """Build, measure and refine the points from ``lo`` to ``hi`` (the whole range alone)."""
@@ -348,11 +348,10 @@ class Scan:
             if self.over_budget():
                 continue
             t0 = time.monotonic()
-            ok = self.build(i)
-            b = self.judge.builds.get(self.cands[i].source)
-            if ok and b is not None and not b.cache_hit:
+            b = self.build(i)
+            if b is not None and not b.cache_hit:
                 took.append(time.monotonic() - t0)
-            how = ("does not build" if not ok else "from the cache" if b is None or b.cache_hit
+            how = ("does not build" if b is None else "from the cache" if b.cache_hit
                    else f"built in {took[-1]:.0f} s")
             left = (f"; ~{(len(pts) - n) * sum(took) / len(took) / 60:.0f} min of builds left"
                     if took and n < len(pts) else "")
