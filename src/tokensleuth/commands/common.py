@@ -59,7 +59,7 @@ def open_fleet(cluster: str | None, on: list[str], needs: str = "") -> Any:
         return None
     from tokensleuth.fleet import Fleet
 
-    fleet = Fleet(cluster, on)
+    fleet = Fleet(cluster, on, log=lambda line: err.print(line, markup=False))
     err.print(f"fleet: {len(fleet.nodes)} machine(s): " + ", ".join(n.label for n in fleet.nodes), markup=False)
     return fleet
 

@@ -24,10 +24,9 @@ if TYPE_CHECKING:
 
 
 def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
-    ex = ray.exceptions
-    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError", "WorkerCrashedError",
-             "OwnerDiedError", "ObjectLostError", "LocalRayletDiedError")
-    return tuple(getattr(ex, n) for n in names if hasattr(ex, n))
+    from tokensleuth.fleet import lost_errors
+
+    return lost_errors(ray)
 
 
 class NodesLost(EngineError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,10 +105,19 @@ def reachable(address: str, timeout_s: float = 3.0) -> str:
     return address
 
 
+def lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """Ray's errors that mean a machine (or its worker) is gone, not that the call failed."""
+    ex = ray.exceptions
+    names = ("RayActorError", "ActorDiedError", "ActorUnavailableError", "ActorUnschedulableError",
+             "NodeDiedError", "WorkerCrashedError", "OwnerDiedError", "ObjectLostError", "LocalRayletDiedError")
+    return tuple(getattr(ex, n) for n in names if hasattr(ex, n))
+
+
 class Fleet:
     """A connection to a Ray cluster and the machines a study may use."""
 
-    def __init__(self, address: str, on: Sequence[str] = (), *, connect_timeout_s: float = 60) -> None:
+    def __init__(self, address: str, on: Sequence[str] = (), *, connect_timeout_s: float = 60,
+                 log: Callable[[str], None] | None = None) -> None:
         address = reachable(check_address(address))
         self.selectors = parse_selectors(on)
         try:
@@ -126,6 +135,7 @@ class Fleet:
                 raise UserError(f"no Ray cluster at {address} ({str(exc).splitlines()[0][:160]}) — start one with "
                                 "`ray start --head`, or pass the head's HOST:PORT") from None
         self.address = address
+        self.log = log or (lambda line: None)
         self.actors: dict[str, Any] = {}
         self.recipes: dict[str, Recipe] = {}  # a build's bin_dir -> how any worker makes its own
         self.lost: dict[str, float] = {}  # node id -> when it was lost
@@ -210,15 +220,26 @@ class Fleet:
 
     def check_files(self, paths: Sequence[str]) -> None:
         """Models and bin: folders are read at the same path on every machine: one line
-        naming what a machine lacks (or has at another size) before anything runs."""
+        naming what a machine lacks (or has at another size) before anything runs.
+
+        A machine the cluster still lists but that is gone (Ray notices a killed machine only
+        after some missed heartbeats) is forgotten here, as it would be mid-study."""
         want = {p: (0 if Path(p).is_dir() else Path(p).stat().st_size) if Path(p).exists() else None for p in paths}
         for n in self.nodes:
-            got = self._get(self.worker(n).files.remote(list(paths)))
+            try:
+                got = self._get(self.worker(n).files.remote(list(paths)))
+            except lost_errors(self.ray) as exc:
+                self.forget(n)
+                self.log(f"machine {n.label} is gone ({type(exc).__name__}) — the study goes on without it")
+                continue
             for p, size in got.items():
                 if size is None or (want[p] is not None and size != want[p]):
                     what = "is not on" if size is None else f"has another size ({size} vs {want[p]} bytes) on"
                     raise UserError(f"{p} {what} machine {n.label} — copy it to the same path there "
                                     "(models and bin: folders are read where they are)")
+        if not self.usable(self.nodes):
+            raise EngineError(f"every machine of the cluster that matches --on was lost ({', '.join(n.label for n in self.nodes)}) "
+                              "— start one again, then rerun")
 
     def check_arm(self, node: Node, build: EngineBuild, name: str, kind: str, flags: Sequence[str],
                   env: dict[str, str], workloads: Sequence[str], source: str) -> None:
