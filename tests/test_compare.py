@@ -27,6 +27,20 @@ def compare(args: list[str], env: dict[str, str], tmp_path: Path, timeout: float
     return p, doc
 
 
+def test_workloads_one_process_can_run_are_joined() -> None:
+    from tokensleuth.workloads import joined_flags, trial_workloads
+
+    assert joined_flags(["tg32", "pp512"]) == ["-p", "512", "-n", "32", "-d", "0"]
+    assert joined_flags(["pp512@d4096", "tg32@d4096", "pp512+tg32@d4096"]) == [
+        "-p", "512", "-n", "32", "-pg", "512,32", "-d", "4096"]
+    assert joined_flags(["pp64", "pp512", "tg16"]) == ["-p", "64,512", "-n", "16", "-d", "0"]
+    assert joined_flags(["tg32"]) is None  # one workload: a process of its own, as ever
+    assert joined_flags(["tg32", "pp512@d4096"]) is None  # two depths would cross
+    assert joined_flags(["pp512+tg32", "pp64+tg8"]) is None
+    assert joined_flags(["tg32", "tg32xc4"]) is None  # a concurrent workload is a server's
+    assert trial_workloads("tg32,pp512") == ["tg32", "pp512"] and trial_workloads("") == [""]
+
+
 def test_aa_is_never_a_finding(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
                                tmp_path: Path) -> None:
     p, doc = compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
@@ -61,6 +75,75 @@ def test_a_planted_wait_is_slower_on_tg(engine: EngineBuild, moe_model: Path, cl
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     arms = [r[0] for r in con.execute("SELECT a.name FROM trials t JOIN arms a ON a.id=t.arm_id ORDER BY seq")]
     assert arms[:4] == ["base", "spin", "spin", "base"]
+
+
+def test_a_trial_runs_every_workload_of_its_model_in_one_process(engine: EngineBuild, moe_model: Path,
+                                                                 cli_env: dict[str, str], tmp_path: Path) -> None:
+    """Two workloads, one llama-bench process per trial: the model is loaded once for both, each
+    test lands in its own cell, and a wait planted per decode call is found on tg only.
+    --separate-processes gives each workload its own process again."""
+    from tests.planted import planted_engine
+    from tokensleuth.comparisons import JOINED_DESIGN
+
+    src, _ = planted_engine()
+    args = ["--arm", f"base={src}", "--arm", f"spin={src}", "--env", "spin:TOKENSLEUTH_SPIN_US=1500",
+            "--model", str(moe_model), "-w", "tg32", "-w", "pp64"]
+    p, doc = compare([*args, "--max-pairs", "20", "--", "-r", "3", "-t", "1"], cli_env, tmp_path)
+    assert p.returncode == 0, p.stderr
+    cells = {c["workload"]: c for c in doc["comparisons"]}
+    assert sorted(cells) == ["pp64", "tg32"]
+    assert cells["tg32"]["verdict"] == "slower" and cells["tg32"]["ci"][1] < 0.99, cells["tg32"]
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    (sid, spec_json), = con.execute("SELECT id, spec_json FROM studies WHERE kind='compare'").fetchall()
+    assert json.loads(spec_json)["design"] == JOINED_DESIGN
+    assert all(c["design"] == JOINED_DESIGN for c in doc["comparisons"])
+    trials = con.execute("SELECT id, workload, argv_json, status FROM trials WHERE study_id=?", (sid,)).fetchall()
+    assert {t[1] for t in trials} == {"tg32,pp64"} and all(t[3] == "done" for t in trials)
+    for tid, _w, argv, _st in trials:
+        assert json.loads(argv)[:4] == ["-p", "64", "-n", "32"]
+        tests = [r[0] for r in con.execute("SELECT test FROM results WHERE trial_id=? ORDER BY test_idx", (tid,))]
+        assert tests == ["pp64", "tg32"]
+    # one process per pair member for both cells: as many trials as two per pair, not four
+    assert len(trials) == 2 * max(c["pairs"] for c in cells.values())
+    assert cells["pp64"]["pairs"] == cells["tg32"]["pairs"]
+    # a process per workload, when asked
+    db2 = tmp_path / "separate.db"
+    q, doc2 = compare([*args, "--separate-processes", "--db", str(db2), "--min-pairs", "2", "--max-pairs", "2", "--",
+                       "-r", "2", "-t", "1"], cli_env, tmp_path)
+    assert q.returncode in (0, 1), q.stderr
+    ws = sorted(r[0] for r in sqlite3.connect(db2).execute("SELECT workload FROM trials"))
+    assert ws == ["pp64"] * 4 + ["tg32"] * 4
+    assert "design" not in json.loads(sqlite3.connect(db2).execute("SELECT spec_json FROM studies").fetchone()[0])
+    assert not any("design" in c for c in doc2["comparisons"])
+
+
+def test_a_study_begun_with_a_process_per_workload_goes_on_so(engine: EngineBuild, dense_model: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A study stored before one process per model (its identity has no design) is continued as
+    it began — by --resume while unfinished, and by a driver asking for it again (bisect's
+    judge) once finished — never measured again from its start under the new design."""
+    from tokensleuth import compare as cmp
+    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.store import Store
+
+    src = f"bin:{engine.bin_dir}"
+    spec = build_compare_spec({"arms": [{"name": "A", "source": src}, {"name": "B", "source": src}],
+                               "models": [str(dense_model)], "workloads": ["tg8", "pp32"], "band": 0.3,
+                               "min_pairs": 2, "max_pairs": 2, "common_flags": ["-r", "2", "-t", "1"]}, "test")
+    builds = {"A": engine, "B": engine}
+    with Store(tmp_path / "s.db") as store:
+        with monkeypatch.context() as m:  # the older version: a process per workload
+            m.setattr(cmp, "joins_workloads", lambda spec: False)
+            old, _ = cmp.run_compare(store, spec, builds)
+        n = len(store.trials(old))
+        assert n == 8 and {t["workload"] for t in store.trials(old)} == {"tg8", "pp32"}
+        again, comps = cmp.run_compare(store, spec, builds, create=True)
+        assert again == old and len(store.trials(old)) == n and len(comps) == 2
+        store.finish_study(old, "interrupted")
+        resumed, _ = cmp.run_compare(store, spec, builds, resume=True)
+        assert resumed == old and {t["workload"] for t in store.trials(old)} == {"tg8", "pp32"}
+        fresh, _ = cmp.run_compare(store, spec, builds)  # a new study: one process per model
+        assert fresh != old and {t["workload"] for t in store.trials(fresh)} == {"tg8,pp32"}
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth import stats
-from tokensleuth.comparisons import NOISE_STATE, PLACEMENT_STATE, SHARED_DESIGN, Comparison, analyze
+from tokensleuth.comparisons import JOINED_DESIGN, NOISE_STATE, PLACEMENT_STATE, SHARED_DESIGN, Comparison, analyze
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.engines.shared import differing_setting, per_instance
@@ -26,7 +26,7 @@ from tokensleuth.spec import CompareSpec, spec_hash
 from tokensleuth.errors import UserError
 from tokensleuth.records import PlannedTrial, StudyHandle
 from tokensleuth.store import Store
-from tokensleuth.workloads import planned_argv
+from tokensleuth.workloads import JOINED, joined_flags, planned_argv, trial_workloads
 
 if TYPE_CHECKING:
     from tokensleuth.outputs import PlannedCheck
@@ -70,8 +70,15 @@ def run_compare(
     spec_json = dict(spec_dump(spec), **(identity or {}))
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
     share = shares_process(spec, builds)
+    joined = not share and joins_workloads(spec)
+    if joined and (resume or create):  # a study a version before one process per model began goes
+        # on as it began (a process per workload), never measured again from its start
+        old = spec_hash(measurement_identity(spec_json))
+        joined = not (store.find_resumable("compare", old) if resume else store.find_study("compare", old))
     if share:  # what is measured: a pair's ratio inside one process (absent: a process per trial)
         spec_json["design"] = SHARED_DESIGN
+    elif joined:  # every workload of a model in one process per trial (absent: a process per workload)
+        spec_json["design"] = JOINED_DESIGN
     h = spec_hash(measurement_identity(spec_json))
     if not measure:
         study_id = (store.find_resumable("compare", h) if resume else None) or (
@@ -84,7 +91,7 @@ def run_compare(
         on_study(handle)
     with store.lease(handle.id):
         return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor,
-                                      placement, share)
+                                      placement, share, joined)
 
 
 def _runtimes(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> dict[str, ArmRuntime]:
@@ -102,6 +109,15 @@ def shares_process(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> bool
         return False
     a, b = _runtimes(spec, builds).values()
     return differing_setting(a, b) is not None
+
+
+def joins_workloads(spec: CompareSpec) -> bool:
+    """Whether each trial runs all of a model's workloads in one llama-bench process
+    (workloads.joined_flags): several workloads one process can run, every arm a llama-bench
+    one, and the user did not ask for a process per trial and workload."""
+    if spec.separate_processes or not all(a.kind == DEFAULT_KIND for a in spec.arms):
+        return False
+    return joined_flags(list(spec.workloads)) is not None
 
 
 def _verbose_first(store: Store, study_id: str, spec: CompareSpec, plan: list[PlannedTrial]) -> list[PlannedTrial]:
@@ -150,6 +166,7 @@ def _run_rounds(
     executor: Executor | None = None,
     placement: bool = False,
     share: bool = False,
+    joined: bool = False,
 ) -> list[Comparison]:
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = _runtimes(spec, builds)
@@ -193,16 +210,29 @@ def _run_rounds(
         chosen = FIRST_REPS if share and not user_reps(spec) else adaptive_reps(store, study_id, spec)
         asked = asked_reps(spec)
         cold = {(c.model, c.workload): c.cold.count for c in comps if c.cold is not None}
-        for (model, w), target in open_cells.items():
-            start = have.get((model, w), 0)
+        # (model, the trial's workload(s), their flags, cold repetitions, first pair, pairs to have)
+        rounds: list[tuple[str, str, list[str], int, int, int]] = []
+        if joined:  # one trial per model runs every workload, each cell open or not (more pairs
+            # for a decided cell are one more look at it, as its schedule allows)
+            by_model: dict[str, int] = defaultdict(int)
+            for (model, _w), target in open_cells.items():
+                by_model[model] = max(by_model[model], target)
+            flags = joined_flags(list(spec.workloads)) or []
+            rounds = [(model, JOINED.join(spec.workloads), flags,
+                       max(cold.get((model, w), 0) for w in spec.workloads),
+                       min(have.get((model, w), 0) for w in spec.workloads), target)
+                      for model, target in by_model.items()]
+        else:
+            rounds = [(model, w, planned_argv(w), cold.get((model, w), 0), have.get((model, w), 0), target)
+                      for (model, w), target in open_cells.items()]
+        for model, w, flags, n_cold, start, target in rounds:
             # cold leading repetitions are left out, so they are added: the measured ones stay as many
             # (the user's own -r is only ever added to, never restated)
-            n_cold = cold.get((model, w), 0)
             if share:  # a shared trial's repetitions are its two instances', interleaved
                 n_cold = per_instance(n_cold)
             extra: tuple[str, ...] = (("-r", str(chosen + n_cold)) if chosen is not None else
                                       ("-r", str(asked + n_cold)) if asked is not None and n_cold else ())
-            plan += pair_round(names, model, w, (*planned_argv(w), *extra), start, target)
+            plan += pair_round(names, model, w, (*flags, *extra), start, target)
         plan = _interleave_cells(plan)
         if placement:
             plan = _verbose_first(store, study_id, spec, plan)
@@ -340,8 +370,9 @@ def _planned_pairs(store: Store, study_id: str) -> dict[CellKey, int]:
     """Pairs planned so far per cell (done, failed or still planned)."""
     out: dict[CellKey, int] = {}
     for t in store.trials(study_id):
-        key = (t["model"], t["workload"])
-        out[key] = max(out.get(key, 0), int(t["pair"]) + 1)
+        for w in trial_workloads(t["workload"]):
+            key = (t["model"], w)
+            out[key] = max(out.get(key, 0), int(t["pair"]) + 1)
     return out
 
 
@@ -350,11 +381,12 @@ def _broken_cells(store: Store, study_id: str) -> set[CellKey]:
     fails: dict[tuple[str, str, str], int] = defaultdict(int)
     dones: set[tuple[str, str, str]] = set()
     for t in store.trials(study_id):
-        k = (t["model"], t["workload"], t["arm"])
-        if t["status"] == "done":
-            dones.add(k)
-        elif t["status"] in ("failed", "crashed", "timeout", "garbage"):
-            fails[k] += 1
+        for w in trial_workloads(t["workload"]):
+            k = (t["model"], w, t["arm"])
+            if t["status"] == "done":
+                dones.add(k)
+            elif t["status"] in ("failed", "crashed", "timeout", "garbage"):
+                fails[k] += 1
     return {(m, w) for (m, w, a), n in fails.items() if n >= 2 and (m, w, a) not in dones}
 
 

@@ -21,6 +21,7 @@ from tokensleuth.engines.shared import per_instance
 from tokensleuth.results import load_cells
 from tokensleuth.spec import CompareSpec
 from tokensleuth.store import Store
+from tokensleuth.workloads import JOINED
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class Comparison:
     # leading repetitions every trial of this cell left out (stats.cold_leading), None when none
     cold: stats.Cold | None = None
     shared: bool = False  # each pair ran in one engine process (engines.shared), not one per trial
+    joined: bool = False  # each trial ran every workload of its model in one process (compare.joins_workloads)
 
     def warnings(self) -> list[str]:
         """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
@@ -91,8 +93,9 @@ class Comparison:
                                  "ratio": self.cold.ratio if self.cold else None,
                                  **({"per_instance": per_instance(self.cold.count if self.cold else 0)}
                                     if self.shared else {})},
-            # each pair in one process (engines.shared); absent: a process per trial, as ever
-            **({"design": SHARED_DESIGN} if self.shared else {}),
+            # each pair in one process (engines.shared), or each trial all of its model's workloads;
+            # absent: a process per trial and workload, as ever
+            **({"design": SHARED_DESIGN} if self.shared else {"design": JOINED_DESIGN} if self.joined else {}),
             # server arms only: client-side TTFT / inter-token latency (None for a llama-bench arm)
             **({"latency": {"baseline": self.base_latency, "candidate": self.cand_latency}}
                if self.base_latency or self.cand_latency else {}),
@@ -118,7 +121,8 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
     for r in store.trial_stats(study_id):
         key = (int(r["trial_id"]), int(r["test_idx"]))
         cpu_ms, tokens = trial_cpu.get(key, (r["cpu_ms"], int(r["tokens"])))
-        per[(r["model"], r["workload"], r["arm"])][int(r["pair"])] = (
+        w = str(r["test"]) if JOINED in r["workload"] else str(r["workload"])  # a joined trial: each test its cell's
+        per[(r["model"], w, r["arm"])][int(r["pair"])] = (
             trial_ts.get(key, float(r["mean_ts"])), cpu_ms, tokens)
     base = spec.baseline_name()
     cells = {(c.arm, c.model, c.test): c for c in loaded}
@@ -133,7 +137,8 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
 
     reported = arm_settings(store, study_id)
     arm_flags = {a.name: a.flags for a in spec.arms}
-    shared = json.loads(store.study(study_id)["spec_json"]).get("design") == SHARED_DESIGN
+    design = json.loads(store.study(study_id)["spec_json"]).get("design")
+    shared, joined = design == SHARED_DESIGN, design == JOINED_DESIGN
 
     kinds = {a.name: a.kind for a in spec.arms}
 
@@ -170,11 +175,12 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
                 out.append(Comparison(
                     model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
                     res(base, model, w), res(cand, model, w), diffs(cand), lat(base, model, w),
-                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None), shared))
+                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None), shared, joined))
     return out
 
 
 SHARED_DESIGN = "one process per pair (A,B,B,A)"
+JOINED_DESIGN = "one process per trial runs every workload of its model"
 
 
 # what run_compare adds to a spec for the study's identity: the builds, a per-host study's

@@ -27,6 +27,7 @@ import numpy as np
 
 from tokensleuth import stats
 from tokensleuth.store import Store
+from tokensleuth.workloads import JOINED
 
 R_MIN, R_MAX = 2, 20  # two repetitions keep a within estimate and stall detection; 20 bounds a trial
 
@@ -118,7 +119,7 @@ def components(procs: list[Process]) -> Noise | None:
 def estimate(store: Store, study_id: str) -> Noise | None:
     """The components of a study's finished trials (one Process per trial and test)."""
     rows = store.db.execute(
-        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, r.test_idx, t.t0_ns, t.t1_ns, s.tokens_per_s,"
+        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, r.test, r.test_idx, t.t0_ns, t.t1_ns, s.tokens_per_s,"
         " s.duration_ns"
         " FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
         " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0"
@@ -135,8 +136,17 @@ def estimate(store: Store, study_id: str) -> Noise | None:
         # a group is one cell: arm x model x workload (a compare's trials are each one workload,
         # all at test_idx 0: grouped by test_idx alone, pp2048 and tg32 levels were one group's
         # "between-process" spread) x the test inside the trial (bench runs several per trial)
-        cell = f"{r['model']}\x00{r['workload'] or ''}"
+        # (a trial that ran several workloads: each test is its own workload's)
+        cell = f"{r['model']}\x00{r['test'] if JOINED in r['workload'] else r['workload'] or ''}"
         info[key] = ((str(r["arm"]), cell, int(r["test_idx"])), span)
+    # a process that ran several tests: each test's span leaves out the others' repetitions, so
+    # what is left beside its own is the process's cost (load, warm-up) once
+    in_trial: dict[int, float] = defaultdict(float)
+    for (trial, _idx), secs in reps_s.items():
+        in_trial[trial] += secs
+    for k, (group, whole) in list(info.items()):
+        if whole is not None:
+            info[k] = (group, whole - (in_trial[k[0]] - reps_s[k]))
     # cold leading repetitions (stats.cold_leading, one count per cell over every arm) are
     # left out here as in each trial's t/s: they are neither process level nor repetition noise
     by_cell: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)

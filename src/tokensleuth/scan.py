@@ -366,7 +366,7 @@ class Scan:
         different machines are never put in one sequence (:meth:`fit`)."""
         from tokensleuth.engines import engine_for
         from tokensleuth.engines.base import ArmRuntime
-        from tokensleuth.workloads import planned_argv
+        from tokensleuth.workloads import JOINED, canonical, joined_flags, planned_argv
 
         engine = engine_for(self.spec.get("kind", DEFAULT_KIND))
         have = {(x["label"], x["round"], x["model"], x["workload"]) for x in self.get(LEVELS, [])
@@ -377,28 +377,42 @@ class Scan:
             for i in round_order(self.block_points(), r):
                 c = self.cands[i]
                 for m in self.spec["models"]:
-                    for w in self.spec["workloads"]:
-                        if (c.label, r, m, w) in have or self.over_budget():
+                    # one process for all of the model's workloads where one can run them (as the
+                    # compares do: compare.joins_workloads), else one per workload
+                    for ws in self._level_trials():
+                        want = [w for w in ws if (c.label, r, m, w) not in have]
+                        if not want or self.over_budget():
                             continue
                         b = self.judge.builds.get(c.source)
                         if b is None:
                             continue
                         flags = (*self.spec["flags"], *self.judge.arm_flags.get(c.source, []))
                         arm = ArmRuntime("level", Path(b.bin_dir), tuple(flags), {})
+                        name = JOINED.join(ws)
+                        argv = joined_flags(ws) if len(ws) > 1 else planned_argv(ws[0])
+                        assert argv is not None
                         if self.judge.executor is None:
-                            out = engine.run_trial(arm, m, w, planned_argv(w), timeout_s=self.spec["timeout_s"],
+                            out = engine.run_trial(arm, m, name, argv, timeout_s=self.spec["timeout_s"],
                                                    probe=None, host_env={}).outcome
                         else:
-                            out = self._remote_level(arm, m, w, planned_argv(w))
-                        res = out.results
-                        ts = float(res[0].avg_ts) if out.status == "done" and res and res[0].avg_ts else None
-                        level = {"label": c.label, "round": r, "model": m, "workload": w, "ts": ts}
-                        if self.node_label is not None:
-                            level["node"] = self.node_label
-                        self.update(LEVELS, [], lambda xs: [*xs, level])
-                        have.add((c.label, r, m, w))
+                            out = self._remote_level(arm, m, name, argv)
+                        got = {canonical(x.test) if len(ws) > 1 else ws[0]: float(x.avg_ts)
+                               for x in (out.results if out.status == "done" else []) if x.avg_ts}
+                        levels = [{"label": c.label, "round": r, "model": m, "workload": w, "ts": got.get(w),
+                                   **({"node": self.node_label} if self.node_label is not None else {})}
+                                  for w in want]
+                        self.update(LEVELS, [], lambda xs: [*xs, *levels])  # (all of one process at once)
+                        have.update((c.label, r, m, w) for w in want)
             self.log(f"  levels{self._on()}: round {r + 1}/{rounds} over {len(self.block_points())} builds"
                      + (" (measured before)" if stored else ""))
+
+    def _level_trials(self) -> list[list[str]]:
+        """The workloads each level trial of a model runs: all in one, or one each."""
+        from tokensleuth.workloads import joined_flags
+
+        ws = list(self.spec["workloads"])
+        one = self.spec.get("kind", DEFAULT_KIND) == DEFAULT_KIND and joined_flags(ws) is not None
+        return [ws] if one else [[w] for w in ws]
 
     def _on(self) -> str:
         return f" on {self.node_label}" if self.node_label is not None else ""

@@ -110,3 +110,36 @@ def workload_flags(name: str) -> list[str]:
     else:
         flags = ["-p", str(n_prompt), "-n", str(n_gen)]
     return flags + ["-d", str(n_depth)]
+
+
+# A trial that runs several workloads in one llama-bench process is stored under their names
+# joined by this (no workload name holds it); its results are matched to them by test name.
+JOINED = ","
+
+
+def trial_workloads(stored: str) -> list[str]:
+    """The workloads a stored trial ran: one name, or several joined (:func:`joined_flags`)."""
+    return stored.split(JOINED) if JOINED in stored else [stored]
+
+
+def joined_flags(names: list[str]) -> list[str] | None:
+    """llama-bench flags that run exactly these workloads in one process, each as its own test
+    (prompts, generations and at most one prompt+generation, all at one depth), or None when
+    one process cannot run them: a concurrent workload, two depths, two pp+tg or repeats.
+
+    One process per model instead of one per workload: the model is loaded once for all of a
+    pair's tests (at 30B the load is ~7 s of a 7.6 s tg32 trial)."""
+    ws = [parse(n) for n in names]
+    if len(ws) < 2 or len({w.name for w in ws}) != len(ws) or any(w.concurrency > 1 for w in ws):
+        return None
+    if len({w.n_depth for w in ws}) != 1:
+        return None
+    pg = [w for w in ws if w.n_prompt and w.n_gen]
+    pp = [str(w.n_prompt) for w in ws if w.n_prompt and not w.n_gen]
+    tg = [str(w.n_gen) for w in ws if w.n_gen and not w.n_prompt]
+    if len(pg) > 1 or len(pp) + len(tg) + len(pg) != len(ws):
+        return None
+    flags = ["-p", ",".join(pp) or "0", "-n", ",".join(tg) or "0"]
+    if pg:
+        flags += ["-pg", f"{pg[0].n_prompt},{pg[0].n_gen}"]
+    return flags + ["-d", str(ws[0].n_depth)]

@@ -113,13 +113,14 @@ def test_compare_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env
     cmd = [tokensleuth_bin(), "compare", "--arm", f"a={e}", "--arm", f"b={e}", "-m", str(dense_model),
            "-w", "pp32", "-w", "tg8", "--min-pairs", "4", "--max-pairs", "4", "--no-probe", "--json", str(out), "--",
            "-r", "2"]
-    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 16)
+    final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 8)
     assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='compare'").fetchone()[0] == 1
-    # 4 pairs x 2 arms x 2 workloads, each run exactly once
+    # 4 pairs x 2 arms, each run exactly once, each trial both workloads in one process
     cells = Counter(con.execute("SELECT workload, status FROM trials").fetchall())
-    assert cells == {("pp32", "done"): 8, ("tg8", "done"): 8}
+    assert cells == {("pp32,tg8", "done"): 8}
+    assert sorted(Counter(r[0] for r in con.execute("SELECT test FROM results")).items()) == [("pp32", 8), ("tg8", 8)]
     _no_duplicates(con)
     assert [c["pairs"] for c in json.loads(out.read_text())["comparisons"]] == [4, 4]
 

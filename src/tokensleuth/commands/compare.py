@@ -53,7 +53,7 @@ def compare(
     per_host: Annotated[bool, typer.Option("--per-host", help="With --cluster: run the arms on every selected machine; one table, a row per machine.")] = False,
     no_probe: NoProbeOpt = False,
     profile: Annotated[bool, typer.Option("--profile", help="For each candidate that is faster or slower: the per-op profile diff of its build against the baseline's (which op).")] = False,
-    separate_processes: Annotated[bool, typer.Option("--separate-processes", help="A process per trial even when the two arms differ in one context setting only (by default such a pair runs A, B, B, A in one process).")] = False,
+    separate_processes: Annotated[bool, typer.Option("--separate-processes", help="A process per trial and workload: by default a pair whose arms differ in one context setting only runs A, B, B, A in one process, and a trial runs all of its model's workloads in one process.")] = False,
     db: DbOpt = None,
 ) -> None:
     """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
