@@ -7,7 +7,7 @@ time and each cell's verdict, ratio and pairs. By default the planted engine (te
 against itself with a wait of SPIN_US per decode call on one arm, on the tiny MoE and dense
 models at tg16 and pp512 (the planted scan's cells), -t 1.
 
-    .venv/bin/python bench/joined_trials.py [--repeats 3] [--spin-us 1500]
+    .venv/bin/python bench/joined_trials.py [--repeats 3] [--spin-us 1500] [--band 30%]
         [--engine SOURCE --model PATH ... -w W ...] [-- ENGINE FLAGS]
 
 With --engine, both arms run that source (an A/A: the cost of a "same" verdict) and the
@@ -28,9 +28,10 @@ import _common
 
 
 def run(db: Path, arms: list[str], models: list[str], workloads: list[str], extra: list[str],
-        separate: bool) -> tuple[float, dict[str, object]]:
+        separate: bool, band: str) -> tuple[float, dict[str, object]]:
     out = db.with_suffix(".json")
     cmd = [*_common.tokensleuth_cmd(), "compare", "--db", str(db), "--json", str(out), "--no-probe", *arms]
+    cmd += ["--band", band] if band else []
     cmd += [x for m in models for x in ("--model", m)] + [x for w in workloads for x in ("-w", w)]
     cmd += (["--separate-processes"] if separate else []) + ["--", *extra]
     t0 = time.monotonic()
@@ -50,6 +51,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--spin-us", type=int, default=1500)
+    ap.add_argument("--band", default="", help="compare's --band (default: its own)")
     ap.add_argument("--engine")
     ap.add_argument("--model", action="append")
     ap.add_argument("-w", action="append")
@@ -68,7 +70,8 @@ def main() -> None:
     workloads = a.w or ["tg16", "pp512"]
     extra = a.extra or ["-t", "1"]
     print(f"compare {' '.join(arms[1::2] if a.engine else arms[1:4:2])} on {len(models)} model(s) x "
-          f"{', '.join(workloads)}, engine flags {' '.join(extra)}; {a.repeats} repeats, designs alternating")
+          f"{', '.join(workloads)}, engine flags {' '.join(extra)}, band {a.band or 'default'}; {a.repeats} repeats, "
+          "designs alternating")
     totals: dict[str, list[tuple[float, dict[str, object]]]] = {"one process per model": [],
                                                                  "one per workload": []}
     with tempfile.TemporaryDirectory() as td:
@@ -76,7 +79,8 @@ def main() -> None:
             order = [False, True] if r % 2 == 0 else [True, False]
             for separate in order:
                 name = "one per workload" if separate else "one process per model"
-                wall, got = run(Path(td) / f"{r}-{int(separate)}.db", arms, models, workloads, extra, separate)
+                wall, got = run(Path(td) / f"{r}-{int(separate)}.db", arms, models, workloads, extra, separate,
+                                a.band)
                 totals[name].append((wall, got))
                 print(f"  {r + 1}. {name:<22} {got['trials']:4d} trials {got['engine_s']:7.1f} s engine "
                       f"{wall:7.1f} s wall  " + "; ".join(f"{k} {v[0]} {v[1]:.3f} ({v[2]} pairs)"

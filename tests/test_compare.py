@@ -41,6 +41,27 @@ def test_workloads_one_process_can_run_are_joined() -> None:
     assert trial_workloads("tg32,pp512") == ["tg32", "pp512"] and trial_workloads("") == [""]
 
 
+def test_a_round_joins_the_open_workloads_of_a_model_and_leaves_decided_ones_out() -> None:
+    from tokensleuth.compare import round_trials
+
+    m, d = "moe.gguf", "dense.gguf"
+    # the first round: every cell open at pair 0, one trial per model for both workloads
+    first = round_trials({(m, "tg32"): 5, (m, "pp512"): 5, (d, "tg32"): 5, (d, "pp512"): 5}, {}, {(m, "pp512"): 1},
+                         joined=True)
+    assert first == [(m, "tg32,pp512", ["-p", "512", "-n", "32", "-d", "0"], 1, 0, 5),
+                     (d, "tg32,pp512", ["-p", "512", "-n", "32", "-d", "0"], 0, 0, 5)]
+    # tg32 decided on the MoE model: its next trials run pp512 alone; the dense model's stay joined
+    have = {(m, "tg32"): 5, (m, "pp512"): 5, (d, "tg32"): 5, (d, "pp512"): 5}
+    nxt = round_trials({(m, "pp512"): 10, (d, "tg32"): 10, (d, "pp512"): 10}, have, {}, joined=True)
+    assert nxt == [(m, "pp512", ["-p", "512", "-n", "0", "-d", "0"], 0, 5, 10),
+                   (d, "tg32,pp512", ["-p", "512", "-n", "32", "-d", "0"], 0, 5, 10)]
+    # cells at different pairs (one re-asked for more) are not joined
+    apart = round_trials({(m, "tg32"): 20, (m, "pp512"): 20}, {(m, "tg32"): 10, (m, "pp512"): 5}, {}, joined=True)
+    assert [(r[1], r[4]) for r in apart] == [("tg32", 10), ("pp512", 5)]
+    # a process per workload
+    assert [r[1] for r in round_trials({(m, "tg32"): 5, (m, "pp512"): 5}, {}, {}, joined=False)] == ["tg32", "pp512"]
+
+
 def test_aa_is_never_a_finding(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
                                tmp_path: Path) -> None:
     p, doc = compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
@@ -97,15 +118,23 @@ def test_a_trial_runs_every_workload_of_its_model_in_one_process(engine: EngineB
     (sid, spec_json), = con.execute("SELECT id, spec_json FROM studies WHERE kind='compare'").fetchall()
     assert json.loads(spec_json)["design"] == JOINED_DESIGN
     assert all(c["design"] == JOINED_DESIGN for c in doc["comparisons"])
-    trials = con.execute("SELECT id, workload, argv_json, status FROM trials WHERE study_id=?", (sid,)).fetchall()
-    assert {t[1] for t in trials} == {"tg32,pp64"} and all(t[3] == "done" for t in trials)
-    for tid, _w, argv, _st in trials:
-        assert json.loads(argv)[:4] == ["-p", "64", "-n", "32"]
+    trials = con.execute("SELECT id, workload, argv_json, status, pair FROM trials WHERE study_id=?",
+                         (sid,)).fetchall()
+    assert all(t[3] == "done" for t in trials)
+    # the first round: both workloads in each process; a cell decided is left out of later ones
+    assert {t[1] for t in trials if t[4] < 5} == {"tg32,pp64"}
+    assert {t[1] for t in trials} <= {"tg32,pp64", "tg32", "pp64"}
+    for tid, w, argv, _st, _pair in trials:
         tests = [r[0] for r in con.execute("SELECT test FROM results WHERE trial_id=? ORDER BY test_idx", (tid,))]
-        assert tests == ["pp64", "tg32"]
-    # one process per pair member for both cells: as many trials as two per pair, not four
-    assert len(trials) == 2 * max(c["pairs"] for c in cells.values())
-    assert cells["pp64"]["pairs"] == cells["tg32"]["pairs"]
+        if w == "tg32,pp64":
+            assert json.loads(argv)[:6] == ["-p", "64", "-n", "32", "-d", "0"] and tests == ["pp64", "tg32"]
+        else:
+            assert tests == [w]
+    # each cell's pairs are the pairs of the trials that ran its workload, and no trial ran a
+    # workload it did not need: after the first round, only open cells
+    for name, c in cells.items():
+        assert c["pairs"] == len({t[4] for t in trials if name in t[1].split(",")})
+    assert len(trials) == 2 * len({t[4] for t in trials})
     # a process per workload, when asked
     db2 = tmp_path / "separate.db"
     q, doc2 = compare([*args, "--separate-processes", "--db", str(db2), "--min-pairs", "2", "--max-pairs", "2", "--",

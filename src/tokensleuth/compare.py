@@ -210,21 +210,7 @@ def _run_rounds(
         chosen = FIRST_REPS if share and not user_reps(spec) else adaptive_reps(store, study_id, spec)
         asked = asked_reps(spec)
         cold = {(c.model, c.workload): c.cold.count for c in comps if c.cold is not None}
-        # (model, the trial's workload(s), their flags, cold repetitions, first pair, pairs to have)
-        rounds: list[tuple[str, str, list[str], int, int, int]] = []
-        if joined:  # one trial per model runs every workload, each cell open or not (more pairs
-            # for a decided cell are one more look at it, as its schedule allows)
-            by_model: dict[str, int] = defaultdict(int)
-            for (model, _w), target in open_cells.items():
-                by_model[model] = max(by_model[model], target)
-            flags = joined_flags(list(spec.workloads)) or []
-            rounds = [(model, JOINED.join(spec.workloads), flags,
-                       max(cold.get((model, w), 0) for w in spec.workloads),
-                       min(have.get((model, w), 0) for w in spec.workloads), target)
-                      for model, target in by_model.items()]
-        else:
-            rounds = [(model, w, planned_argv(w), cold.get((model, w), 0), have.get((model, w), 0), target)
-                      for (model, w), target in open_cells.items()]
+        rounds = round_trials(open_cells, have, cold, joined)
         for model, w, flags, n_cold, start, target in rounds:
             # cold leading repetitions are left out, so they are added: the measured ones stay as many
             # (the user's own -r is only ever added to, never restated)
@@ -246,6 +232,32 @@ def _run_rounds(
         store.put_state(study_id, NOISE_STATE, n.to_json())
     store.finish_study(study_id)
     return analyze(store, study_id, spec)
+
+
+RoundTrials = list[tuple[str, str, list[str], int, int, int]]
+
+
+def round_trials(open_cells: Mapping[CellKey, int], have: Mapping[CellKey, int], cold: Mapping[CellKey, int],
+                 joined: bool) -> RoundTrials:
+    """What the next round runs: (model, the trial's workload(s), their flags, cold repetitions,
+    first pair, pairs to have) per kind of trial. ``joined``: one trial runs every open workload
+    of its model that is at the same pair (each a test of its own); a cell once decided is left
+    out of later trials, as it would be with a process each."""
+    if not joined:
+        return [(model, w, planned_argv(w), cold.get((model, w), 0), have.get((model, w), 0), target)
+                for (model, w), target in open_cells.items()]
+    groups: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for model, w in open_cells:
+        groups[(model, have.get((model, w), 0))].append(w)
+    out: RoundTrials = []
+    for (model, start), ws in groups.items():
+        target = max(open_cells[(model, w)] for w in ws)
+        both = joined_flags(ws) if len(ws) > 1 else None
+        if both is not None:
+            out.append((model, JOINED.join(ws), both, max(cold.get((model, w), 0) for w in ws), start, target))
+        else:
+            out += [(model, w, planned_argv(w), cold.get((model, w), 0), start, target) for w in ws]
+    return out
 
 
 FIRST_REPS = 3  # the first round's repetitions per process when the design is chosen for the user

@@ -21,7 +21,7 @@ from tokensleuth.engines.shared import per_instance
 from tokensleuth.results import load_cells
 from tokensleuth.spec import CompareSpec
 from tokensleuth.store import Store
-from tokensleuth.workloads import JOINED
+from tokensleuth.workloads import cell_of
 
 
 @dataclass(slots=True)
@@ -116,12 +116,12 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
     loaded = load_cells(store, study_id)
     # The per-trial statistic: mean t/s over the repetitions that did not stall, and the CPU
     # attributed to their timed durations (stats.trial_tokens_per_s, results.load_cells).
-    trial_ts = {(tid, c.test_idx): v for c in loaded for tid, v in c.trial_means.items()}
-    trial_cpu = {(tid, c.test_idx): v for c in loaded for tid, v in c.trial_cpu.items()}
+    trial_ts = {(tid, c.test, c.test_idx): v for c in loaded for tid, v in c.trial_means.items()}
+    trial_cpu = {(tid, c.test, c.test_idx): v for c in loaded for tid, v in c.trial_cpu.items()}
     for r in store.trial_stats(study_id):
-        key = (int(r["trial_id"]), int(r["test_idx"]))
+        w, idx = cell_of(str(r["workload"]), str(r["test"]), int(r["test_idx"]))  # a joined trial: each test its own
+        key = (int(r["trial_id"]), str(r["test"]), idx)
         cpu_ms, tokens = trial_cpu.get(key, (r["cpu_ms"], int(r["tokens"])))
-        w = str(r["test"]) if JOINED in r["workload"] else str(r["workload"])  # a joined trial: each test its cell's
         per[(r["model"], w, r["arm"])][int(r["pair"])] = (
             trial_ts.get(key, float(r["mean_ts"])), cpu_ms, tokens)
     base = spec.baseline_name()

@@ -44,6 +44,7 @@ from tokensleuth.engines import engine_for
 from tokensleuth import stats
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
+from tokensleuth.workloads import cell_of
 
 BUSY_SHARE = 0.2  # a busy neighbour beside at least this share of the processes
 STALL_SHARE = 0.1  # stalled repetitions in at least this share of the processes
@@ -241,7 +242,7 @@ def allowed_cpus() -> int:
 def load_procs(store: Store, study_id: str) -> list[Proc]:
     """One :class:`Proc` per finished trial and test of the study."""
     rows = store.db.execute(
-        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, t.started_at, r.test_idx, r.raw_json,"
+        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, t.started_at, r.test, r.test_idx, r.raw_json,"
         " s.tokens_per_s FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
         " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0"
         " ORDER BY t.id, r.test_idx, s.rep", (study_id,)).fetchall()
@@ -258,7 +259,8 @@ def load_procs(store: Store, study_id: str) -> list[Proc]:
                 threads = json.loads(r["raw_json"]).get("n_threads")
             except (ValueError, AttributeError):
                 threads = None
-            meta[key] = (str(r["arm"]), f"{r['model']}\x00{r['workload'] or ''}\x00{r['test_idx']}",
+            name, idx = cell_of(str(r["workload"] or ""), str(r["test"]), int(r["test_idx"]))
+            meta[key] = (str(r["arm"]), f"{r['model']}\x00{name}\x00{idx}",
                          float(r["started_at"] or 0.0), int(threads) if isinstance(threads, int) else None)
     # cold leading repetitions are left out of the verdict's statistic (stats.cold_leading): so here
     by_cell: dict[str, list[tuple[int, int]]] = defaultdict(list)

@@ -27,7 +27,7 @@ import numpy as np
 
 from tokensleuth import stats
 from tokensleuth.store import Store
-from tokensleuth.workloads import JOINED
+from tokensleuth.workloads import cell_of
 
 R_MIN, R_MAX = 2, 20  # two repetitions keep a within estimate and stall detection; 20 bounds a trial
 
@@ -137,8 +137,8 @@ def estimate(store: Store, study_id: str) -> Noise | None:
         # all at test_idx 0: grouped by test_idx alone, pp2048 and tg32 levels were one group's
         # "between-process" spread) x the test inside the trial (bench runs several per trial)
         # (a trial that ran several workloads: each test is its own workload's)
-        cell = f"{r['model']}\x00{r['test'] if JOINED in r['workload'] else r['workload'] or ''}"
-        info[key] = ((str(r["arm"]), cell, int(r["test_idx"])), span)
+        w, idx = cell_of(str(r["workload"] or ""), str(r["test"]), int(r["test_idx"]))
+        info[key] = ((str(r["arm"]), f"{r['model']}\x00{w}", idx), span)
     # a process that ran several tests: each test's span leaves out the others' repetitions, so
     # what is left beside its own is the process's cost (load, warm-up) once
     in_trial: dict[int, float] = defaultdict(float)

@@ -11,6 +11,7 @@ from typing import Any
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error, window_resources
 from tokensleuth.stats import STALL_FACTOR, Cold, cold_leading, trial_tokens_per_s
 from tokensleuth.store import Store
+from tokensleuth.workloads import cell_of
 
 # llama-bench result fields that tell two rows of one test apart.
 PARAM_FIELDS = ("n_threads", "n_gpu_layers", "n_batch", "n_ubatch", "flash_attn", "type_k",
@@ -203,7 +204,8 @@ def cold_by_test(rows: list[Any], samples: dict[int, list[Any]]) -> dict[tuple[s
     for r in rows:
         ss = samples[int(r["id"])]
         if ss and all(float(x["tokens_per_s"]) > 0 for x in ss):
-            logs[(r["model"], r["test"], int(r["test_idx"]))].append([math.log(float(x["tokens_per_s"])) for x in ss])
+            idx = cell_of(r["workload"], r["test"], int(r["test_idx"]))[1]
+            logs[(r["model"], r["test"], idx)].append([math.log(float(x["tokens_per_s"])) for x in ss])
     return {k: cold_leading(v) for k, v in logs.items()}
 
 
@@ -217,13 +219,14 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
     colds = cold_by_test(rows, all_samples)
     for r in rows:
         raw = json.loads(r["raw_json"])
-        key = (r["arm"], r["model"], r["test"], int(r["test_idx"]))
+        idx = cell_of(r["workload"], r["test"], int(r["test_idx"]))[1]  # (the window's is the row's own)
+        key = (r["arm"], r["model"], r["test"], idx)
         cell = cells.get(key)
         if cell is None:
             meta = {k: raw.get(k) for k in ("model_type", "model_size", "model_n_params",
                                               "backends", "build_commit", "build_number",
                                               *PARAM_FIELDS)}
-            cell = Cell(r["arm"], r["model"], r["test"], int(r["test_idx"]), meta)
+            cell = Cell(r["arm"], r["model"], r["test"], idx, meta)
             cells[key] = cell
         trial_id = int(r["trial_id"])
         samples = all_samples[int(r["id"])]
@@ -236,7 +239,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
         ts = [float(s["tokens_per_s"]) for s in samples]
         durations = [int(s["duration_ns"]) for s in samples]
         cell.tokens_per_s.extend(ts)
-        cold = colds.get((r["model"], r["test"], int(r["test_idx"])))
+        cold = colds.get((r["model"], r["test"], idx))
         if cold is not None and cold.count:
             cell.cold = cold
         rate = trial_tokens_per_s(ts, durations, cold=cold.count if cold else 0)

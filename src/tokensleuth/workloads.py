@@ -117,6 +117,13 @@ def workload_flags(name: str) -> list[str]:
 JOINED = ","
 
 
+def cell_of(workload: str, test: str, test_idx: int) -> tuple[str, int]:
+    """The workload and index a stored result counts under: a joined trial's tests under their
+    own names (each once in it, so index 0, as when it runs alone); any other trial's results
+    under its workload and their index (a shared process's instances, a bench trial's tests)."""
+    return (test, 0) if JOINED in workload else (workload, test_idx)
+
+
 def trial_workloads(stored: str) -> list[str]:
     """The workloads a stored trial ran: one name, or several joined (:func:`joined_flags`)."""
     return stored.split(JOINED) if JOINED in stored else [stored]
