@@ -23,12 +23,13 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import _common
 
 
 def run(db: Path, arms: list[str], models: list[str], workloads: list[str], extra: list[str],
-        separate: bool, band: str) -> tuple[float, dict[str, object]]:
+        separate: bool, band: str) -> tuple[float, dict[str, Any]]:
     out = db.with_suffix(".json")
     cmd = [*_common.tokensleuth_cmd(), "compare", "--db", str(db), "--json", str(out), "--no-probe", *arms]
     cmd += ["--band", band] if band else []
@@ -72,7 +73,7 @@ def main() -> None:
     print(f"compare {' '.join(arms[1::2] if a.engine else arms[1:4:2])} on {len(models)} model(s) x "
           f"{', '.join(workloads)}, engine flags {' '.join(extra)}, band {a.band or 'default'}; {a.repeats} repeats, "
           "designs alternating")
-    totals: dict[str, list[tuple[float, dict[str, object]]]] = {"one process per model": [],
+    totals: dict[str, list[tuple[float, dict[str, Any]]]] = {"one process per model": [],
                                                                  "one per workload": []}
     with tempfile.TemporaryDirectory() as td:
         for r in range(a.repeats):
