@@ -598,10 +598,11 @@ def run_lanes(main: Scan, fleet: Fleet) -> None:
     A block keeps its machine across runs when that machine is there (its levels were measured
     there); a block whose machine is lost goes to another, which measures its levels again (a
     level is only ever compared with levels of its own machine). Pairs never leave a machine."""
-    from tokensleuth.executors.ray import NodesLost, _lost_errors
+    from tokensleuth.executors.ray import NodesLost
+    from tokensleuth.fleet import lost_errors as gone
     from tokensleuth.store import Store
 
-    lost_errors: tuple[type[BaseException], ...] = (NodesLost, *_lost_errors(fleet.ray))
+    lost_errors: tuple[type[BaseException], ...] = (NodesLost, *gone(fleet.ray))
     stored = main.get(BLOCKS, None)
     if stored and len(main.blocks()) == len(stored):  # an earlier run's (an extension's new end joins the last)
         blocks = [(lo, hi) for lo, hi, _ in main.blocks()]

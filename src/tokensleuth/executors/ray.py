@@ -23,12 +23,6 @@ if TYPE_CHECKING:
     from tokensleuth.fleet import Fleet, Node
 
 
-def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
-    from tokensleuth.fleet import lost_errors
-
-    return lost_errors(ray)
-
-
 class NodesLost(EngineError):
     """Every machine this executor may use was lost; what they measured before is stored."""
 
@@ -43,7 +37,9 @@ class RayExecutor:
     def run(self, units: Sequence[Unit], arms: Mapping[str, ArmRuntime], *, timeout_s: float | None,
             interval_s: float, handout: Handout, live: Callable[[int], Any] | None) -> Iterator[Delivery]:
         ray = self.fleet.ray
-        lost_errors = _lost_errors(ray)
+        from tokensleuth.fleet import lost_errors as gone
+
+        lost_errors = gone(ray)
         # each arm with how a machine makes its own build of it (None: run as given, e.g. bin:)
         payload = {name: (arm, self.fleet.recipes.get(str(arm.bin_dir)) if arm.bin_dir else None)
                    for name, arm in arms.items()}
