@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.errors import UserError
-from tokensleuth.scan import fit_steps, initial_sample, next_work, parse_budget, round_order, smallest_seen
+from tokensleuth.scan import builds_left, fit_steps, initial_sample, next_work, parse_budget, round_order, smallest_seen
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -113,6 +113,14 @@ def test_the_resolution_is_the_band_plus_what_the_noise_hides() -> None:
     assert smallest_seen([0.0], 0.02) == pytest.approx(0.02)
     seen = smallest_seen([0.01, 0.005], 0.02)
     assert seen is not None and 0.02 + 0.01 < seen < 0.02 + 0.02  # the noisiest sets it: 1% × (1 + 1.645/2.576)
+
+
+def test_the_builds_left_are_estimated_from_the_builds_that_reused_the_cache() -> None:
+    # measured on the H200: the first CUDA build 207 s, the next ones (neighbouring commits) 6-8 s
+    assert builds_left([207.0], 3) == "; at most ~10 min of builds left (the next ones reuse this one's cache)"
+    assert builds_left([207.0, 8.0], 2) == "; ~16 s of builds left"
+    assert builds_left([207.0, 150.0, 170.0], 10) == "; ~27 min of builds left"
+    assert builds_left([207.0, 8.0], 0) == "" and builds_left([], 4) == ""
 
 
 def test_the_budget_takes_a_time_builds_or_both() -> None:

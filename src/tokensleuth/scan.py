@@ -152,6 +152,23 @@ def smallest_seen(halfwidths: Sequence[float], band: float) -> float | None:
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|s|builds?)\s*$")
 
 
+def builds_left(took: Sequence[float], left: int) -> str:
+    """The live line's estimate of the builds left, from the seconds of those made so far.
+
+    The first build of a run fills the compiler cache and the build folder; the next ones
+    reuse them (seconds where the first took minutes, on neighbouring commits), so they are
+    estimated from the builds after the first, and from the first alone only as a bound."""
+    def span(s: float) -> str:
+        return f"~{s:.0f} s" if s < 120 else f"~{s / 60:.0f} min"
+
+    if not took or left <= 0:
+        return ""
+    if len(took) == 1:
+        return f"; at most {span(left * took[0])} of builds left (the next ones reuse this one's cache)"
+    later = took[1:]
+    return f"; {span(left * sum(later) / len(later))} of builds left"
+
+
 def parse_budget(text: str | None) -> dict[str, float]:
     """``--budget 4h``, ``90m``, ``40builds``, or both: ``4h,40builds`` → {"wall_s", "builds"}."""
     out: dict[str, float] = {}
@@ -353,8 +370,7 @@ class Scan:
                 took.append(time.monotonic() - t0)
             how = ("does not build" if b is None else "from the cache" if b.cache_hit
                    else f"built in {took[-1]:.0f} s")
-            left = (f"; ~{(len(pts) - n) * sum(took) / len(took) / 60:.0f} min of builds left"
-                    if took and n < len(pts) else "")
+            left = builds_left(took, len(pts) - n)
             self.log(f"  build{self._on()} {n}/{len(pts)}: {self.cands[i].label} {how}{left}")
         self.measure_levels(int(self.spec["rounds"]))
         self.refine()
