@@ -66,15 +66,22 @@ def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None
 
 
 def test_what_is_left_counts_verdicts_splits_and_bisect_steps() -> None:
-    from tokensleuth.scan import remaining
+    from tokensleuth.scan import pieces, remaining
 
     pts = [0, 10, 50, 60, 61]
-    assert remaining(pts, {}, set(), 32) == {"judge": 4, "split": 0, "bisect": 0, "verdicts": 4}
+    # not judged yet: 10 -> 50 would be split once if the same (a build and two verdicts more)
+    assert remaining(pts, {}, set(), 32) == {"judge": 4, "split": 0, "bisect": 0, "verdicts": 6, "builds": 1}
     v = {(0, 10): "same", (10, 50): "same", (50, 60): "step", (60, 61): "step"}
     # the 40-commit same is split (a build, two verdicts); the 10-commit step takes ~4 bisect steps;
     # a one-commit step needs no bisect step
-    assert remaining(pts, v, set(), 32) == {"judge": 0, "split": 1, "bisect": 4, "verdicts": 6}
-    assert remaining(pts, v, {(50, 60)}, 64) == {"judge": 0, "split": 0, "bisect": 0, "verdicts": 0}
+    assert remaining(pts, v, set(), 32) == {"judge": 0, "split": 1, "bisect": 4, "verdicts": 6, "builds": 5}
+    assert remaining(pts, v, {(50, 60)}, 64) == {"judge": 0, "split": 0, "bisect": 0, "verdicts": 0, "builds": 0}
+    # a long range not judged yet: split at its middle until no piece is longer than max_gap —
+    # the first sample of 269 releases (8 intervals of 33-34) ends as 16 intervals: 8 builds more
+    assert pieces(34, 32) == 2 and pieces(32, 32) == 1 and pieces(100, 32) == 4 and pieces(1, 0) == 1
+    first = [0, 34, 67, 101, 134, 168, 201, 235, 268]
+    assert remaining(first, {}, set(), 32) == {"judge": 8, "split": 0, "bisect": 0, "verdicts": 24, "builds": 8}
+    assert remaining(first, {(0, 34): "same"}, set(), 32)["builds"] == 8
     assert remaining(pts, {**v, (0, 10): "undecided"}, set(), 64)["verdicts"] == 4  # closed, not counted
 
 
@@ -121,6 +128,20 @@ def test_the_builds_left_are_estimated_from_the_builds_that_reused_the_cache() -
     assert builds_left([207.0, 8.0], 2) == "; ~16 s of builds left"
     assert builds_left([207.0, 150.0, 170.0], 10) == "; ~27 min of builds left"
     assert builds_left([207.0, 8.0], 0) == "" and builds_left([], 4) == ""
+
+
+def test_the_time_left_counts_verdicts_and_builds() -> None:
+    from tokensleuth.scan import eta_text
+
+    # the real history's first sample: 8 intervals to judge, 8 builds to split them, at the pace measured
+    left = {"judge": 8, "split": 0, "bisect": 0, "verdicts": 24, "builds": 8}
+    assert eta_text(left, [20.0, 30.0], [282.0, 293.0, 268.0]) == \
+        " — about 48 min left: ~24 verdicts at 25 s and ~8 builds at 282 s"
+    # the first CUDA build filled the cache (207 s), the next took 6-8 s: the median sets the pace
+    assert eta_text(left, [100.0], [207.0, 8.0, 8.0, 6.0]) == \
+        " — about 41 min left: ~24 verdicts at 100 s and ~8 builds at 8 s"
+    assert eta_text(left, [], [200.0]) == ""  # no verdict made yet: no pace to say
+    assert eta_text({**left, "verdicts": 0, "builds": 0}, [20.0], []) == ""
 
 
 def test_the_budget_takes_a_time_builds_or_both() -> None:
@@ -304,6 +325,8 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     live = subprocess.run([tokensleuth_bin(), "report", sid], env=cli_env, capture_output=True, text=True, timeout=300)
     assert live.returncode == 0, live.stderr
     assert "Still running (or killed: `--resume` goes on)" in live.stdout
+    assert re.search(r"Latest progress \(\d{4}-\d\d-\d\d [\d:]+ UTC\): scan: \d+ points .* to judge", live.stdout), \
+        live.stdout
     p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
                        timeout=2400)
     r = json.loads(out.read_text())

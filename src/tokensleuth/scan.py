@@ -71,6 +71,7 @@ CAUSES = "scan-causes"  # {"parent..culprit": pinned check} a step whose setting
 BLOCKS = "scan-blocks"  # [{from, to, node}] with a fleet: the blocks of the range and their machines
 SPENT = "scan-spent"  # {"wall_s"} what earlier runs of this scan took
 SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or crashed
+PROGRESS = "scan-progress"  # {machine or "": {line, at}} the latest live line (`report` shows it while it runs)
 CANDIDATES = "scan-candidates"  # the candidates of the latest run (`report` reads them while it runs)
 CONFIDENCE = 0.95
 
@@ -169,6 +170,19 @@ def builds_left(took: Sequence[float], left: int) -> str:
     return f"; {span(left * sum(later) / len(later))} of builds left"
 
 
+def eta_text(left: Mapping[str, int], verdict_s: Sequence[float], build_s: Sequence[float]) -> str:
+    """The time left (:func:`remaining`) at this run's mean seconds per verdict and its builds'
+    median seconds (a build reused from the cache counts what it took when it was made; the
+    median, so that a first build that filled the compiler cache does not set the pace)."""
+    if not verdict_s or not (left["verdicts"] or left["builds"]):
+        return ""
+    per = sum(verdict_s) / len(verdict_s)
+    build = sorted(build_s)[len(build_s) // 2] if build_s else None
+    total = left["verdicts"] * per + left["builds"] * (build or 0.0)
+    builds = f" and ~{left['builds']} builds at {build:.0f} s" if build is not None and left["builds"] else ""
+    return f" — about {total / 60:.0f} min left: ~{left['verdicts']} verdicts at {per:.0f} s{builds}"
+
+
 def parse_budget(text: str | None) -> dict[str, float]:
     """``--budget 4h``, ``90m``, ``40builds``, or both: ``4h,40builds`` → {"wall_s", "builds"}."""
     out: dict[str, float] = {}
@@ -225,21 +239,33 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
     return action, p, q
 
 
+def pieces(length: int, max_gap: int) -> int:
+    """How many intervals a same interval of ``length`` commits ends as, split at its middle
+    until none is longer than ``max_gap``."""
+    if length <= max_gap or length < 2:
+        return 1
+    return pieces(length // 2, max_gap) + pieces(length - length // 2, max_gap)
+
+
 def remaining(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bisected: Collection[tuple[int, int]],
               max_gap: int) -> dict[str, int]:
-    """What is left to do, in verdicts (each with the builds it needs): intervals to judge, long
-    same intervals to split (a build, two verdicts) and the steps of the bisects still to run
-    (about log2 of the interval's length, a build and a verdict each)."""
-    judge = split = bisect = 0
+    """What is left to do, in verdicts and builds: intervals to judge, long same intervals to
+    split (a build, two verdicts, again until no piece is longer than ``max_gap`` — an interval
+    not judged yet is counted as the same, the common case) and the steps of the bisects still
+    to run (about log2 of the interval's length, a build and a verdict each)."""
+    judge = split = later = bisect = 0
     for p, q in zip(points, points[1:], strict=False):
         v = verdicts.get((p, q))
         if v is None:
             judge += 1
+            later += pieces(q - p, max_gap) - 1
         elif v == "same" and q - p > max_gap:
             split += 1
+            later += pieces(q - p, max_gap) - 2
         elif v == "step" and (p, q) not in bisected and q - p > 1:
             bisect += math.ceil(math.log2(q - p))
-    return {"judge": judge, "split": split, "bisect": bisect, "verdicts": judge + 2 * split + bisect}
+    return {"judge": judge, "split": split, "bisect": bisect,
+            "verdicts": judge + 2 * (split + later) + bisect, "builds": split + later + bisect}
 
 
 def interval_key(a: Candidate, b: Candidate) -> str:
@@ -494,13 +520,16 @@ class Scan:
 
     def progress(self, intervals: dict[str, Any], left: dict[str, int]) -> None:
         counts = {v: sum(1 for x in intervals.values() if x["verdict"] == v) for v in ("same", "step", "undecided")}
-        per = sum(self.compare_s) / len(self.compare_s) if self.compare_s else None
-        eta = (f" — about {left['verdicts'] * per / 60:.0f} min left at {per:.0f} s per verdict, its builds included"
-               if per and left["verdicts"] else "")
-        self.log(f"scan{self._on()}: {len(self.block_points())} points ({self.builds_made()} built), intervals: "
-                 f"{counts['same']} same, "
-                 f"{counts['step']} steps, {counts['undecided']} undecided; left: {left['judge']} to judge, "
-                 f"{left['split']} to split, ~{left['bisect']} bisect steps{eta}")
+        line = (f"scan{self._on()}: {len(self.block_points())} points ({self.builds_made()} built), intervals: "
+                f"{counts['same']} same, "
+                f"{counts['step']} steps, {counts['undecided']} undecided; left: {left['judge']} to judge, "
+                f"{left['split']} to split, ~{left['bisect']} bisect steps{self.eta(left)}")
+        self.log(line)
+        self.set_item(PROGRESS, self.node_label or "", {"line": line, "at": time.time()})
+
+    def eta(self, left: dict[str, int]) -> str:
+        made = [b.build_s for j in self.judges for b in j.builds.values() if b is not None and b.build_s]
+        return eta_text(left, self.compare_s, made)
 
     def step(self, p: int, q: int, got: dict[str, Any]) -> None:
         """Bisect the step inside (p, q) and add its parent and culprit to the points."""
@@ -780,6 +809,7 @@ def partial(store: Store, sid: str) -> dict[str, Any]:
     spec = json.loads(store.study(sid)["spec_json"])
     got = finish(Scan(store, sid, cands, spec, lambda s: None, None), measure=False)
     got["status"] = "running"
+    got["live"] = [v for _, v in sorted(store.get_state(sid, PROGRESS, {}).items())]
     return got
 
 

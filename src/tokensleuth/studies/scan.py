@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,9 @@ def render(r: dict[str, Any]) -> str:
                                                                                     {"open": "?", "intervals": "?",
                                                                                      "points": "?"})}[r["status"]]
     out += [f"**{len(steps)} step(s).** {state}", ""]
+    for live in r.get("live") or []:  # a scan under way: its latest live line, and when it was said
+        at = datetime.fromtimestamp(live["at"], tz=timezone.utc)
+        out += [f"Latest progress ({at:%Y-%m-%d %H:%M:%S} UTC): {live['line']}", ""]
     for n, s in enumerate(steps, 1):
         out.append(step_line(n, s))
         extra = []
