@@ -518,11 +518,15 @@ class Scan:
         return {"verdict": verdict, "cells": cells, "study": j.study,
                 "param_diffs": [d.to_json() for d in j.param_diffs]}
 
-    def progress(self, intervals: dict[str, Any], left: dict[str, int]) -> None:
-        counts = {v: sum(1 for x in intervals.values() if x["verdict"] == v) for v in ("same", "step", "undecided")}
+    def progress(self, verdicts: Mapping[tuple[int, int], str], left: dict[str, int]) -> None:
+        """The live line: the intervals between neighbouring points now (one split since it was
+        judged counts as its two halves), what is left and how long it will take."""
+        counts = {v: sum(1 for x in verdicts.values() if x == v) for v in ("same", "undecided")}
+        found = {b.get("first_bad") for b in self.get(BISECTS, {}).values() if b.get("status") == "found"}
+        counts["step"] = len(found | {self.cands[q].label for (p, q), v in verdicts.items() if v == "step"})
         line = (f"scan{self._on()}: {len(self.block_points())} points ({self.builds_made()} built), intervals: "
-                f"{counts['same']} same, "
-                f"{counts['step']} steps, {counts['undecided']} undecided; left: {left['judge']} to judge, "
+                f"{counts['same']} same, {counts['undecided']} undecided; {counts['step']} steps found; "
+                f"left: {left['judge']} to judge, "
                 f"{left['split']} to split, ~{left['bisect']} bisect steps{self.eta(left)}")
         self.log(line)
         self.set_item(PROGRESS, self.node_label or "", {"line": line, "at": time.time()})
@@ -582,7 +586,7 @@ class Scan:
                 return
             action, p, q = work
             key = interval_key(self.cands[p], self.cands[q])
-            self.progress(stored, remaining(pts, verdicts, bisected, int(self.spec["max_gap"])))
+            self.progress(verdicts, remaining(pts, verdicts, bisected, int(self.spec["max_gap"])))
             if self.over_budget():
                 closed.add((p, q))
                 if action == "judge":
