@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -284,20 +285,33 @@ def test_a_scan_on_two_machines_splits_the_range_and_keeps_their_levels_apart(
         cluster: object, engine: EngineBuild, moe_model: Path, tmp_path: Path) -> None:
     """The range is cut in two blocks at a sampled point: each machine builds, measures and judges
     its own block (the boundary point on both), the step is found inside the first, and no pair
-    or level sequence mixes machines. (The history of the parallel bisect above: its builds are
-    each machine's cache hits.)"""
+    or level sequence mixes machines. The driver is killed (SIGKILL) once the first interval is
+    judged and resumed: the verdicts made are kept, one scan study. (The history of the parallel
+    bisect above: its builds are each machine's cache hits.)"""
     from tests.fleet import LocalCluster
     from tests.planted import bisect_history
 
     assert isinstance(cluster, LocalCluster)
     repo, shas = bisect_history(("n1", "spin", "n2"), branch="bisect-fleet-spin3000-short", spin_us=3000)
     db, out = tmp_path / "s.db", tmp_path / "scan.json"
-    p = subprocess.run([tokensleuth_bin(), "scan", "--db", str(db), "--repo", str(repo), "--from", shas["base"],
-                        "--to", shas["n2"], "--model", str(moe_model), "-w", "tg32", "--samples", "3",
-                        "--band", "20%", "--max-pairs", "10", "--cluster", cluster.address, "--on", "role=bench",
-                        "--json", str(out), "--", "-t", "1", "-r", "5"],
-                       capture_output=True, text=True, timeout=1500)
+    args = [tokensleuth_bin(), "scan", "--db", str(db), "--repo", str(repo), "--from", shas["base"],
+            "--to", shas["n2"], "--model", str(moe_model), "-w", "tg32", "--samples", "3",
+            "--band", "20%", "--max-pairs", "10", "--cluster", cluster.address, "--on", "role=bench",
+            "--json", str(out), "--", "-t", "1", "-r", "5"]
+    first = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 900
+    while first.poll() is None and time.monotonic() < deadline and not _scan_state(db, "scan-intervals"):
+        time.sleep(0.5)
+    first.kill()
+    _, killed_err = first.communicate()
+    judged = _scan_state(db, "scan-intervals")
+    assert judged, ("killed before an interval was judged", killed_err[-3000:])
+    p = subprocess.run([*args[:2], "--resume", *args[2:]], capture_output=True, text=True, timeout=1500)
     r = json.loads(out.read_text())
+    after = _scan_state(db, "scan-intervals")
+    assert all(after[k].get("study") == v["study"] for k, v in judged.items() if "study" in v), \
+        "a verdict made before the kill was made again"
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM studies WHERE kind='scan'").fetchone()[0] == 1
     # both "machines" share this machine's 2 cores: a neutral commit the noise leaves undecided
     # is said so (exit 1) — never the spin (+3 ms per decode call), whose step is found
     assert p.returncode == (1 if r["undecided"] else 0), p.stderr[-3000:]
@@ -322,7 +336,16 @@ def test_a_scan_on_two_machines_splits_the_range_and_keeps_their_levels_apart(
     on = {k: set().union(*(v for (sid, _), v in pairs.items() if sid == got["study"]))
           for k, got in state["scan-intervals"].items()}
     assert on[f"{labels[2]}..{labels[3]}"] == {"w2"} and on[f"{labels[0]}..{labels[1]}"] == {"w1"}
-    assert "[w1]" in p.stderr and "[w2]" in p.stderr  # each machine's lines, named
+    assert "[w1]" in p.stderr + killed_err and "[w2]" in p.stderr + killed_err  # each machine's lines, named
+
+
+def _scan_state(db: Path, key: str) -> Any:
+    """A scan's stored state ``key`` (None before it is written, or while the store is busy)."""
+    try:
+        row = sqlite3.connect(db, timeout=30).execute("SELECT value_json FROM state WHERE key=?", (key,)).fetchone()
+    except sqlite3.OperationalError:
+        return None
+    return json.loads(row[0]) if row else None
 
 
 @pytest.mark.slow
