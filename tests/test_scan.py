@@ -126,7 +126,9 @@ def test_the_builds_left_are_estimated_from_the_builds_that_reused_the_cache() -
     # measured on the H200: the first CUDA build 207 s, the next ones (neighbouring commits) 6-8 s
     assert builds_left([207.0], 3) == "; at most ~10 min of builds left (the next ones reuse this one's cache)"
     assert builds_left([207.0, 8.0], 2) == "; ~16 s of builds left"
-    assert builds_left([207.0, 150.0, 170.0], 10) == "; ~27 min of builds left"
+    assert builds_left([207.0, 150.0, 170.0], 10) == "; ~28 min of builds left"
+    # two builds: the cold first one does not set the pace
+    assert builds_left([282.0, 293.0], 8) == "; ~38 min of builds left"
     assert builds_left([207.0, 8.0], 0) == "" and builds_left([], 4) == ""
 
 
@@ -140,6 +142,7 @@ def test_the_time_left_counts_verdicts_and_builds() -> None:
     # the first CUDA build filled the cache (207 s), the next took 6-8 s: the median sets the pace
     assert eta_text(left, [100.0], [207.0, 8.0, 8.0, 6.0]) == \
         " — about 41 min left: ~24 verdicts at 100 s and ~8 builds at 8 s"
+    assert eta_text(left, [100.0], [207.0, 8.0]).endswith("~8 builds at 8 s")
     assert eta_text(left, [], [200.0]) == ""  # no verdict made yet: no pace to say
     assert eta_text({**left, "verdicts": 0, "builds": 0}, [20.0], []) == ""
 

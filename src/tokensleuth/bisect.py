@@ -204,12 +204,12 @@ def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] |
     if lo > hi:
         raise UserError(f"{names[0]} {good} comes after {names[1]} {bad} — swap them")
     chosen = sorted((v for v in versions if lo <= norm(v) <= hi), key=norm)
-    published = {norm(v) for v in versions}
     if within:
         if len(chosen) < 2:
             raise UserError(f"{package} has {len(chosen)} published version(s) from {good} to {bad} — widen the range "
                             f"(`pip index versions {package}` lists them)")
         return [Candidate(v, f"pypi:{package}=={v}") for v in chosen]
+    published = {norm(v) for v in versions}
     missing = [v for v in (good, bad) if norm(v) not in published]
     if missing:
         raise UserError(f"{package} has no published version {' or '.join(missing)} — list them with "

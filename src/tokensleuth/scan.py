@@ -37,6 +37,7 @@ and the cheapest.
 from __future__ import annotations
 
 import math
+import statistics
 import re
 import threading
 import time
@@ -153,12 +154,16 @@ def smallest_seen(halfwidths: Sequence[float], band: float) -> float | None:
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(h|m|s|builds?)\s*$")
 
 
-def builds_left(took: Sequence[float], left: int) -> str:
-    """The live line's estimate of the builds left, from the seconds of those made so far.
+def build_pace(took: Sequence[float]) -> float:
+    """Seconds per build to plan with: the lower median of those made, so that a first build that
+    filled the compiler cache and the build folder (minutes, where the next commits take seconds)
+    does not set the pace."""
+    return statistics.median_low(took)
 
-    The first build of a run fills the compiler cache and the build folder; the next ones
-    reuse them (seconds where the first took minutes, on neighbouring commits), so they are
-    estimated from the builds after the first, and from the first alone only as a bound."""
+
+def builds_left(took: Sequence[float], left: int) -> str:
+    """The live line's estimate of the builds left, from the seconds of those made so far (the
+    first alone only as a bound: the next ones reuse its cache)."""
     def span(s: float) -> str:
         return f"~{s:.0f} s" if s < 120 else f"~{s / 60:.0f} min"
 
@@ -166,18 +171,16 @@ def builds_left(took: Sequence[float], left: int) -> str:
         return ""
     if len(took) == 1:
         return f"; at most {span(left * took[0])} of builds left (the next ones reuse this one's cache)"
-    later = took[1:]
-    return f"; {span(left * sum(later) / len(later))} of builds left"
+    return f"; {span(left * build_pace(took))} of builds left"
 
 
 def eta_text(left: Mapping[str, int], verdict_s: Sequence[float], build_s: Sequence[float]) -> str:
     """The time left (:func:`remaining`) at this run's mean seconds per verdict and its builds'
-    median seconds (a build reused from the cache counts what it took when it was made; the
-    median, so that a first build that filled the compiler cache does not set the pace)."""
+    pace (:func:`build_pace`; a build reused from the cache counts what it took when it was made)."""
     if not verdict_s or not (left["verdicts"] or left["builds"]):
         return ""
     per = sum(verdict_s) / len(verdict_s)
-    build = sorted(build_s)[len(build_s) // 2] if build_s else None
+    build = build_pace(build_s) if build_s else None
     total = left["verdicts"] * per + left["builds"] * (build or 0.0)
     builds = f" and ~{left['builds']} builds at {build:.0f} s" if build is not None and left["builds"] else ""
     return f" — about {total / 60:.0f} min left: ~{left['verdicts']} verdicts at {per:.0f} s{builds}"
