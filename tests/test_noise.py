@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from tests.conftest import tokensleuth_bin
+from tokensleuth.compare import damped
 from tokensleuth.noise import Noise, Process, components
 from tokensleuth.sources.build import EngineBuild
 
@@ -64,9 +65,14 @@ def test_compare_without_r_chooses_its_repetitions(engine: EngineBuild, dense_mo
     argvs = [json.loads(a) for (a,) in con.execute("SELECT argv_json FROM trials ORDER BY seq")]
     first = argvs[0]
     assert first[first.index("-r"):][:2] == ["-r", "3"]  # the first round, before the study's own noise is known
+    # the -r each round chose (a trial's -r is that plus the cold leading repetitions it drops)
+    (by_round,) = con.execute("SELECT value_json FROM state WHERE key='reps-by-round'").fetchone()
+    chosen = json.loads(by_round)
+    assert chosen[0] == 3 and len(chosen) >= 3, chosen  # min 3 pairs: a round each at least
+    changes = [(x, y) for x, y in zip(chosen, chosen[1:], strict=False) if x != y]
+    assert all(y <= 2 * x and y >= x // 2 for x, y in changes), chosen  # damped: at most x2 or /2 a round
     rs = [int(a[a.index("-r") + 1]) for a in argvs]
-    changes = [(x, y) for x, y in zip(rs, rs[1:], strict=False) if x != y]
-    assert all(y <= 2 * x and y >= x // 2 for x, y in changes), rs  # damped: at most x2 or /2 a round
+    assert min(rs) >= 2 and set(rs) <= {c + k for c in chosen for k in range(4)}, (rs, chosen)
     # with -r given, the user's choice stands: no -r is added to the trials
     p = subprocess.run([tokensleuth_bin(), "compare", "--arm", f"a={engine.source}", "--arm", f"b={engine.source}",
                         "-m", str(dense_model), "-w", "tg8", "--min-pairs", "2", "--max-pairs", "2", "--", "-t", "1",
@@ -75,6 +81,12 @@ def test_compare_without_r_chooses_its_repetitions(engine: EngineBuild, dense_mo
     last = con.execute("SELECT id FROM studies ORDER BY created_at DESC LIMIT 1").fetchone()[0]
     assert all("-r" not in json.loads(a) for (a,) in
                con.execute("SELECT argv_json FROM trials WHERE study_id=?", (last,)))
+
+
+def test_the_repetitions_move_at_most_double_or_half_a_round() -> None:
+    assert [damped(3, b) for b in (2, 3, 5, 6, 7, 20)] == [2, 3, 5, 6, 6, 6]
+    assert [damped(12, b) for b in (2, 5, 6, 20)] == [6, 6, 6, 20]
+    assert damped(2, 2) == 2 and damped(3, 1) == 2  # never below R_MIN
 
 
 def test_the_estimate_keeps_workloads_apart(tmp_path: Path) -> None:

@@ -220,6 +220,8 @@ def _run_rounds(
                                       ("-r", str(asked + n_cold)) if asked is not None and n_cold else ())
             plan += pair_round(names, model, w, (*flags, *extra), start, target)
         plan = _interleave_cells(plan)
+        if chosen is not None and not share:  # the design's own -r, cold repetitions not counted
+            store.put_state(study_id, REPS_STATE, [*store.get_state(study_id, REPS_STATE, []), chosen])
         if placement:
             plan = _verbose_first(store, study_id, spec, plan)
         store.add_trials(study_id, plan)
@@ -260,6 +262,7 @@ def round_trials(open_cells: Mapping[CellKey, int], have: Mapping[CellKey, int],
     return out
 
 
+REPS_STATE = "reps-by-round"  # the -r each round chose, before cold repetitions were added
 FIRST_REPS = 3  # the first round's repetitions per process when the design is chosen for the user
 
 
@@ -294,12 +297,18 @@ def adaptive_reps(store: Store, study_id: str, spec: CompareSpec) -> int | None:
         return FIRST_REPS
     # damped: at most double or halve per round. An early between-process estimate is noisy
     # (from 5 pairs it is often clipped at 0, which alone would send r to its bound)
-    prev = last_reps(store, study_id) or FIRST_REPS
-    return max(noise.R_MIN, max(prev // 2, min(2 * prev, n.best_reps())))
+    prev = (store.get_state(study_id, REPS_STATE) or [None])[-1] or last_reps(store, study_id) or FIRST_REPS
+    return damped(prev, n.best_reps())
+
+
+def damped(prev: int, best: int) -> int:
+    """The step from last round's -r toward the best one: at most double or half, never below R_MIN."""
+    return max(noise.R_MIN, prev // 2, min(2 * prev, best))
 
 
 def last_reps(store: Store, study_id: str) -> int | None:
-    """The -r of the study's most recently planned trial (None: none planned with one)."""
+    """The -r of the study's most recently planned trial (None: none planned with one): cold
+    repetitions included, so only for a study begun before REPS_STATE was kept."""
     row = store.db.execute("SELECT argv_json FROM trials WHERE study_id=? ORDER BY seq DESC LIMIT 1",
                            (study_id,)).fetchone()
     if row is None:
