@@ -10,16 +10,16 @@
 # Expects .whl/ and .carry/ carried; the store, the JSON and the report come back in $OUT.
 set -x
 mkdir -p .devcache
-export DEVICE_DB=$PWD/.devcache/scan.sqlite
+export DEVICE_DB=${DEVICE_DB:-$PWD/.devcache/scan.sqlite}  # DEVICE_DB=$OUT/scan.sqlite: the store comes back even if the call is cut
 . bench/device_env.sh
 SPIN_US=${SPIN_US:-1000} MOE_US=${MOE_US:-50}
-HIST="n1 culprit n2 spin n3 n4"
+HIST=${HIST:-n1 culprit n2 spin n3 n4}  # HIST=culprit: base and the MoE-only culprit alone (one call)
 Q=/dev/shm/q30.gguf D=/dev/shm/d8.gguf
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv
 read -r REPO BASE LAST < <(python3 -c "
 from tests.planted import bisect_history
 repo, shas = bisect_history(tuple('$HIST'.split()), branch='scan-device', spin_us=$SPIN_US, moe_us=$MOE_US)
-print(repo, shas['base'], shas['n4'])") || exit 1
+print(repo, shas['base'], shas['$HIST'.split()[-1]])") || exit 1
 [ -f $Q ] || /usr/bin/time -f "synth: %e s" $T model synth --shape qwen3-30b-a3b --out $Q 2>&1 | tail -1
 [ -f $D ] || /usr/bin/time -f "synth: %e s" $T model synth --shape llama-3.1-8b --out $D 2>&1 | tail -1
 RESUME=; [ -f .devcache/scan.started ] && RESUME=--resume
@@ -31,7 +31,7 @@ timeout -s INT ${SCAN_S:-420} $T scan $C --repo $REPO --from $BASE --to $LAST --
     > $OUT/scan-$(date +%H%M%S).log 2>&1 || rc=$?
 tail -50 $OUT/scan-*.log | grep -v "^  " | tail -60
 echo "scan: exit $rc, $(( $(date +%s) - start )) s wall this call"
-python3 - <<PY
+[ "$TOKENSLEUTH_DB" = "$OUT/scan.sqlite" ] || python3 - <<PY
 import sqlite3
 src = sqlite3.connect("$TOKENSLEUTH_DB"); dst = sqlite3.connect("$OUT/scan.sqlite"); src.backup(dst)
 PY
