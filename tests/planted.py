@@ -92,7 +92,8 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
     neutral commits change a small source file (forcing a recompile), ``spin`` busy-waits
     ``spin_us`` per decode call (slower at any thread count), ``broken``
     does not compile and ``fix`` repairs it, ``unspin`` takes ``spin`` out again, ``ubatch`` changes
-    llama-bench's default -ub from 512 to 8 (a settings change that slows prompts only), ``culprit`` adds a MoE-only slowdown
+    llama-bench's default -ub from 512 to 8 (a settings change that slows prompts only), ``offload``
+    its default -ngl from -1 to 99 (a settings change that a CPU build does not feel), ``culprit`` adds a MoE-only slowdown
     (a busy wait per MoE layer in a custom op that leaves outputs unchanged), ``eps``
     multiplies the rms_norm epsilon by 10^4 (outputs change, speed does not).
     ``subjects`` gives a commit a subject other than its name.
@@ -130,6 +131,11 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
                 text = bench.read_text()
                 assert text.count(UBATCH[0]) == 1
                 bench.write_text(text.replace(*UBATCH))
+            elif name == "offload":  # llama-bench's default -ngl -1 -> 99: a default change a CPU build does not feel
+                bench = wt / "tools" / "llama-bench" / "llama-bench.cpp"
+                text = bench.read_text()
+                assert text.count(OFFLOAD[0]) == 1
+                bench.write_text(text.replace(*OFFLOAD))
             elif name == "spin":  # a slowdown at any thread count: spin_us busy-waited per decode call
                 ctx = wt / "src" / "llama-context.cpp"
                 text = ctx.read_text()
@@ -154,6 +160,7 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
 
 
 UBATCH = ("/* n_ubatch             */ { 512 },", "/* n_ubatch             */ { 8 },")
+OFFLOAD = ("/* n_gpu_layers         */ { -1 },", "/* n_gpu_layers         */ { 99 },")
 
 # The scan's planted history (25 commits): the MoE-only culprit first, so that the spin's all-model
 # slowdown comes on top of it (each step stays large against the other); the default change and

@@ -19,7 +19,8 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.errors import UserError
-from tokensleuth.scan import builds_left, fit_steps, initial_sample, next_work, parse_budget, round_order, smallest_seen
+from tokensleuth.scan import (builds_left, first_changed, fit_steps, initial_sample, next_work, parse_budget, remaining,
+                              round_order, smallest_seen)
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -54,6 +55,25 @@ def test_the_next_move_judges_then_splits_long_sames_and_bisects_steps() -> None
                      failed={(1, 2)}) is None
 
 
+def test_a_settings_change_inside_a_same_interval_is_located_by_halving() -> None:
+    asked: list[int] = []
+
+    def differs(i: int) -> bool:
+        asked.append(i)
+        return i >= 7
+
+    assert first_changed(0, 20, differs) == (6, 7) and len(asked) <= 5  # log2(19) probes
+    assert first_changed(0, 20, lambda i: None if i == 6 else i >= 7) == (5, 7)  # 6 does not build
+    assert first_changed(0, 4, lambda i: None) == (0, 4) and first_changed(3, 4, differs) == (3, 4)
+    pts, v = [0, 10, 50], {(0, 10): "same", (10, 50): "same"}
+    assert next_work(pts, v, set(), 64, settings={(0, 10)}) == ("locate", 0, 10)
+    assert next_work(pts, v, set(), 64) is None  # no settings changed: nothing to do
+    assert next_work([0, 1], {(0, 1): "same"}, set(), 64, settings={(0, 1)}) is None  # one commit: it is the change
+    assert next_work(pts, {**v, (0, 10): "step"}, set(), 64, settings={(0, 10)}) == ("bisect", 0, 10)
+    left = remaining(pts, v, set(), 64, settings={(0, 10)})
+    assert left["locate"] == 4 and left["builds"] == 4 and left["verdicts"] == 2
+
+
 def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None:
     from tokensleuth.scan import blocks_of
 
@@ -70,17 +90,17 @@ def test_what_is_left_counts_verdicts_splits_and_bisect_steps() -> None:
 
     pts = [0, 10, 50, 60, 61]
     # not judged yet: 10 -> 50 would be split once if the same (a build and two verdicts more)
-    assert remaining(pts, {}, set(), 32) == {"judge": 4, "split": 0, "bisect": 0, "verdicts": 6, "builds": 1}
+    assert remaining(pts, {}, set(), 32) == {"judge": 4, "split": 0, "bisect": 0, "locate": 0, "verdicts": 6, "builds": 1}
     v = {(0, 10): "same", (10, 50): "same", (50, 60): "step", (60, 61): "step"}
     # the 40-commit same is split (a build, two verdicts); the 10-commit step takes ~4 bisect steps;
     # a one-commit step needs no bisect step
-    assert remaining(pts, v, set(), 32) == {"judge": 0, "split": 1, "bisect": 4, "verdicts": 6, "builds": 5}
-    assert remaining(pts, v, {(50, 60)}, 64) == {"judge": 0, "split": 0, "bisect": 0, "verdicts": 0, "builds": 0}
+    assert remaining(pts, v, set(), 32) == {"judge": 0, "split": 1, "bisect": 4, "locate": 0, "verdicts": 6, "builds": 5}
+    assert remaining(pts, v, {(50, 60)}, 64) == {"judge": 0, "split": 0, "bisect": 0, "locate": 0, "verdicts": 0, "builds": 0}
     # a long range not judged yet: split at its middle until no piece is longer than max_gap —
     # the first sample of 269 releases (8 intervals of 33-34) ends as 16 intervals: 8 builds more
     assert pieces(34, 32) == 2 and pieces(32, 32) == 1 and pieces(100, 32) == 4 and pieces(1, 0) == 1
     first = [0, 34, 67, 101, 134, 168, 201, 235, 268]
-    assert remaining(first, {}, set(), 32) == {"judge": 8, "split": 0, "bisect": 0, "verdicts": 24, "builds": 8}
+    assert remaining(first, {}, set(), 32) == {"judge": 8, "split": 0, "bisect": 0, "locate": 0, "verdicts": 24, "builds": 8}
     assert remaining(first, {(0, 34): "same"}, set(), 32)["builds"] == 8
     assert remaining(pts, {**v, (0, 10): "undecided"}, set(), 64)["verdicts"] == 4  # closed, not counted
 
@@ -185,6 +205,12 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
     (fig,) = history_figures(_result())
     assert fig.rows[1][3] == "first bad" and fig.svg.startswith("<svg")
     assert KIND.step_study(_result(), 1) == "bis1"
+    md = render(_result(settings_changes=[{
+        "first_changed": "b5", "parent": "b4", "from": "b4", "to": "b5", "commits": 1, "subject": "bench: offload",
+        "param_diffs": [{"field": "n_gpu_layers", "baseline": -1, "candidate": 99, "requested": False}],
+        "cells": [dict(_result()["steps"][0]["cells"][1])]}]))
+    assert ("llama-bench's own settings changed at **b5** (parent b4) — bench: offload: n_gpu_layers -1 → 99; the "
+            "speed stayed within the band (moe tg32 1.000 [0.970, 1.030]) — a default change, not the engine") in md
     with pytest.raises(UserError, match="--step 2: this scan has 1 step"):
         KIND.step_study(_result(), 2)
 
@@ -282,6 +308,34 @@ def test_a_finished_scan_resumed_with_a_later_end_measures_only_the_new_part(
     new = set(after) - set(judged)
     assert new and compares() == before + len(new)
     assert later["steps"] == []  # the dense model: no step in the whole range
+
+
+@pytest.mark.slow
+def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """llama-bench's default -ngl changes (-1 -> 99) where a CPU build does not feel it: the one
+    interval of the sample is the same, its ends' settings differ, so the scan finds the commit
+    where they change by probing (no pairs) and names it — a settings change, no step."""
+    from tests.planted import bisect_history
+
+    repo, shas = bisect_history(("n1", "offload", "n2", "n3"), branch="scan-settings")
+    out = tmp_path / "s.json"
+    p = subprocess.run([tokensleuth_bin(), "scan", "--repo", str(repo), "--from", shas["base"], "--to", shas["n3"],
+                        "--model", str(dense_model), "-w", "tg16", "--band", "30%", "--samples", "1",
+                        "--max-pairs", "10", "--no-profile", "--json", str(out), "--", "-r", "2", "-t", "1"],
+                       env=cli_env, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["steps"] == [] and got["undecided"] == [], got
+    (sc,) = got["settings_changes"]
+    assert (sc["first_changed"], sc["parent"]) == (shas["offload"][:10], shas["n1"][:10]), sc
+    assert [(d["field"], d["baseline"], d["candidate"]) for d in sc["param_diffs"]] == [("n_gpu_layers", -1, 99)]
+    assert {c["verdict"] for c in sc["cells"]} == {"same"}
+    # halving: base's settings, then the middle (offload: changed), then n1 (not) — n2 never built
+    probes = _state(cli_env["TOKENSLEUTH_DB"], "scan-probes")
+    assert set(probes) == {shas[k][:10] for k in ("base", "offload", "n1")}, probes
+    assert [x["label"] for x in got["sampled"]] == [shas[k][:10] for k in ("base", "n1", "offload", "n3")]
+    assert f"settings changed at **{shas['offload'][:10]}** (parent {shas['n1'][:10]})" in p.stdout
 
 
 # -- the real scan --------------------------------------------------------------------------------

@@ -19,7 +19,13 @@ Sample, measure, detect, refine:
 - **explain**: each step's cells, its direction, llama-bench's own settings that changed at the
   culprit (and what is left of the step with them pinned: a default change is reported as
   such), the files it changed that the build compiles, the op that grew; with
-  ``check_outputs`` the first commit whose outputs changed, searched over the whole range.
+  ``check_outputs`` the first commit whose outputs changed, searched over the whole range;
+- **settings**: an interval judged the same whose ends run llama-bench with different settings
+  nobody asked for (a default changed inside it, its speed effect inside the band or cancelled
+  by another change) is searched for the first commit whose settings differ (a build and a
+  one-second probe per step, no pairs: :func:`first_changed`); its parent and it join the points,
+  and their interval is judged like any other — a step there is explained as a default change,
+  and one within the band is still reported (``settings_changes``), never dropped.
 
 Every verdict, level and bisect is stored as soon as it exists (the scan study's state and
 the compare and bisect studies it asks for), so a killed scan resumes losing nothing, and a
@@ -74,6 +80,8 @@ SPENT = "scan-spent"  # {"wall_s"} what earlier runs of this scan took
 SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or crashed
 PROGRESS = "scan-progress"  # {machine or "": {line, at}} the latest live line (`report` shows it while it runs)
 CANDIDATES = "scan-candidates"  # the candidates of the latest run (`report` reads them while it runs)
+SETTINGS = "scan-settings"  # {"A..B": {last_same, first_changed, diffs}} a settings change located inside a same interval
+PROBES = "scan-probes"  # {label: llama-bench settings} each probed build's (a located change's search)
 CONFIDENCE = 0.95
 
 
@@ -206,8 +214,8 @@ def parse_budget(text: str | None) -> dict[str, float]:
 
 def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bisected: Collection[tuple[int, int]],
               max_gap: int, closed: Collection[tuple[int, int]] = (), likely: Collection[int] = (),
-              spent: Collection[tuple[int, int]] = (), failed: Collection[tuple[int, int]] = ()
-              ) -> tuple[str, int, int] | None:
+              spent: Collection[tuple[int, int]] = (), failed: Collection[tuple[int, int]] = (),
+              settings: Collection[tuple[int, int]] = ()) -> tuple[str, int, int] | None:
     """The scan's next move over the sampled ``points`` (candidate indices, in order), from the
     verdicts of the intervals between neighbours so far (same | step | undecided):
 
@@ -217,7 +225,9 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
       could be inside); a step whose bisect ``failed`` to name a culprit (most often two steps
       inside, whose sum the bisect's candidates fall between): its middle is sampled, and each
       half judged on its own. (One commit long, such an interval is left as it is.)
-    - ``("bisect", p, q)``: a step not bisected yet (one commit long too: the bisect explains it).
+    - ``("bisect", p, q)``: a step not bisected yet (one commit long too: the bisect explains it);
+    - ``("locate", p, q)``: the same, but its ends' llama-bench ``settings`` differ (a default
+      changed inside): the commit where they change is searched for (before any split).
 
     ``closed``: intervals nothing more can be done for now (nothing between them builds, the
     budget). The intervals after the points in ``likely`` (indices into ``points``: where the fit
@@ -231,7 +241,7 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
         if v is None or v == "undecided":
             action = "judge" if (p, q) not in spent else "split" if q - p > 1 else None
         elif v == "same":
-            action = "split" if q - p > max_gap else None
+            action = "locate" if (p, q) in settings and q - p > 1 else "split" if q - p > max_gap else None
         elif v == "step" and (p, q) not in bisected:
             action = "bisect" if (p, q) not in failed else "split" if q - p > 1 else None
         if action:
@@ -250,25 +260,47 @@ def pieces(length: int, max_gap: int) -> int:
     return pieces(length // 2, max_gap) + pieces(length - length // 2, max_gap)
 
 
+def first_changed(lo: int, hi: int, differs: Callable[[int], bool | None]) -> tuple[int, int]:
+    """Where a setting changes between ``lo`` (the old settings) and ``hi`` (new ones): the last
+    index with the old settings and the first with new ones, by halving. ``differs(i)``: whether
+    ``i``'s settings differ from ``lo``'s, None when it cannot tell (``i`` does not build; it is
+    passed over, so the two returned may then be more than one apart)."""
+    inner = list(range(lo + 1, hi))
+    while inner:
+        mid = inner[len(inner) // 2]
+        got = differs(mid)
+        if got is None:
+            inner.remove(mid)
+        elif got:
+            hi, inner = mid, [i for i in inner if i < mid]
+        else:
+            lo, inner = mid, [i for i in inner if i > mid]
+    return lo, hi
+
+
 def remaining(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bisected: Collection[tuple[int, int]],
-              max_gap: int) -> dict[str, int]:
+              max_gap: int, settings: Collection[tuple[int, int]] = ()) -> dict[str, int]:
     """What is left to do, in verdicts and builds: intervals to judge, long same intervals to
     split (a build, two verdicts, again until no piece is longer than ``max_gap`` — an interval
     not judged yet is counted as the same, the common case) and the steps of the bisects still
-    to run (about log2 of the interval's length, a build and a verdict each)."""
-    judge = split = later = bisect = 0
+    to run (about log2 of the interval's length, a build and a verdict each); a settings change to
+    locate: about log2 of its length in builds (a probe each, no pairs) and two verdicts after."""
+    judge = split = later = bisect = locate = 0
     for p, q in zip(points, points[1:], strict=False):
         v = verdicts.get((p, q))
         if v is None:
             judge += 1
             later += pieces(q - p, max_gap) - 1
+        elif v == "same" and (p, q) in settings and q - p > 1:
+            locate += math.ceil(math.log2(q - p))
         elif v == "same" and q - p > max_gap:
             split += 1
             later += pieces(q - p, max_gap) - 2
         elif v == "step" and (p, q) not in bisected and q - p > 1:
             bisect += math.ceil(math.log2(q - p))
-    return {"judge": judge, "split": split, "bisect": bisect,
-            "verdicts": judge + 2 * (split + later) + bisect, "builds": split + later + bisect}
+    return {"judge": judge, "split": split, "bisect": bisect, "locate": locate,
+            "verdicts": judge + 2 * (split + later) + bisect + (2 if locate else 0),
+            "builds": split + later + bisect + locate}
 
 
 def interval_key(a: Candidate, b: Candidate) -> str:
@@ -530,7 +562,8 @@ class Scan:
         line = (f"scan{self._on()}: {len(self.block_points())} points ({self.builds_made()} built), intervals: "
                 f"{counts['same']} same, {counts['undecided']} undecided; {counts['step']} steps found; "
                 f"left: {left['judge']} to judge, "
-                f"{left['split']} to split, ~{left['bisect']} bisect steps{self.eta(left)}")
+                f"{left['split']} to split, ~{left['bisect']} bisect steps"
+                + (f", ~{left['locate']} settings probes" if left.get("locate") else "") + self.eta(left))
         self.log(line)
         self.set_item(PROGRESS, self.node_label or "", {"line": line, "at": time.time()})
 
@@ -584,12 +617,14 @@ class Scan:
             bisected = {(p, q) for p, q in verdicts if bisects.get(interval_key(self.cands[p], self.cands[q]),
                                                                     {}).get("status") in ANSWERED}
             likely = {k for k, p in enumerate(pts) if p in after}
-            work = next_work(pts, verdicts, bisected, int(self.spec["max_gap"]), closed, likely, spent, failed)
+            moved = self.settings_moved(verdicts, stored)
+            work = next_work(pts, verdicts, bisected, int(self.spec["max_gap"]), closed, likely, spent, failed,
+                             moved)
             if work is None:
                 return
             action, p, q = work
             key = interval_key(self.cands[p], self.cands[q])
-            self.progress(verdicts, remaining(pts, verdicts, bisected, int(self.spec["max_gap"])))
+            self.progress(verdicts, remaining(pts, verdicts, bisected, int(self.spec["max_gap"]), moved))
             if self.over_budget():
                 closed.add((p, q))
                 if action == "judge":
@@ -607,6 +642,8 @@ class Scan:
                 self.log(f"  {key}: {got['verdict']} (" + ", ".join(
                     f"{Path(c['model']).stem} {c['workload']} {c['ratio']:.4f}" if c["ratio"] else
                     f"{c['workload']} —" for c in got["cells"]) + ")")
+            elif action == "locate":
+                self.locate(p, q, stored[key].get("param_diffs") or [])
             elif action == "split":
                 why = {"same": "the same", "undecided": "undecided"}.get(verdicts.get((p, q), ""),
                                                                          "a step whose bisect named no culprit")
@@ -616,6 +653,67 @@ class Scan:
                 self.step(p, q, stored[key])
                 if self.get(BISECTS, {})[key]["status"] not in ANSWERED:
                     failed.add((p, q))  # split (one commit long: undecided, and --resume adds pairs)
+
+    def settings_moved(self, verdicts: Mapping[tuple[int, int], str],
+                       stored: Mapping[str, Any]) -> set[tuple[int, int]]:
+        """Intervals judged the same whose ends' llama-bench settings differ unasked, not searched
+        yet. (On a fleet the builds are the machines', not here to probe: such an interval is
+        reported with its ends only.)"""
+        if self.node_label is not None:
+            return set()
+        located = self.get(SETTINGS, {})
+        out = set()
+        for (p, q), v in verdicts.items():
+            key = interval_key(self.cands[p], self.cands[q])
+            if v == "same" and q - p > 1 and stored[key].get("param_diffs") and key not in located:
+                out.add((p, q))
+        return out
+
+    def locate(self, p: int, q: int, diffs: Sequence[dict[str, Any]]) -> None:
+        """The first commit inside (p, q] whose llama-bench settings differ from ``p``'s (a build
+        and a probe of each point halving the interval, stored as they come), its parent and it
+        added to the points."""
+        from tokensleuth.engines import engine_for
+
+        params = engine_for(self.spec.get("kind", DEFAULT_KIND)).settings
+        key = interval_key(self.cands[p], self.cands[q])
+        fields = ", ".join(d["field"] for d in diffs)
+        if params is None:  # (no settings reported: nothing to search)
+            self.set_item(SETTINGS, key, {"last_same": None, "first_changed": None, "diffs": list(diffs)})
+            return
+        flags = list(self.spec["flags"])
+        asked = params.flag_fields(flags)
+
+        def settings_of(i: int) -> dict[str, Any] | None:
+            label = self.cands[i].label
+            got = self.get(PROBES, {}).get(label)
+            if got is None:
+                b = self.judge.build(self.cands[i].source)
+                if b is None:
+                    return None
+                got = params.probe(b, self.spec["models"][0], flags, self.spec["timeout_s"])
+                self.set_item(PROBES, label, got)
+            return dict(got)
+
+        base = settings_of(p)
+        if base is None:  # (a sampled point: it built before)
+            raise EngineError(f"{self.cands[p].label} no longer builds — rerun with --resume")
+        self.log(f"  {key}: the same, but llama-bench's settings differ ({fields}) — finding the commit "
+                 f"where they change")
+
+        def differs(i: int) -> bool | None:
+            got = settings_of(i)
+            return None if got is None else bool(params.diff(base, got, asked))
+
+        lo, hi = first_changed(p, q, differs)
+        last = settings_of(hi) or {}
+        found = [d.to_json() for d in params.diff(base, last, asked)] or list(diffs)
+        self.set_item(SETTINGS, key, {"last_same": self.cands[lo].label, "first_changed": self.cands[hi].label,
+                                      "diffs": found})
+        self.log(f"  settings change ({', '.join(d['field'] for d in found)}) first at {self.cands[hi].label}"
+                 + (f" (after {self.cands[lo].label})" if hi - lo == 1 else
+                    f" (somewhere after {self.cands[lo].label}: nothing between builds)"))
+        self.add_points([lo, hi])
 
     def _split(self, p: int, q: int, why: str) -> bool:
         """Sample the buildable point nearest the middle of (p, q); False when none builds."""
@@ -865,9 +963,18 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
             "ratio": s.ratio, "ci": list(s.ci), "p": s.p} for (m, w), ss in scan.fit().items() for s in ss]
     seen = smallest_seen(halfwidths, spec["band"])
     status = "done" if not undecided else "budget" if scan.exhausted else "undecided"
+    settings_changes = []
+    for p, q, got in same:  # a default change inside the band: said, never dropped (a step says its own)
+        if not got.get("param_diffs"):
+            continue  # (one longer than a commit: not located — on a fleet, or nothing between builds)
+        settings_changes.append({
+            "first_changed": cands[q].label if q - p == 1 else None, "parent": cands[p].label if q - p == 1 else None,
+            "from": cands[p].label, "to": cands[q].label, "commits": q - p, "subject": cands[q].subject if q - p == 1
+            else None, "param_diffs": got["param_diffs"],
+            "cells": [{k: c[k] for k in ("model", "workload", "ratio", "ci", "verdict")} for c in got["cells"]]})
     return {"study": scan.sid, "status": status, "first": cands[0].label, "last": cands[-1].label,
             "candidates": len(cands), "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
-            "steps": steps, "output_changes": [], "sampled": sampled, "skipped": scan.get(SKIPPED, {}),
+            "steps": steps, "settings_changes": settings_changes, "output_changes": [], "sampled": sampled, "skipped": scan.get(SKIPPED, {}),
             "undecided": undecided, "fit": fit,
             "same": [{"from": cands[p].label, "to": cands[q].label, "commits": q - p} for p, q, _ in same],
             "resolution": {"smallest_step_seen": seen, "longest_unsampled": max(gaps, default=0),
