@@ -208,7 +208,7 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
             return compare
         bis.compare = answer((0.85, 0.87))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "bad"
-        assert edges[0] == pytest.approx(0.925)  # half the endpoint's 15%, one-sided
+        assert edges[0] == pytest.approx(0.85 ** 0.5)  # halfway to the endpoint's 15% (log scale), one-sided
         bis.compare = answer((0.99, 1.01))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "good"
         bis.compare = answer((0.97, 1.12))  # type: ignore[method-assign]
@@ -218,6 +218,15 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         bis.compare = answer((0.90, 0.96))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "unresolved"
         assert len(edges) == 2  # straddles the edge: measured again at twice the pairs
+        # a 4x slowdown: the edge is 0.5, so a neutral step measured noisily ([0.72, 1.07]) is good
+        store.put_state(sid, "endpoint_ratio", 0.25)
+        edges.clear()
+        bis.compare = answer((0.72, 1.07))  # type: ignore[method-assign]
+        assert bis.classify(1, build).outcome == "good" and edges == [pytest.approx(0.5)]
+        bis.compare = answer((0.22, 0.30))  # type: ignore[method-assign]
+        assert bis.classify(1, build).outcome == "bad"
+    from tokensleuth.bisect import regression_edge
+    assert regression_edge(0.99, 0.05) == 0.95 and regression_edge(4.0, 0.05) == 2.0  # never inside the band
 
 
 def test_a_one_sided_question_is_settled_by_the_side_the_interval_lies_on() -> None:

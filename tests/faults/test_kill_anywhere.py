@@ -141,7 +141,7 @@ def test_bisect_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env:
     real = Path(planted.bin_dir) / "llama-bench"
     # good, good, then a 1.5 ms wait per token: about 4x slower from "r2" on, at any load (-t 1);
     # the band is wide because the test is of kills and resumes, and a 2 x 8 ms trial is noisy
-    # (a first process ran 33% slow): r1 must be `same` as r0 in 10 pairs on a busy machine too
+    # (a first process ran 33% slow): r1 must lie above the edge halfway to r3 (0.5) on a busy machine too
     slow = "export TOKENSLEUTH_SPIN_US=1500\n"
     dirs = [_bin(tmp_path / "r0", real), _bin(tmp_path / "r1", real), _bin(tmp_path / "r2", real, slow),
             _bin(tmp_path / "r3", real, slow)]
