@@ -206,7 +206,7 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
     assert fig.rows[1][3] == "first bad" and fig.svg.startswith("<svg")
     assert KIND.step_study(_result(), 1) == "bis1"
     md = render(_result(settings_changes=[{
-        "first_changed": "b5", "parent": "b4", "from": "b4", "to": "b5", "commits": 1, "subject": "bench: offload",
+        "verdict": "same", "first_changed": "b5", "parent": "b4", "from": "b4", "to": "b5", "commits": 1, "subject": "bench: offload",
         "param_diffs": [{"field": "n_gpu_layers", "baseline": -1, "candidate": 99, "requested": False}],
         "cells": [dict(_result()["steps"][0]["cells"][1])]}]))
     assert ("llama-bench's own settings changed at **b5** (parent b4) — bench: offload: n_gpu_layers -1 → 99; the "
@@ -321,8 +321,8 @@ def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
     repo, shas = bisect_history(("n1", "offload", "n2", "n3"), branch="scan-settings")
     out = tmp_path / "s.json"
     p = subprocess.run([tokensleuth_bin(), "scan", "--repo", str(repo), "--from", shas["base"], "--to", shas["n3"],
-                        "--model", str(dense_model), "-w", "tg16", "--band", "30%", "--samples", "1",
-                        "--max-pairs", "10", "--no-profile", "--json", str(out), "--", "-r", "2", "-t", "1"],
+                        "--model", str(dense_model), "-w", "tg16", "--band", "50%", "--samples", "1",
+                        "--max-pairs", "10", "--no-profile", "--json", str(out), "--", "-r", "3", "-t", "1"],
                        env=cli_env, capture_output=True, text=True, timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(out.read_text())
@@ -330,7 +330,7 @@ def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
     (sc,) = got["settings_changes"]
     assert (sc["first_changed"], sc["parent"]) == (shas["offload"][:10], shas["n1"][:10]), sc
     assert [(d["field"], d["baseline"], d["candidate"]) for d in sc["param_diffs"]] == [("n_gpu_layers", -1, 99)]
-    assert {c["verdict"] for c in sc["cells"]} == {"same"}
+    assert sc["verdict"] == "same" and {c["verdict"] for c in sc["cells"]} == {"same"}  # (a 0.6 ms token: the band is wide)
     # halving: base's settings, then the middle (offload: changed), then n1 (not) — n2 never built
     probes = _state(cli_env["TOKENSLEUTH_DB"], "scan-probes")
     assert set(probes) == {shas[k][:10] for k in ("base", "offload", "n1")}, probes

@@ -964,10 +964,14 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
     seen = smallest_seen(halfwidths, spec["band"])
     status = "done" if not undecided else "budget" if scan.exhausted else "undecided"
     settings_changes = []
-    for p, q, got in same:  # a default change inside the band: said, never dropped (a step says its own)
-        if not got.get("param_diffs"):
-            continue  # (one longer than a commit: not located — on a fleet, or nothing between builds)
-        settings_changes.append({
+    # a default change where no step was found (the same, or undecided): said, never dropped (a step
+    # says its own); one longer than a commit was not located (on a fleet, nothing between builds,
+    # or undecided: it is split like any undecided interval)
+    for p, q in zip(pts, pts[1:], strict=False):
+        got = intervals.get(interval_key(cands[p], cands[q]), {})
+        if not got.get("param_diffs") or got["verdict"] not in ("same", "undecided"):
+            continue
+        settings_changes.append({"verdict": got["verdict"],
             "first_changed": cands[q].label if q - p == 1 else None, "parent": cands[p].label if q - p == 1 else None,
             "from": cands[p].label, "to": cands[q].label, "commits": q - p, "subject": cands[q].subject if q - p == 1
             else None, "param_diffs": got["param_diffs"],

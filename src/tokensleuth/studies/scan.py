@@ -86,15 +86,17 @@ def render(r: dict[str, Any]) -> str:
                 + (f": mean KLD {oc['mean_kld']:.3g}" if oc.get("mean_kld") is not None else "")
                 + (f", same top token {oc['same_top_p']:.1f}%" if oc.get("same_top_p") is not None else "") + "."]
     if r.get("settings_changes"):
-        out += ["", "### Settings changes within the band", ""]
+        out += ["", "### Settings changes with no step", ""]
         for sc in r["settings_changes"]:
             diffs = ", ".join(f"{d['field']} {d.get('baseline')} → {d.get('candidate')}" for d in sc["param_diffs"])
             where = (f"at **{sc['first_changed']}** (parent {sc['parent']})" if sc.get("first_changed") else
                      f"between {sc['from']} and {sc['to']} ({sc['commits']} commits: not located)")
             subject = f" — {sc['subject']}" if sc.get("subject") else ""
             cells = "; ".join(f"{_cell(c)} {_ratio(c)}" for c in sc.get("cells") or [])
-            out.append(f"- llama-bench's own settings changed {where}{subject}: {diffs}; the speed stayed within the "
-                       f"band ({cells}) — a default change, not the engine, and no step.")
+            speed = ("the speed stayed within the band" if sc.get("verdict", "same") == "same" else
+                     "the speed is undecided (below)")
+            out.append(f"- llama-bench's own settings changed {where}{subject}: {diffs}; {speed} ({cells}) — a "
+                       "default change, not the engine, and no step.")
     if r.get("undecided"):
         out += ["", "### Undecided", ""]
         for u in r["undecided"]:
