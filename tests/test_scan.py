@@ -70,6 +70,10 @@ def test_a_settings_change_inside_a_same_interval_is_located_by_halving() -> Non
     assert next_work(pts, v, set(), 64) is None  # no settings changed: nothing to do
     assert next_work([0, 1], {(0, 1): "same"}, set(), 64, settings={(0, 1)}) is None  # one commit: it is the change
     assert next_work(pts, {**v, (0, 10): "step"}, set(), 64, settings={(0, 10)}) == ("bisect", 0, 10)
+    # undecided after its pairs: located instead of split at its middle (a probe a step, no pairs)
+    und = {**v, (0, 10): "undecided"}
+    assert next_work(pts, und, set(), 64, spent={(0, 10)}, settings={(0, 10)}) == ("locate", 0, 10)
+    assert next_work(pts, und, set(), 64, spent={(0, 10)}) == ("split", 0, 10)
     left = remaining(pts, v, set(), 64, settings={(0, 10)})
     assert left["locate"] == 4 and left["builds"] == 4 and left["verdicts"] == 2
 

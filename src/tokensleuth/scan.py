@@ -226,8 +226,9 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
       inside, whose sum the bisect's candidates fall between): its middle is sampled, and each
       half judged on its own. (One commit long, such an interval is left as it is.)
     - ``("bisect", p, q)``: a step not bisected yet (one commit long too: the bisect explains it);
-    - ``("locate", p, q)``: the same, but its ends' llama-bench ``settings`` differ (a default
-      changed inside): the commit where they change is searched for (before any split).
+    - ``("locate", p, q)``: the same, or undecided after its pairs, but its ends' llama-bench
+      ``settings`` differ (a default changed inside): the commit where they change is searched
+      for instead of a split (a probe per step, no pairs; its neighbours are judged after).
 
     ``closed``: intervals nothing more can be done for now (nothing between them builds, the
     budget). The intervals after the points in ``likely`` (indices into ``points``: where the fit
@@ -239,7 +240,8 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
         v = verdicts.get((p, q))
         action: str | None = None
         if v is None or v == "undecided":
-            action = "judge" if (p, q) not in spent else "split" if q - p > 1 else None
+            action = ("judge" if (p, q) not in spent else None if q - p <= 1 else
+                      "locate" if (p, q) in settings else "split")
         elif v == "same":
             action = "locate" if (p, q) in settings and q - p > 1 else "split" if q - p > max_gap else None
         elif v == "step" and (p, q) not in bisected:
@@ -656,8 +658,8 @@ class Scan:
 
     def settings_moved(self, verdicts: Mapping[tuple[int, int], str],
                        stored: Mapping[str, Any]) -> set[tuple[int, int]]:
-        """Intervals judged the same whose ends' llama-bench settings differ unasked, not searched
-        yet. (On a fleet the builds are the machines', not here to probe: such an interval is
+        """Intervals judged the same or undecided whose ends' llama-bench settings differ unasked,
+        not searched yet. (On a fleet the builds are the machines', not here to probe: such an interval is
         reported with its ends only.)"""
         if self.node_label is not None:
             return set()
@@ -665,7 +667,7 @@ class Scan:
         out = set()
         for (p, q), v in verdicts.items():
             key = interval_key(self.cands[p], self.cands[q])
-            if v == "same" and q - p > 1 and stored[key].get("param_diffs") and key not in located:
+            if v in ("same", "undecided") and q - p > 1 and stored[key].get("param_diffs") and key not in located:
                 out.add((p, q))
         return out
 
@@ -698,8 +700,7 @@ class Scan:
         base = settings_of(p)
         if base is None:  # (a sampled point: it built before)
             raise EngineError(f"{self.cands[p].label} no longer builds — rerun with --resume")
-        self.log(f"  {key}: the same, but llama-bench's settings differ ({fields}) — finding the commit "
-                 f"where they change")
+        self.log(f"  {key}: llama-bench's settings differ ({fields}) — finding the commit where they change")
 
         def differs(i: int) -> bool | None:
             got = settings_of(i)
