@@ -209,8 +209,11 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
     (fig,) = history_figures(_result())
     assert fig.rows[1][3] == "first bad" and fig.svg.startswith("<svg")
     assert KIND.step_study(_result(), 1) == "bis1"
+    md = render(_result(pinned={"b5": ["-ngl", "99", "-fa", "off"]}))
+    assert "llama-bench's settings were held at b0's (--pin-params): b5 ran with -ngl 99 -fa off." in md
     md = render(_result(settings_changes=[{
-        "verdict": "same", "first_changed": "b5", "parent": "b4", "from": "b4", "to": "b5", "commits": 1, "subject": "bench: offload",
+        "verdict": "same", "first_changed": "b5", "parent": "b4", "from": "b4", "to": "b5", "commits": 1,
+        "subject": "bench: offload",
         "param_diffs": [{"field": "n_gpu_layers", "baseline": -1, "candidate": 99, "requested": False}],
         "cells": [dict(_result()["steps"][0]["cells"][1])]}]))
     assert ("llama-bench's own settings changed at **b5** (parent b4) — bench: offload: n_gpu_layers -1 → 99; the "
@@ -340,6 +343,14 @@ def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
     assert set(probes) == {shas[k][:10] for k in ("base", "offload", "n1")}, probes
     assert [x["label"] for x in got["sampled"]] == [shas[k][:10] for k in ("base", "n1", "offload", "n3")]
     assert f"settings changed at **{shas['offload'][:10]}** (parent {shas['n1'][:10]})" in p.stdout
+    # --pin-params: base's -ngl -1 is no value this llama-bench's -ngl takes, so it cannot be held:
+    # that is said, and the change is still named (never hidden behind the pin)
+    p = subprocess.run([*p.args[:2], "--pin-params", *p.args[2:]], env=cli_env, capture_output=True, text=True,
+                       timeout=1800)
+    assert p.returncode == 0, p.stderr[-3000:]
+    got = json.loads(out.read_text())
+    assert got["pinned"] == {} and [s["first_changed"] for s in got["settings_changes"]] == [shas["offload"][:10]]
+    assert "n_gpu_layers=-1 (this version does not accept it)" in p.stderr
 
 
 # -- the real scan --------------------------------------------------------------------------------

@@ -977,7 +977,10 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
             "from": cands[p].label, "to": cands[q].label, "commits": q - p, "subject": cands[q].subject if q - p == 1
             else None, "param_diffs": got["param_diffs"],
             "cells": [{k: c[k] for k in ("model", "workload", "ratio", "ci", "verdict")} for c in got["cells"]]})
+    label = {c.source: c.label for c in cands}
+    pinned = {label[src]: list(flags) for src, flags in scan.judge.arm_flags.items() if flags and src in label}
     return {"study": scan.sid, "status": status, "first": cands[0].label, "last": cands[-1].label,
+            "pinned": pinned if spec.get("pin_params") else None,
             "candidates": len(cands), "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
             "steps": steps, "settings_changes": settings_changes, "output_changes": [], "sampled": sampled, "skipped": scan.get(SKIPPED, {}),
             "undecided": undecided, "fit": fit,

@@ -85,6 +85,10 @@ def render(r: dict[str, Any]) -> str:
                 + (f" — {oc['subject']}" if oc.get("subject") else "")
                 + (f": mean KLD {oc['mean_kld']:.3g}" if oc.get("mean_kld") is not None else "")
                 + (f", same top token {oc['same_top_p']:.1f}%" if oc.get("same_top_p") is not None else "") + "."]
+    if r.get("pinned") is not None:  # --pin-params: the settings each build was given, said
+        held = "; ".join(f"{k} ran with {' '.join(v)}" for k, v in r["pinned"].items())
+        out += ["", f"llama-bench's settings were held at {r['first']}'s (--pin-params): "
+                + (held or "no build was given a flag for it") + "."]
     if r.get("settings_changes"):
         out += ["", "### Settings changes with no step", ""]
         for sc in r["settings_changes"]:
