@@ -20,8 +20,8 @@ Sample, measure, detect, refine:
   culprit (and what is left of the step with them pinned: a default change is reported as
   such), the files it changed that the build compiles, the op that grew; with
   ``check_outputs`` the first commit whose outputs changed, searched over the whole range;
-- **settings**: an interval judged the same whose ends run llama-bench with different settings
-  nobody asked for (a default changed inside it, its speed effect inside the band or cancelled
+- **settings**: an interval judged the same (or undecided after its pairs) whose ends run
+  llama-bench with different settings nobody asked for (a default changed inside it, its speed effect inside the band or cancelled
   by another change) is searched for the first commit whose settings differ (a build and a
   one-second probe per step, no pairs: :func:`first_changed`); its parent and it join the points,
   and their interval is judged like any other — a step there is explained as a default change,
@@ -80,7 +80,7 @@ SPENT = "scan-spent"  # {"wall_s"} what earlier runs of this scan took
 SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or crashed
 PROGRESS = "scan-progress"  # {machine or "": {line, at}} the latest live line (`report` shows it while it runs)
 CANDIDATES = "scan-candidates"  # the candidates of the latest run (`report` reads them while it runs)
-SETTINGS = "scan-settings"  # {"A..B": {last_same, first_changed, diffs}} a settings change located inside a same interval
+SETTINGS = "scan-settings"  # {"A..B": {last_same, first_changed, diffs}} a settings change located inside an interval
 PROBES = "scan-probes"  # {label: llama-bench settings} each probed build's (a located change's search)
 CONFIDENCE = 0.95
 
@@ -659,8 +659,8 @@ class Scan:
     def settings_moved(self, verdicts: Mapping[tuple[int, int], str],
                        stored: Mapping[str, Any]) -> set[tuple[int, int]]:
         """Intervals judged the same or undecided whose ends' llama-bench settings differ unasked,
-        not searched yet. (On a fleet the builds are the machines', not here to probe: such an interval is
-        reported with its ends only.)"""
+        not searched yet. (On a fleet the builds are the machines', not here to probe: such an
+        interval is reported with its ends only.)"""
         if self.node_label is not None:
             return set()
         located = self.get(SETTINGS, {})
@@ -972,17 +972,19 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
         got = intervals.get(interval_key(cands[p], cands[q]), {})
         if not got.get("param_diffs") or got["verdict"] not in ("same", "undecided"):
             continue
-        settings_changes.append({"verdict": got["verdict"],
-            "first_changed": cands[q].label if q - p == 1 else None, "parent": cands[p].label if q - p == 1 else None,
-            "from": cands[p].label, "to": cands[q].label, "commits": q - p, "subject": cands[q].subject if q - p == 1
-            else None, "param_diffs": got["param_diffs"],
+        one = q - p == 1  # located to its commit
+        settings_changes.append({
+            "verdict": got["verdict"], "first_changed": cands[q].label if one else None,
+            "parent": cands[p].label if one else None, "subject": cands[q].subject if one else None,
+            "from": cands[p].label, "to": cands[q].label, "commits": q - p, "param_diffs": got["param_diffs"],
             "cells": [{k: c[k] for k in ("model", "workload", "ratio", "ci", "verdict")} for c in got["cells"]]})
     label = {c.source: c.label for c in cands}
     pinned = {label[src]: list(flags) for src, flags in scan.judge.arm_flags.items() if flags and src in label}
     return {"study": scan.sid, "status": status, "first": cands[0].label, "last": cands[-1].label,
             "pinned": pinned if spec.get("pin_params") else None,
             "candidates": len(cands), "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
-            "steps": steps, "settings_changes": settings_changes, "output_changes": [], "sampled": sampled, "skipped": scan.get(SKIPPED, {}),
+            "steps": steps, "settings_changes": settings_changes, "output_changes": [], "sampled": sampled,
+            "skipped": scan.get(SKIPPED, {}),
             "undecided": undecided, "fit": fit,
             "same": [{"from": cands[p].label, "to": cands[q].label, "commits": q - p} for p, q, _ in same],
             "resolution": {"smallest_step_seen": seen, "longest_unsampled": max(gaps, default=0),
