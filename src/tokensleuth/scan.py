@@ -678,11 +678,9 @@ class Scan:
         from tokensleuth.engines import engine_for
 
         params = engine_for(self.spec.get("kind", DEFAULT_KIND)).settings
+        assert params is not None  # (settings differ only where the engine reports them)
         key = interval_key(self.cands[p], self.cands[q])
         fields = ", ".join(d["field"] for d in diffs)
-        if params is None:  # (no settings reported: nothing to search)
-            self.set_item(SETTINGS, key, {"last_same": None, "first_changed": None, "diffs": list(diffs)})
-            return
         flags = list(self.spec["flags"])
         asked = params.flag_fields(flags)
 

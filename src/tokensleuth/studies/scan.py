@@ -25,6 +25,10 @@ def _cell(c: dict[str, Any]) -> str:
     return f"{Path(c['model']).stem} {c['workload']}"
 
 
+def _diffs(ds: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{d['field']} {d.get('baseline')} → {d.get('candidate')}" for d in ds)
+
+
 def step_line(n: int, s: dict[str, Any]) -> str:
     """One step in one line: where, which way, how much where it moved, and why."""
     moved = [c for c in s["cells"] if c["verdict"] in ("slower", "faster")]
@@ -32,8 +36,7 @@ def step_line(n: int, s: dict[str, Any]) -> str:
     what = "; ".join(f"{_cell(c)} {c['verdict']} {_ratio(c)}" for c in moved) or "no cell beyond its band"
     if still:
         what += " (the same: " + ", ".join(_cell(c) for c in still) + ")"
-    cause = {"settings": "llama-bench's own settings changed (" + ", ".join(
-        f"{d['field']} {d.get('baseline')} → {d.get('candidate')}" for d in s.get("param_diffs") or []) + "): with them pinned "
+    cause = {"settings": "llama-bench's own settings changed (" + _diffs(s.get("param_diffs") or []) + "): with them pinned "
         "the step is gone — a default change, not the engine",
         "engine": "the engine", "undecided": "undecided (the pinned measurement could not decide)",
         "pending": "llama-bench's settings changed; the measurement with them pinned is still to come"}[s["cause"]]
@@ -92,7 +95,7 @@ def render(r: dict[str, Any]) -> str:
     if r.get("settings_changes"):
         out += ["", "### Settings changes with no step", ""]
         for sc in r["settings_changes"]:
-            diffs = ", ".join(f"{d['field']} {d.get('baseline')} → {d.get('candidate')}" for d in sc["param_diffs"])
+            diffs = _diffs(sc["param_diffs"])
             where = (f"at **{sc['first_changed']}** (parent {sc['parent']})" if sc.get("first_changed") else
                      f"between {sc['from']} and {sc['to']} ({sc['commits']} commits: not located)")
             subject = f" — {sc['subject']}" if sc.get("subject") else ""
