@@ -6,7 +6,7 @@
 # warm machine, each stopped (SIGINT) SCAN_S seconds in, before the call's limit, and resumed by the next
 # (three were made: the first builds with CUDA; 2 and 3 judge and bisect):
 #   SCAN_S=400 bash bench/device_scan.sh; SCAN_S=530 bash bench/device_scan.sh   # the second: --resume
-# (BAND=10% for a shorter run: the planted steps are far larger than 10%)
+# (BAND=10% for a shorter run: the planted steps are far larger than 10%; SCAN_ARGS: more scan options)
 # Expects .whl/ and .carry/ carried; the store, the JSON and the report come back in $OUT.
 set -x
 mkdir -p .devcache
@@ -27,7 +27,7 @@ touch .devcache/scan.started
 start=$(date +%s)
 rc=0
 timeout -s INT ${SCAN_S:-420} $T scan $C --repo $REPO --from $BASE --to $LAST --model $Q --model $D -w tg32 -w pp512 \
-    --band ${BAND:-5%} --samples 3 --max-pairs 10 --no-profile $RESUME --json $OUT/scan.json -- -ngl 99 -r 2 \
+    --band ${BAND:-5%} --samples 3 --max-pairs 10 --no-profile $RESUME ${SCAN_ARGS:-} --json $OUT/scan.json -- -ngl 99 -r 2 \
     > $OUT/scan-$(date +%H%M%S).log 2>&1 || rc=$?
 tail -50 $OUT/scan-*.log | grep -v "^  " | tail -60
 echo "scan: exit $rc, $(( $(date +%s) - start )) s wall this call"
