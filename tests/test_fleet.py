@@ -410,13 +410,15 @@ def test_a_machine_lost_mid_pair_loses_only_that_pair(cluster: object, engine: E
 @pytest.mark.slow
 def test_a_scan_whose_machine_is_lost_gives_its_block_to_another(cluster: object, engine: EngineBuild,
                                                                  moe_model: Path, tmp_path: Path) -> None:
-    """Runs after w2 is gone for good: a machine w3 joins, takes the second block, and is killed
-    while it judges; w1 then scans that block too, measuring its levels again (none of w3's are
-    used), and the answer is the same."""
+    """With w2 gone for good (killed by the test before, or here when run alone), a machine w3
+    joins, takes the second block, and is killed while it judges; w1 then scans that block too,
+    measuring its levels again (none of w3's are used), and the answer is the same."""
     from tests.fleet import LocalCluster
     from tests.planted import bisect_history
 
     assert isinstance(cluster, LocalCluster)
+    if "w2" in cluster.procs:  # run on its own (-k): the test before it, which kills w2, did not run
+        cluster.kill("w2")
     cluster.start("w3", ccache=cache_dir() / "ccache")
     repo, shas = bisect_history(("n1", "spin", "n2"), branch="bisect-fleet-spin3000-short", spin_us=3000)
     db, out = tmp_path / "s.db", tmp_path / "scan.json"
