@@ -6,7 +6,7 @@
 #
 # Runs in a fresh clone of this checkout (default /tmp/tokensleuth-busy) so the working tree is
 # untouched; prints pytest's summary, its slowest tests and the wall time, and writes the log to
-# bench/results/suite_busy.log.
+# bench/results/suite_busy.log (-v: a log cut short still names each test's result, a failure too).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 clone="${1:-/tmp/tokensleuth-busy}"
@@ -17,7 +17,7 @@ busy=$!
 trap 'kill $busy 2>/dev/null || true' EXIT
 start=$(date +%s)
 set +e
-(cd "$clone" && CI=true bash scripts/test.sh -q --durations=25) > "$here/bench/results/suite_busy.log" 2>&1
+(cd "$clone" && CI=true bash scripts/test.sh -v --durations=25) > "$here/bench/results/suite_busy.log" 2>&1
 rc=$?
 set -e
 end=$(date +%s)
