@@ -30,11 +30,14 @@ def llama_tree(engine: EngineBuild) -> Path:
 def _model(engine: EngineBuild, tree: Path, arch: str) -> Path:
     from tokensleuth.models.synth import synth
 
+    from tests import workers
+
     d = cache_dir() / "test-models"
     p = d / f"{engine.key}-{arch}-tiny-Q8_0.gguf"
-    if not p.exists():
-        synth(arch, "tiny", p, "Q8_0", tree, Path(engine.bin_dir) / "llama-quantize")
-    return p
+    with workers.cache_lock("test-models"):
+        if not p.exists():
+            synth(arch, "tiny", p, "Q8_0", tree, Path(engine.bin_dir) / "llama-quantize")
+    return workers.own_name(p)
 
 
 @pytest.fixture(scope="session")
@@ -121,6 +124,15 @@ _seen: dict[str, bool] = {}
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "needs(*parts): real parts the test uses: " + ", ".join(NEEDS))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with the most slow tests first (stable otherwise): the suite's test processes take
+    a file each at a time (scripts/test.sh), and the longest ones started first end together."""
+    weight: dict[str, int] = {}
+    for item in items:
+        weight[item.path.as_posix()] = weight.get(item.path.as_posix(), 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -weight[item.path.as_posix()])
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

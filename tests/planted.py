@@ -15,6 +15,7 @@ from pathlib import Path
 from tokensleuth.paths import cache_dir
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache, EngineBuild
+from tests.workers import cache_lock
 
 SPIN = '''
 #include <chrono>
@@ -37,6 +38,11 @@ def _git(repo: Path, *args: str) -> str:
 
 def planted_repo() -> Path:
     """A git repo: commit 1 = the default engine's tree, commit 2 = + the spin patch."""
+    with cache_lock("test-repos"):
+        return _planted_repo()
+
+
+def _planted_repo() -> Path:
     repo = cache_dir() / "test-repos" / "planted"
     if (repo / ".git").exists():
         return repo
@@ -99,6 +105,12 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
     ``subjects`` gives a commit a subject other than its name.
     Returns the repo and {name: sha}, with "base" the good endpoint.
     """
+    with cache_lock("test-repos"):
+        return _bisect_history(names, branch, subjects, spin_us, moe_us)
+
+
+def _bisect_history(names: tuple[str, ...], branch: str, subjects: dict[str, str] | None, spin_us: int,
+                    moe_us: int) -> tuple[Path, dict[str, str]]:
     repo = planted_repo()
     if "culprit" in names:
         branch = f"{branch}-{MOE_PLANT}" if moe_us == 400 else f"{branch}-moewait{moe_us}"
@@ -195,6 +207,11 @@ def decompose_series(dest: Path, branch: str = "decompose-spin-eps") -> tuple[Pa
     dropped (failed), 0006 multiplies the rms_norm epsilon by 10^4 (outputs change; speed does
     not). Branch ``decompose-spin-eps`` holds 0002..0006 as commits on the base.
     """
+    with cache_lock("test-repos"):
+        return _decompose_series(dest, branch)
+
+
+def _decompose_series(dest: Path, branch: str) -> tuple[Path, str, list[Path]]:
     repo = planted_repo()
     base = _git(repo, "rev-parse", "master" if _has(repo, "master") else "HEAD")
     base = _git(repo, "rev-list", "-1", "--grep", "^plant: spin", base)

@@ -16,6 +16,7 @@ import httpx
 import psutil
 import pytest
 
+from tests import workers
 from tests.conftest import tokensleuth_bin
 from tokensleuth.engines.llamaserver import parse_sse
 from tokensleuth.engines.serving import RequestFailed, Stream, split_flags
@@ -97,7 +98,7 @@ def test_bench_a_real_llama_server(server_engine: EngineBuild, dense_model: Path
     deep = json.loads(by["tg16@d128"][0]["metrics_json"])["server"]
     assert deep["cache_n"] == 128  # the prefix was in the KV cache: how depth is checked
     assert con.execute("SELECT kind FROM arms").fetchone()[0] == "llama-server"
-    assert not [pr for pr in psutil.process_iter(["name"]) if pr.info["name"] == "llama-server"]
+    assert not _real_servers()
 
 
 @pytest.mark.needs("browser")
@@ -222,7 +223,10 @@ def test_no_orphan_from_an_earlier_test() -> None:
 
 
 def _real_servers() -> list[psutil.Process]:
-    return [pr for pr in psutil.process_iter(["name"]) if pr.info["name"] == "llama-server"]
+    """The real llama-servers on this test process's models (another worker's are its own)."""
+    mine = str(workers.models_dir())
+    return [pr for pr in psutil.process_iter(["name", "cmdline"])
+            if pr.info["name"] == "llama-server" and any(mine in a for a in pr.info["cmdline"] or [])]
 
 
 @pytest.fixture()

@@ -1,0 +1,63 @@
+"""What the suite's parallel test processes (pytest-xdist workers) share, and how they keep apart.
+
+They share the user cache (engine builds, the planted repository, the tiny models): what is
+made there once is made under a lock, so two workers never make it at once. Each worker sees
+the models under a name of its own, so that a test that looks for the engines still running
+on its model finds its own process's, never the other worker's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from tokensleuth.paths import cache_dir
+
+_held: dict[str, int] = {}  # lock name -> depth in this process (flock does not nest in one process)
+
+
+def name() -> str:
+    """This test process: gw0, gw1, ... under pytest-xdist; ``main`` otherwise."""
+    return os.environ.get("PYTEST_XDIST_WORKER", "main")
+
+
+@contextlib.contextmanager
+def cache_lock(what: str) -> Iterator[None]:
+    """Hold the suite-wide lock ``what`` (re-entrant within a process)."""
+    if _held.get(what):
+        _held[what] += 1
+        try:
+            yield
+        finally:
+            _held[what] -= 1
+        return
+    d = cache_dir() / "test-locks"
+    d.mkdir(parents=True, exist_ok=True)
+    with open(d / f"{what}.lock", "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        _held[what] = 1
+        try:
+            yield
+        finally:
+            _held[what] = 0
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def models_dir() -> Path:
+    """Where this worker's names for the tiny models are."""
+    return cache_dir() / "test-models" / name()
+
+
+def own_name(shared: Path) -> Path:
+    """The shared model ``shared`` under this worker's own name (a hard link in models_dir())."""
+    mine = models_dir() / shared.name
+    if not mine.exists():
+        mine.parent.mkdir(parents=True, exist_ok=True)
+        tmp = mine.with_name(f"{mine.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        os.link(shared, tmp)
+        tmp.replace(mine)
+    return mine
