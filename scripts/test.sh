@@ -4,11 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check src tests bench
+.venv/bin/ruff check src tests bench scripts
 .venv/bin/python -m mypy          # --strict on src, tests and bench (pyproject.toml)
-# Two test processes (pytest-xdist), each running one test file at a time, the files with the
-# most slow tests first. The suite's engines run one thread (-t 1), so two fit a 2-core machine,
-# and every verdict the tests assert holds with the other core busy (bench/suite_busy.sh).
-# TOKENSLEUTH_TEST_WORKERS=0 runs the suite in this one process.
-exec .venv/bin/python -m pytest -m "not gpu" -n "${TOKENSLEUTH_TEST_WORKERS:-2}" --dist loadfile \
-    --no-loadscope-reorder "$@"
+# Test processes (pytest-xdist): as many as this machine has idle cores, at most two, each running
+# one test file at a time, the files with the most slow tests first. The suite's engines run one
+# thread (-t 1), so two fit a quiet 2-core machine; where a core is already busy (another job, a
+# build), one process runs the suite, so the suite never oversubscribes the CPU it measures on.
+# TOKENSLEUTH_TEST_WORKERS=N sets the number (0 or 1: the suite in this one process).
+workers="${TOKENSLEUTH_TEST_WORKERS:-$(.venv/bin/python scripts/idle_cores.py 2)}"
+if [ "$workers" -gt 1 ]; then
+    set -- -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
+fi
+echo "test processes: ${workers}" >&2
+exec .venv/bin/python -m pytest -m "not gpu" "$@"
