@@ -7,6 +7,8 @@
 # Runs in a fresh clone of this checkout (default /tmp/tokensleuth-busy) so the working tree is
 # untouched; prints pytest's summary, its slowest tests and the wall time, and writes the log to
 # bench/results/suite_busy.log (-v: a log cut short still names each test's result, a failure too).
+# scripts/test.sh counts idle cores before pytest starts: beside the busy one it runs one test
+# process (the log's 'test processes:' line); TOKENSLEUTH_TEST_WORKERS=2 forces two (oversubscribed).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 clone="${1:-/tmp/tokensleuth-busy}"
