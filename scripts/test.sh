@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check src tests bench scripts
-.venv/bin/python -m mypy          # --strict on src, tests and bench (pyproject.toml)
+.venv/bin/python -m mypy          # --strict on src, tests, bench and scripts (pyproject.toml)
 # Test processes (pytest-xdist): as many as this machine has idle cores, at most two, each running
 # one test file at a time, the files with the most slow tests first. The suite's engines run one
 # thread (-t 1), so two fit a quiet 2-core machine; where a core is already busy (another job, a

@@ -129,10 +129,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Files with the most slow tests first (stable otherwise): the suite's test processes take
     a file each at a time (scripts/test.sh), and the longest ones started first end together."""
-    weight: dict[str, int] = {}
-    for item in items:
-        weight[item.path.as_posix()] = weight.get(item.path.as_posix(), 0) + (item.get_closest_marker("slow") is not None)
-    items.sort(key=lambda item: -weight[item.path.as_posix()])
+    from collections import Counter
+
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -slow[item.path])
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

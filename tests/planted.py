@@ -112,7 +112,7 @@ def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
 
 def _bisect_history(names: tuple[str, ...], branch: str, subjects: dict[str, str] | None, spin_us: int,
                     moe_us: int) -> tuple[Path, dict[str, str]]:
-    repo = planted_repo()
+    repo = _planted_repo()  # (the lock is held)
     if "culprit" in names:
         branch = f"{branch}-{MOE_PLANT}" if moe_us == 400 else f"{branch}-moewait{moe_us}"
     have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
@@ -213,7 +213,7 @@ def decompose_series(dest: Path, branch: str = "decompose-spin-eps") -> tuple[Pa
 
 
 def _decompose_series(dest: Path, branch: str) -> tuple[Path, str, list[Path]]:
-    repo = planted_repo()
+    repo = _planted_repo()  # (the lock is held)
     base = _git(repo, "rev-parse", "master" if _has(repo, "master") else "HEAD")
     base = _git(repo, "rev-list", "-1", "--grep", "^plant: spin", base)
     root = _git(repo, "rev-list", "--max-parents=0", base)

@@ -9,14 +9,12 @@ on its model finds its own process's, never the other worker's.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from tokensleuth.paths import cache_dir
-
-_held: dict[str, int] = {}  # lock name -> depth in this process (flock does not nest in one process)
+from tokensleuth.sources.build import _dir_lock
 
 
 def name() -> str:
@@ -26,24 +24,11 @@ def name() -> str:
 
 @contextlib.contextmanager
 def cache_lock(what: str) -> Iterator[None]:
-    """Hold the suite-wide lock ``what`` (re-entrant within a process)."""
-    if _held.get(what):
-        _held[what] += 1
-        try:
-            yield
-        finally:
-            _held[what] -= 1
-        return
+    """Hold the suite-wide lock ``what`` (the build cache's file lock; not re-entrant)."""
     d = cache_dir() / "test-locks"
     d.mkdir(parents=True, exist_ok=True)
-    with open(d / f"{what}.lock", "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        _held[what] = 1
-        try:
-            yield
-        finally:
-            _held[what] = 0
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with _dir_lock(d / f"{what}.lock"):
+        yield
 
 
 def models_dir() -> Path:
