@@ -73,19 +73,23 @@ def planted_engine() -> tuple[str, EngineBuild]:
 
 MOE_SLOW = '''
     // tokensleuth test plant: a MoE-only slowdown at any thread count: a custom op that
-    // copies the MoE output (unchanged) and busy-waits 400 us, once per MoE layer
+    // copies the MoE output (unchanged) and busy-waits, once per MoE layer
     moe_out = ggml_map_custom1(ctx0, moe_out, [](ggml_tensor * dst, const ggml_tensor * a, int ith, int, void *) {
         if (ith != 0) { return; }
         memcpy(dst->data, a->data, ggml_nbytes(a));
         const auto t0 = std::chrono::steady_clock::now();
-        while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(400)) {}
+        while (std::chrono::steady_clock::now() - t0 < std::chrono::microseconds(1000)) {}
     }, 1, nullptr);
 
     cb(moe_out, "ffn_moe_out", il);
 '''
 # The plant's version is in the name of every history branch that holds it: a cached branch
 # of an earlier plant (96 extra scale passes, which only 2 threads showed) is never reused.
-MOE_PLANT = "moewait400"
+MOE_PLANT = "moewait1000"
+# 1 ms per MoE layer (4 in the tiny MoE model: +4 ms per token, the model at 0.4-0.65 of its speed
+# on machines whose token takes 2.7-7.3 ms). At 0.4 ms it came out at 0.8-0.85, and the bisect's
+# dense control, judged within half of that, took up to 80 pairs beside another test process.
+MOE_US = 1000
 
 
 HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
@@ -93,7 +97,7 @@ HISTORY = ("n1", "n2", "broken", "fix", "culprit", "n3", "n4")
 
 def bisect_history(names: tuple[str, ...] = HISTORY, branch: str = "bisect",
                    subjects: dict[str, str] | None = None, spin_us: int = 300,
-                   moe_us: int = 400) -> tuple[Path, dict[str, str]]:
+                   moe_us: int = MOE_US) -> tuple[Path, dict[str, str]]:
     """Branch ``bisect`` of the test repo: base, then the commits of HISTORY.
 
     neutral commits change a small source file (forcing a recompile), ``spin`` busy-waits
@@ -114,7 +118,7 @@ def _bisect_history(names: tuple[str, ...], branch: str, subjects: dict[str, str
                     moe_us: int) -> tuple[Path, dict[str, str]]:
     repo = _planted_repo()  # (the lock is held)
     if "culprit" in names:
-        branch = f"{branch}-{MOE_PLANT}" if moe_us == 400 else f"{branch}-moewait{moe_us}"
+        branch = f"{branch}-{MOE_PLANT}" if moe_us == MOE_US else f"{branch}-moewait{moe_us}"
     have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
                           capture_output=True, text=True)
     base = _git(repo, "rev-list", "--max-parents=0", "HEAD")
@@ -162,7 +166,7 @@ def _bisect_history(names: tuple[str, ...], branch: str, subjects: dict[str, str
                 marker = '\n    cb(moe_out, "ffn_moe_out", il);\n'
                 assert text.count(marker) == 1 and text.count("#include <cassert>\n") == 1
                 text = text.replace("#include <cassert>\n", "#include <cassert>\n#include <chrono>\n", 1)
-                graph.write_text(text.replace(marker, MOE_SLOW.replace("(400)", f"({moe_us})"), 1))
+                graph.write_text(text.replace(marker, MOE_SLOW.replace(f"({MOE_US})", f"({moe_us})"), 1))
             _git(wt, "commit", "-qam", (subjects or {}).get(name, name), f"--date=2026-01-01T00:{i + 1:02d}:00Z")
         _git(repo, "worktree", "remove", "--force", str(wt))
     shas = {"base": base}

@@ -122,8 +122,9 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     assert outcomes[shas["culprit"][:10]] == "bad"
     # the dense control is the same at the culprit: the regression is MoE-only
     # (judged within half the endpoint regression, which a dense model that did not move stays inside;
-    # the plant is a wait, so on a slow machine the regression and that band are small — 0.83 and
-    # ±8.3% on one where a tiny-model trial varies ±10% — hence up to 80 pairs for the control)
+    # the plant is a wait, so on a slow machine the regression and that band are small: with a 0.4 ms
+    # plant, 0.83 and ±8.3% where a trial varied ±10%, and up to 80 pairs for the control — hence
+    # the 1 ms plant, tests/planted.py::MOE_US)
     ctrl = r["controls"]["parent_vs_culprit"]
     assert r["control_band"] >= 0.01
     assert [c["verdict"] for c in ctrl] == ["same"], ctrl

@@ -57,10 +57,13 @@ def _wrapper(d: Path, real: Path, body: str) -> Path:
     return d
 
 
-def _bisect(dirs: list[Path], model: Path, env: dict[str, str], out: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def _bisect(dirs: list[Path], model: Path, env: dict[str, str], out: Path, *extra: str,
+            threads: bool = True) -> subprocess.CompletedProcess[str]:
+    """(``threads``: -t 1, unless the wrapper sets the thread count itself.)"""
     args = [a for d in dirs for a in ("--bin", str(d))]
     return subprocess.run([tokensleuth_bin(), "bisect", *args, "--model", str(model), "-w", "tg16",
-                           "--max-pairs", "5", "--json", str(out), *extra, "--", "-r", "2"],
+                           "--max-pairs", "5", "--json", str(out), *extra, "--", "-r", "2",
+                           *(["-t", "1"] if threads else [])],
                           env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -98,7 +101,7 @@ def test_noisy_endpoints_are_unresolved_and_resume_adds_pairs(engine: EngineBuil
     good = _wrapper(tmp_path / "good", real, body)
     bad = _wrapper(tmp_path / "bad", real, body)
     out = tmp_path / "b.json"
-    p = _bisect([good, bad], dense_model, cli_env, out)
+    p = _bisect([good, bad], dense_model, cli_env, out, threads=False)
     assert p.returncode == 1, p.stdout + p.stderr[-2000:]
     r = json.loads(out.read_text())
     assert r["status"] == "unresolved" and r["first_bad"] is None
@@ -114,7 +117,7 @@ def test_noisy_endpoints_are_unresolved_and_resume_adds_pairs(engine: EngineBuil
     rep = subprocess.run([tokensleuth_bin(), "report", r["study"]], env=cli_env, capture_output=True,
                          text=True, timeout=60)
     assert rep.returncode == 0 and "UNRESOLVED" in rep.stdout and "--resume" in rep.stdout
-    p2 = _bisect([good, bad], dense_model, cli_env, out, "--resume")
+    p2 = _bisect([good, bad], dense_model, cli_env, out, "--resume", threads=False)
     r2 = json.loads(out.read_text())
     assert r2["study"] == r["study"]
     assert r2["endpoints"][0]["pairs"] > first_pairs, p2.stderr[-2000:]

@@ -65,7 +65,7 @@ def test_a_round_joins_the_open_workloads_of_a_model_and_leaves_decided_ones_out
 def test_aa_is_never_a_finding(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],
                                tmp_path: Path) -> None:
     p, doc = compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
-                      "-w", "tg16", "-w", "pp64", "--max-pairs", "10", "--", "-r", "3"], cli_env, tmp_path)
+                      "-w", "tg16", "-w", "pp64", "--max-pairs", "10", "--", "-r", "3", "-t", "1"], cli_env, tmp_path)
     assert p.returncode == 0, p.stderr
     assert sorted(c["workload"] for c in doc["comparisons"]) == ["pp64", "tg16"]
     for c in doc["comparisons"]:
@@ -226,7 +226,7 @@ def test_resume_continues_with_its_pairs(engine: EngineBuild, dense_model: Path,
 
     db = cli_env["TOKENSLEUTH_DB"]
     args = [tokensleuth_bin(), "compare", "--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
-            "-w", "tg16", "--min-pairs", "5", "--max-pairs", "5", "--no-probe", "--", "-r", "2"]
+            "-w", "tg16", "--min-pairs", "5", "--max-pairs", "5", "--no-probe", "--", "-r", "2", "-t", "1"]
     proc = subprocess.Popen(args, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
 

@@ -211,7 +211,7 @@ def test_compare_checks_outputs_of_each_candidate(ppl_engine: EngineBuild, dense
     E = DEFAULT_ENGINE
     p, doc = _compare(["--arm", f"a={E}", "--arm", f"same={E}", "--arm", f"kvq8={E}",
                        "--flags", "kvq8=-ctk q8_0 -ctv q8_0", "--model", str(dense_model), "-w", "tg8",
-                       "--min-pairs", "2", "--max-pairs", "2", "--check-outputs", "--", "-r", "1"],
+                       "--min-pairs", "2", "--max-pairs", "2", "--check-outputs", "--", "-r", "1", "-t", "1"],
                       cli_env, tmp_path)
     assert p.returncode == 0, p.stderr
     by_arm = {o["candidate"]: o for o in doc["outputs"]}
@@ -233,7 +233,7 @@ def test_compare_without_the_flag_has_no_outputs_key(engine: EngineBuild, dense_
                                                      cli_env: dict[str, str], tmp_path: Path) -> None:
     E = DEFAULT_ENGINE
     p, doc = _compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model), "-w", "tg8",
-                       "--min-pairs", "2", "--max-pairs", "2", "--", "-r", "1"], cli_env, tmp_path)
+                       "--min-pairs", "2", "--max-pairs", "2", "--", "-r", "1", "-t", "1"], cli_env, tmp_path)
     assert doc["comparisons"] and "outputs" not in doc
     assert "Outputs (" not in p.stdout
 

@@ -48,10 +48,12 @@ def test_asked_for_differences_are_not_pinned() -> None:
 
 
 def _changed_default(d: Path, real: Path) -> Path:
-    """A llama-bench whose default thread count changed to 1 (as a newer release might)."""
+    """A llama-bench whose default micro-batch changed from 512 to 256 (as a newer release might).
+    (Not the thread count: its default is this machine's cores, and two threads on a 2-core
+    machine beside another process stall on the spin barrier; every arm here runs at -t 1.)"""
     d.mkdir()
     w = d / "llama-bench"
-    w.write_text(f'#!/bin/bash\ncase " $* " in *" -t "*) exec {real} "$@";; esac\nexec {real} "$@" -t 1\n')
+    w.write_text(f'#!/bin/bash\ncase " $* " in *" -ub "*) exec {real} "$@";; esac\nexec {real} "$@" -ub 256\n')
     w.chmod(0o755)
     return d
 
@@ -62,23 +64,20 @@ def test_compare_names_an_unasked_setting_change_and_pin_params_removes_it(
     base_args = [tokensleuth_bin(), "compare", "--arm", f"base=bin:{engine.bin_dir}", "--arm", f"new=bin:{new}",
                  "-m", str(dense_model), "-w", "tg16", "--max-pairs", "5", "--band", "5%"]
     out = tmp_path / "c.json"
-    p = subprocess.run([*base_args, "--json", str(out), "--", "-r", "2"],
+    p = subprocess.run([*base_args, "--json", str(out), "--", "-r", "2", "-t", "1"],
                        env=cli_env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
     c = json.loads(out.read_text())["comparisons"][0]
-    threads = c["param_diffs"][0]["baseline"]  # llama-bench's default: this machine's cores
-    assert threads != 1
-    assert c["param_diffs"] == [{"field": "n_threads", "baseline": threads, "candidate": 1, "requested": False}]
-    assert (f"Not asked for: new's llama-bench ran with other settings than base's (n_threads: {threads} → 1)"
-            in p.stdout)
+    assert c["param_diffs"] == [{"field": "n_ubatch", "baseline": 512, "candidate": 256, "requested": False}]
+    assert "Not asked for: new's llama-bench ran with other settings than base's (n_ubatch: 512 → 256)" in p.stdout
     assert "--pin-params" in p.stdout
     out2 = tmp_path / "c2.json"
-    p = subprocess.run([*base_args, "--pin-params", "--json", str(out2), "--", "-r", "2"],
+    p = subprocess.run([*base_args, "--pin-params", "--json", str(out2), "--", "-r", "2", "-t", "1"],
                        env=cli_env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert f"pinned new to base's settings: -t {threads}" in p.stderr
+    assert "pinned new to base's settings: -ub 512" in p.stderr
     j = json.loads(out2.read_text())
-    assert j["arms"]["new"]["flags"] == ["-t", str(threads)]
+    assert j["arms"]["new"]["flags"] == ["-ub", "512"]
     assert j["comparisons"][0]["param_diffs"] == []
     assert "Not asked for" not in p.stdout
 
@@ -169,14 +168,14 @@ def test_bisect_pin_params_gives_each_candidate_the_good_sides_settings(
         dirs.append(d)
     p = subprocess.run([tokensleuth_bin(), "bisect", *[a for d in dirs for a in ("--bin", str(d))], "-m",
                         str(dense_model), "-w", "tg16", "--band", "50%", "--max-pairs", "5", "--pin-params",
-                        "--", "-r", "1"], env=cli_env, capture_output=True, text=True, timeout=600)
+                        "--", "-r", "1", "-t", "1"], env=cli_env, capture_output=True, text=True, timeout=600)
     assert p.returncode in (0, 1), p.stderr[-2000:]  # the verdicts are the machine's; the pinning is the code's
     # the endpoints always run (r3 against r0); which steps follow is the machine's verdicts'
-    threads = next(int(x) for x in re.findall(r"pinned \S+r3 to \S+r0's settings: -t (\d+)", p.stderr))
-    assert threads != 1
-    for who, what in re.findall(r"pinned \S+(r\d) to \S+r0's settings: (.*)", p.stderr):
-        assert what == (f"-t {threads}" if who in ("r2", "r3") else "nothing differed"), (who, what)
+    pinned = re.findall(r"pinned \S+(r\d) to \S+r0's settings: (.*)", p.stderr)
+    assert ("r3", "-ub 512") in pinned
+    for who, what in pinned:
+        assert what == ("-ub 512" if who in ("r2", "r3") else "nothing differed"), (who, what)
     con = sqlite3.connect(db)  # each compare study's arms, with the flags they ran with
     flags = {src: json.loads(f) for src, f in con.execute("SELECT source, flags_json FROM arms")}
-    assert flags and all(f == (["-t", str(threads)] if src.endswith(("r2", "r3")) else []) for src, f in flags.items()
+    assert flags and all(f == (["-ub", "512"] if src.endswith(("r2", "r3")) else []) for src, f in flags.items()
                          if src.startswith("bin:")), flags

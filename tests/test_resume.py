@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.conftest import tokensleuth_bin
 from tokensleuth.sources.build import EngineBuild
 
-ARGS = ["-p", "64", "-n", "16", "-r", "3"]
+ARGS = ["-p", "64", "-n", "16", "-r", "3", "-t", "1"]
 TRIALS = 6
 
 
@@ -65,7 +65,7 @@ def test_killed_study_resumes_without_loss_or_duplicates(
     assert ps.stdout.strip() == ""
 
 
-SMALL = ["-p", "16", "-n", "4", "-r", "2"]
+SMALL = ["-p", "16", "-n", "4", "-r", "2", "-t", "1"]
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:

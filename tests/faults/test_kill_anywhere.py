@@ -95,7 +95,7 @@ def test_bench_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env: 
                                rng: random.Random) -> None:
     trials = 5
     cmd = [tokensleuth_bin(), "bench", "--model", str(dense_model), "--trials", str(trials),
-           "--", "-p", "32", "-n", "8", "-r", "3"]
+           "--", "-p", "32", "-n", "8", "-r", "3", "-t", "1"]
     final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, trials)
     assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
     con = sqlite3.connect(db)
@@ -112,7 +112,7 @@ def test_compare_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env
     e = f"bin:{engine.bin_dir}"
     cmd = [tokensleuth_bin(), "compare", "--arm", f"a={e}", "--arm", f"b={e}", "-m", str(dense_model),
            "-w", "pp32", "-w", "tg8", "--min-pairs", "4", "--max-pairs", "4", "--no-probe", "--json", str(out), "--",
-           "-r", "2"]
+           "-r", "2", "-t", "1"]
     final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 8)
     assert final.returncode == 0, f"{final.stderr[-2000:]} (kills at {moments}, seed {SEED})"
     con = sqlite3.connect(db)
