@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tokensleuth.errors import UserError
 from tokensleuth.paths import cache_dir
-from tokensleuth.sources.build import BuildCache
+from tokensleuth.sources.build import BuildCache, _dir_lock
 
 FIXED_DATE = "2000-01-01T00:00:00Z"
 UPSTREAM_COMMITS = 2000  # how far back in the base's history a patch is looked for
@@ -116,11 +116,13 @@ class PrivateRepo:
         dest = (root or cache_dir() / "decompose") / f"git-{hashlib.sha256(str(repo).encode()).hexdigest()[:12]}.git"
         if not (dest / "HEAD").exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
-            tmp = dest.with_name(dest.name + ".tmp")
-            subprocess.run(["rm", "-rf", str(tmp)], check=True)
-            subprocess.run(["git", "clone", "-q", "--bare", "--shared", "--no-tags", str(repo), str(tmp)],
-                           check=True, capture_output=True)
-            tmp.rename(dest)
+            with _dir_lock(dest.with_name(f".{dest.name}.lock")):  # another process may be making it
+                if not (dest / "HEAD").exists():
+                    tmp = dest.with_name(dest.name + ".tmp")
+                    subprocess.run(["rm", "-rf", str(tmp)], check=True)
+                    subprocess.run(["git", "clone", "-q", "--bare", "--shared", "--no-tags", str(repo), str(tmp)],
+                                   check=True, capture_output=True)
+                    tmp.rename(dest)
         return cls(dest)
 
     @classmethod
@@ -128,22 +130,27 @@ class PrivateRepo:
         """A repository whose one commit is the llama.cpp tree of ``source`` (e.g. a pypi: sdist)."""
         tree = BuildCache().llama_tree(source)
         dest = (root or cache_dir() / "decompose") / f"src-{hashlib.sha256(source.encode()).hexdigest()[:12]}.git"
-        if not (dest / "refs" / "heads" / "base").exists():
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            subprocess.run(["rm", "-rf", str(dest)], check=True)
-            subprocess.run(["git", "init", "-q", "--bare", str(dest)], check=True, capture_output=True)
-            env = _env(IDENT, FIXED_DATE)
-            with tempfile.TemporaryDirectory() as td:
-                env["GIT_INDEX_FILE"] = str(Path(td) / "index")
-                work = ["git", "--git-dir", str(dest), "--work-tree", str(tree)]
-                subprocess.run([*work, "add", "-A", "-f", "."], check=True, capture_output=True, env=env)
-                t = subprocess.run([*work, "write-tree"], check=True, capture_output=True, text=True,
-                                   env=env).stdout.strip()
-            sha = subprocess.run(["git", "--git-dir", str(dest), "commit-tree", t, "-m", f"base: {source}"],
-                                 check=True, capture_output=True, text=True, env=env).stdout.strip()
-            subprocess.run(["git", "--git-dir", str(dest), "update-ref", "refs/heads/base", sha], check=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        with _dir_lock(dest.with_name(f".{dest.name}.lock")):  # another process may be making it
+            if not (dest / "refs" / "heads" / "base").exists():
+                cls._make_source_repo(dest, tree, source)
         r = cls(dest)
         return r, _git(dest, "rev-parse", "refs/heads/base").stdout.strip()
+
+    @staticmethod
+    def _make_source_repo(dest: Path, tree: Path, source: str) -> None:
+        subprocess.run(["rm", "-rf", str(dest)], check=True)
+        subprocess.run(["git", "init", "-q", "--bare", str(dest)], check=True, capture_output=True)
+        env = _env(IDENT, FIXED_DATE)
+        with tempfile.TemporaryDirectory() as td:
+            env["GIT_INDEX_FILE"] = str(Path(td) / "index")
+            work = ["git", "--git-dir", str(dest), "--work-tree", str(tree)]
+            subprocess.run([*work, "add", "-A", "-f", "."], check=True, capture_output=True, env=env)
+            t = subprocess.run([*work, "write-tree"], check=True, capture_output=True, text=True,
+                               env=env).stdout.strip()
+        sha = subprocess.run(["git", "--git-dir", str(dest), "commit-tree", t, "-m", f"base: {source}"],
+                             check=True, capture_output=True, text=True, env=env).stdout.strip()
+        subprocess.run(["git", "--git-dir", str(dest), "update-ref", "refs/heads/base", sha], check=True)
 
     def source(self, sha: str) -> str:
         return f"git:{self.path}@{sha}"

@@ -158,3 +158,30 @@ def test_an_interrupted_build_step_leaves_no_process(tmp_path: Path) -> None:
         signal.signal(signal.SIGTERM, previous)
     time.sleep(0.2)
     assert not [p for p in psutil.process_iter(["cmdline"]) if marker in " ".join(p.info["cmdline"] or [])]
+
+
+def test_two_processes_on_an_empty_cache_unpack_one_sdist_once(engine: EngineBuild, tmp_path: Path) -> None:
+    """Two tokensleuth processes (two studies, two test processes) asking for the same PyPI
+    version on an empty cache: one fetches and unpacks it, the other waits and finds its tree.
+    (Without the lock both unpacked into one temporary directory and both failed: seen as every
+    engine test of one test process erroring on a fresh machine.) The sdist this session already
+    fetched is in the new cache's download folder (no network): they race to unpack it."""
+    import sys
+
+    from tokensleuth.paths import cache_dir
+
+    src = parse_source(DEFAULT_ENGINE)
+    (sdist,) = (cache_dir() / "sdists" / f"{src.package}-{src.version}").glob("*.tar.gz")
+    script = ("import sys\nfrom pathlib import Path\nfrom tokensleuth.sources import parse_source\n"
+              "from tokensleuth.sources.build import BuildCache\n"
+              "print(BuildCache(Path(sys.argv[1]))._pypi_tree(parse_source(sys.argv[2]), None)[0])\n")
+    fetched = tmp_path / "cache" / "sdists" / sdist.parent.name
+    fetched.mkdir(parents=True)
+    os.link(sdist, fetched / sdist.name)
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "cache"), DEFAULT_ENGINE],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-1000:] for _, err in outs]
+    (tree,) = {out.strip() for out, _ in outs}
+    assert (Path(tree) / "tools" / "llama-bench").is_dir()
+    assert [d.name for d in (tmp_path / "cache" / "src").iterdir()] == [Path(tree).relative_to(tmp_path / "cache" / "src").parts[0]]

@@ -265,6 +265,15 @@ class BuildCache:
 
     def _pypi_tree(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
         assert src.package and src.version
+        # Two processes on one cache (two studies, two test processes) fetch and unpack a
+        # version once: the second waits and finds the first's tree (without the lock both
+        # unpacked into one temporary directory and both failed).
+        self.sdists.mkdir(parents=True, exist_ok=True)
+        with _dir_lock(self.sdists / f".{src.package}-{src.version}.lock"):
+            return self._pypi_tree_locked(src, log)
+
+    def _pypi_tree_locked(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
+        assert src.package and src.version
         dest = self.sdists / f"{src.package}-{src.version}"
         sdist = next(iter(sorted(dest.glob("*.tar.gz"))), None) if dest.exists() else None
         if sdist is None:
