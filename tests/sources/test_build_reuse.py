@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tokensleuth.paths import cache_dir
-from tokensleuth.sources.build import BuildCache, sync_tree
+from tokensleuth.sources.build import BuildCache, EngineBuild, sync_tree
 
 
 def test_sync_tree_touches_only_what_changed(tmp_path: Path) -> None:
@@ -44,11 +44,14 @@ def ninja_steps(lines: list[str]) -> int:
 
 @pytest.mark.slow
 @pytest.mark.needs("ccache")
-def test_the_next_commit_recompiles_only_what_changed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_next_commit_recompiles_only_what_changed(engine: EngineBuild, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """One build directory per family, reused; and another source root (another machine, another
     history of the same files, an sdist's tree) compiles from the compiler cache: each build
     directory lies inside its source tree, so compile lines (paths relative to the build
-    directory) are the same whatever the root is called."""
+    directory) are the same whatever the root is called. (After the session's engine, as every
+    other planted build: on a fresh machine this test's first build then compiles from the
+    engine's compiler cache instead of compiling everything beside it.)"""
     from tests.planted import bisect_history
 
     repo, shas = bisect_history()
