@@ -19,7 +19,7 @@ log="$here/bench/results/suite_fresh.log"
 start=$(date +%s)
 set +e
 # .ci/run is `bash scripts/test.sh -q`; the same with -v, -rs and the slowest tests
-(cd "$clone" && env -u XDG_CACHE_HOME -u CCACHE_DIR HOME="$home" CI=true \
+(cd "$clone" && env -u XDG_CACHE_HOME -u CCACHE_DIR -u TOKENSLEUTH_CACHE -u TOKENSLEUTH_DATA -u TOKENSLEUTH_DB HOME="$home" CI=true \
     bash scripts/test.sh -v -rs --durations=40) > "$log" 2>&1
 rc=$?
 set -e

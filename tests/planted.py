@@ -83,9 +83,8 @@ MOE_SLOW = '''
 
     cb(moe_out, "ffn_moe_out", il);
 '''
-# The plant's version is in the name of every history branch that holds it: a cached branch
-# of an earlier plant (96 extra scale passes, which only 2 threads showed) is never reused.
-MOE_PLANT = "moewait1000"
+# The plant's wait is in the name of every history branch that holds it (``-moewait<us>``): a
+# cached branch of another plant is never reused.
 # 1 ms per MoE layer (4 in the tiny MoE model: +4 ms per token, the model at 0.4-0.65 of its speed
 # on machines whose token takes 2.7-7.3 ms). At 0.4 ms it came out at 0.8-0.85, and the bisect's
 # dense control, judged within half of that, took up to 80 pairs beside another test process.
@@ -118,7 +117,7 @@ def _bisect_history(names: tuple[str, ...], branch: str, subjects: dict[str, str
                     moe_us: int) -> tuple[Path, dict[str, str]]:
     repo = _planted_repo()  # (the lock is held)
     if "culprit" in names:
-        branch = f"{branch}-{MOE_PLANT}" if moe_us == MOE_US else f"{branch}-moewait{moe_us}"
+        branch = f"{branch}-moewait{moe_us}"
     have = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "-q", f"refs/heads/{branch}"],
                           capture_output=True, text=True)
     base = _git(repo, "rev-list", "--max-parents=0", "HEAD")

@@ -13,8 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tokensleuth.paths import cache_dir
-from tokensleuth.sources.build import _dir_lock
+from tokensleuth.paths import cache_dir, file_lock
 
 
 def name() -> str:
@@ -24,10 +23,10 @@ def name() -> str:
 
 @contextlib.contextmanager
 def cache_lock(what: str) -> Iterator[None]:
-    """Hold the suite-wide lock ``what`` (the build cache's file lock; not re-entrant)."""
+    """Hold the suite-wide lock ``what`` (``tokensleuth.paths.file_lock``: not re-entrant)."""
     d = cache_dir() / "test-locks"
     d.mkdir(parents=True, exist_ok=True)
-    with _dir_lock(d / f"{what}.lock"):
+    with file_lock(d / f"{what}.lock"):
         yield
 
 

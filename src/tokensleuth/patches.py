@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tokensleuth.errors import UserError
-from tokensleuth.paths import cache_dir
-from tokensleuth.sources.build import BuildCache, _dir_lock
+from tokensleuth.paths import cache_dir, file_lock
+from tokensleuth.sources.build import BuildCache
 
 FIXED_DATE = "2000-01-01T00:00:00Z"
 UPSTREAM_COMMITS = 2000  # how far back in the base's history a patch is looked for
@@ -116,7 +116,7 @@ class PrivateRepo:
         dest = (root or cache_dir() / "decompose") / f"git-{hashlib.sha256(str(repo).encode()).hexdigest()[:12]}.git"
         if not (dest / "HEAD").exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
-            with _dir_lock(dest.with_name(f".{dest.name}.lock")):  # another process may be making it
+            with file_lock(dest.with_name(f".{dest.name}.lock")):  # another process may be making it
                 if not (dest / "HEAD").exists():
                     tmp = dest.with_name(dest.name + ".tmp")
                     subprocess.run(["rm", "-rf", str(tmp)], check=True)
@@ -130,10 +130,11 @@ class PrivateRepo:
         """A repository whose one commit is the llama.cpp tree of ``source`` (e.g. a pypi: sdist)."""
         tree = BuildCache().llama_tree(source)
         dest = (root or cache_dir() / "decompose") / f"src-{hashlib.sha256(source.encode()).hexdigest()[:12]}.git"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with _dir_lock(dest.with_name(f".{dest.name}.lock")):  # another process may be making it
-            if not (dest / "refs" / "heads" / "base").exists():
-                cls._make_source_repo(dest, tree, source)
+        if not (dest / "refs" / "heads" / "base").exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with file_lock(dest.with_name(f".{dest.name}.lock")):  # another process may be making it
+                if not (dest / "refs" / "heads" / "base").exists():
+                    cls._make_source_repo(dest, tree, source)
         r = cls(dest)
         return r, _git(dest, "rev-parse", "refs/heads/base").stdout.strip()
 

@@ -6,6 +6,7 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 import platformdirs
@@ -57,3 +58,17 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (created if missing), across processes; waits for it.
+    Not re-entrant: a process that holds it and asks again waits for itself."""
+    import fcntl
+
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.errors import EngineError, UserError
-from tokensleuth.paths import cache_dir
+from tokensleuth.paths import cache_dir, file_lock
 from tokensleuth.sources import Source, parse_source
 
 DEFAULT_TARGETS = ("llama-bench", "llama-quantize")
@@ -269,7 +269,7 @@ class BuildCache:
         # version once: the second waits and finds the first's tree (without the lock both
         # unpacked into one temporary directory and both failed).
         self.sdists.mkdir(parents=True, exist_ok=True)
-        with _dir_lock(self.sdists / f".{src.package}-{src.version}.lock"):
+        with file_lock(self.sdists / f".{src.package}-{src.version}.lock"):
             return self._pypi_tree_locked(src, log)
 
     def _pypi_tree_locked(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
@@ -410,7 +410,7 @@ class BuildCache:
                                             compiler_id()]).encode()).hexdigest()[:16]
         base = f"build-{family}" if reuse_build_dirs() else f"build-{key}"
         # one build of a key at a time (the second finds the first's result); other keys take slots
-        with _dir_lock(self.work / f"key-{key}.lock"), _slot(self.work, base) as slot:
+        with file_lock(self.work / f"key-{key}.lock"), _slot(self.work, base) as slot:
             src_dir = self.work / f"{name}{slot}" if mirror else tree
             # inside the tree (its slot's: a git worktree's slot is held by the caller), so compile
             # lines are the same from every root; a fresh directory per build stays out of the tree
@@ -604,20 +604,9 @@ def _slot(work: Path, name: str, slots: int = BUILD_SLOTS) -> Iterator[str]:
             fcntl.flock(fh, fcntl.LOCK_UN)
             fh.close()
         return
-    with _dir_lock(work / f"{name}.lock"):
+    with file_lock(work / f"{name}.lock"):
         yield ""
 
-
-@contextlib.contextmanager
-def _dir_lock(path: Path) -> Any:
-    import fcntl
-
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def _sha256_file(p: Path) -> str:
