@@ -5,7 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check src tests bench scripts
-.venv/bin/python -m mypy          # --strict on src, tests, bench and scripts (pyproject.toml)
+# --strict on src, tests, bench and scripts (pyproject.toml). Its cache is under the user cache dir, so
+# a fresh clone checks again only the files that differ (by content): 0.4 s, not 12.
+export MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tokensleuth/mypy}"
+.venv/bin/python -m mypy
 # Test processes (pytest-xdist): as many as this machine has idle cores, at most two, each running
 # one test file at a time, the files with the most slow tests first. The suite's engines run one
 # thread (-t 1), so two fit a quiet 2-core machine; where a core is already busy (another job, a

@@ -86,7 +86,7 @@ MOE_SLOW = '''
 # The plant's wait is in the name of every history branch that holds it (``-moewait<us>``): a
 # cached branch of another plant is never reused.
 # 1 ms per MoE layer (4 in the tiny MoE model: +4 ms per token, the model at 0.4-0.65 of its speed
-# on machines whose token takes 2.7-7.3 ms). At 0.4 ms it came out at 0.8-0.85, and the bisect's
+# on machines whose token took 2.7-7.3 ms with qwen2's tokenizer; ~0.12 with llama-spm's, here). At 0.4 ms it came out at 0.8-0.85, and the bisect's
 # dense control, judged within half of that, took up to 80 pairs beside another test process.
 MOE_US = 1000
 
@@ -183,12 +183,14 @@ OFFLOAD = ("/* n_gpu_layers         */ { -1 },", "/* n_gpu_layers         */ { 9
 # the spin's removal in one interval of the first sample.
 SCAN_HISTORY = ("n1", "n2", "culprit", "n3", "n4", "n5", "spin", "n6", "broken", "fix", "n7", "n8", "ubatch", "n9",
                 "n10", "n11", "n12", "unspin", "n13", "eps", "n14", "n15", "n16", "n17", "n18")
-# The plants are busy waits, so their share of a token depends on the machine's speed: the tiny
-# MoE model's tg took 2.7 ms/token on one machine and 7.3 on another (where a culprit of 1 ms per
-# MoE layer came out at 0.69 of its parent, at the edge of the test's 30% band). Sized for a
-# token of up to ~12 ms: the culprit at most 0.5 of its parent, the spin on top of it at most 0.6.
-SCAN_SPIN_US = 20000  # per decode call
-SCAN_MOE_US = 3000  # per MoE layer (4 in the tiny model: +12 ms per token)
+# The plants are busy waits, so their share of a token depends on the machine's speed. The tiny
+# MoE model (llama-spm's tokenizer, tests.conftest.TEST_VOCAB) takes 0.55 ms per token here; with
+# qwen2's it took 2.0 here and 7.3 on the slowest machine seen, so up to ~2 ms with llama-spm's.
+# Sized for a token of up to ~4 ms: the culprit at most 0.5 of its parent, the spin on top of it at
+# most 0.6. (They were 3 and 20 ms, sized for qwen2's tokens: the MoE model's trials took 0.94 s on
+# average, and the scan ~300 s of a test process's time.)
+SCAN_SPIN_US = 6000  # per decode call
+SCAN_MOE_US = 1000  # per MoE layer (4 in the tiny model: +4 ms per token)
 
 
 PP_SLOW = ("int llama_context::decode(const llama_batch_ext & batch_inp) {\n",

@@ -142,10 +142,11 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
             "--patches", *map(str, files), "--model", str(moe_model),  # a glob's expansion after one flag
             "-w", "pp64", "-w", "tg64", "--band", "25%", "--max-pairs", "20", "--json", str(out),
             "--out-branch", branch, "--", "-r", "3", "-t", "1"]  # outputs are checked by default
-    # Effects are large (pp x1.6 and tg x4 for 0002, pp x0.45 for 0004) and the band wide, but
-    # on this 2-core machine tg64 processes differed by 20% (the diagnosis of a run that ended
-    # with the neutral eps patch at [0.863, 1.271] after 20 pairs): 20 pairs, then 40.
-    cli_env = dict(cli_env, TOKENSLEUTH_SPIN_US="10000")  # the base's planted wait: 10 ms per decode call
+    # Effects are large (pp x1.5 and tg x8 for 0002, pp x0.3 for 0004, on a 0.55 ms token) and the
+    # band wide, but on this 2-core machine tg64 processes differed by 20% (the diagnosis of a run
+    # that ended with the neutral eps patch at [0.863, 1.271] after 20 pairs): 20 pairs, then 40.
+    # (The wait was 10 ms, sized for the qwen2 tokenizer's 2 ms token: each trial of the base took 2.7 s.)
+    cli_env = dict(cli_env, TOKENSLEUTH_SPIN_US="4000")  # the base's planted wait: 4 ms per decode call
     db = cli_env["TOKENSLEUTH_DB"]
     head_before = _git(repo, "rev-parse", "HEAD")
     # Killed once the kept patch's step is stored (0001 skipped, 0002 measured), then resumed.

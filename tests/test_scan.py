@@ -378,9 +378,10 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
                                 moe_us=SCAN_MOE_US)
     out = tmp_path / "s.json"
     # One tiny-model trial on this 2-core machine varies 10-20% from process to process (the
-    # machine's, not the code's), so the band is 30% and the plants are large: the culprit
-    # +12 ms per MoE batch, the spin +20 ms per decode call, -ub 8 on a 64-token prompt (8 batches:
-    # the MoE model's prompt ~2.4x slower, through the culprit's wait per batch; the dense one's as fast).
+    # machine's, not the code's), so the band is 30% and the plants are large against a 0.55 ms
+    # token: the culprit +4 ms per MoE batch, the spin +6 ms per decode call, -ub 8 on a 64-token
+    # prompt (8 batches: the MoE model's prompt ~2.6x slower, through the culprit's wait per batch;
+    # the dense one's about as fast).
     args = [tokensleuth_bin(), "scan", "--repo", str(repo), "--from", shas["base"], "--to", shas["n18"],
             "--model", str(moe_model), "--model", str(dense_model), "-w", "pp64", "-w", "tg8", "--band", "30%",
             "--max-pairs", "10", "--samples", "4", "--check-outputs", "--json", str(out), "--", "-r", "2", "-t", "1"]

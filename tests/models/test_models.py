@@ -15,7 +15,7 @@ def test_moe_info(moe_model: Path) -> None:
     i = model_info(moe_model)
     assert i.arch == "qwen3moe"
     assert (i.n_expert, i.n_expert_used) == (16, 4)
-    assert i.n_vocab == 151936  # the qwen2 tokenizer copied from llama.cpp's models/
+    assert i.n_vocab == 32000  # llama-spm's tokenizer (tests.conftest.TEST_VOCAB), copied from llama.cpp's models/
     assert i.n_active_params < i.n_params
     assert set(i.quant_mix) >= {"Q8_0"}
     assert i.bytes_per_token < i.file_bytes
@@ -37,9 +37,17 @@ def test_f16_synth_needs_no_quantize(llama_tree: Path, tmp_path: Path) -> None:
     assert model_info(p).quant_mix.get("F16", 0) > 0
 
 
+def test_the_tiny_moe_has_qwen2s_tokenizer_unless_another_is_asked_for(llama_tree: Path, tmp_path: Path) -> None:
+    assert model_info(synth("qwen3moe", "tiny", tmp_path / "q.gguf", "F16", llama_tree, None)).n_vocab == 151936
+    assert model_info(synth("qwen3moe", "tiny", tmp_path / "g.gguf", "F16", llama_tree, None, vocab="gpt-2")).n_vocab == 50257
+
+
 def test_bad_inputs(tmp_path: Path, llama_tree: Path) -> None:
     with pytest.raises(UserError, match="no synthetic shape"):
         synth("gpt2", "tiny", tmp_path / "x.gguf", "Q8_0", llama_tree, None)
+    with pytest.raises(UserError, match="no tokenizer 'qwen9' in this engine's models/ — --vocab one of: .*llama-spm"):
+        synth("llama", "tiny", tmp_path / "x.gguf", "F16", llama_tree, None, vocab="qwen9")
+    assert not (tmp_path / "x.gguf").exists()
     bad = tmp_path / "bad.gguf"
     bad.write_bytes(b"NOPE" * 10)
     with pytest.raises(UserError, match="not a GGUF"):
@@ -86,7 +94,7 @@ def test_gguf_check_reads_the_header_alone(moe_model: Path, monkeypatch: pytest.
 
     monkeypatch.setattr(gguf, "GGUFReader", refuse)
     check_gguf(moe_model)
-    assert ModelFacts().info(moe_model).n_vocab == 151936
+    assert ModelFacts().info(moe_model).n_vocab == 32000
 
 
 def test_the_header_reader_agrees_with_gguf_reader(moe_model: Path, dense_model: Path) -> None:

@@ -72,7 +72,9 @@ def test_synth_shape_cli_and_bad_input(tmp_path: Path, engine: EngineBuild, cli_
     assert "qwen3-moe-mini (qwen3moe), 0.565 B params" in p.stdout and out.exists()
     for args, what in ((["--shape", "gpt-9"], "no shape 'gpt-9'"), (["--shape", "qwen3-moe-mini", "--quant", "Q4_K_M"],
                                                                     "writes Q8_0, Q4_0, F16, MXFP4 directly"),
-                       (["--shape", "llama-3.1-8b", "--quant", "MXFP4"], "MXFP4 is an expert format")):
+                       (["--shape", "llama-3.1-8b", "--quant", "MXFP4"], "MXFP4 is an expert format"),
+                       (["--shape", "llama-3.1-8b", "--vocab", "gpt-2"], "--vocab is for --arch/--size models"),
+                       (["--arch", "qwen3moe", "--vocab", "qwen9"], "no tokenizer 'qwen9'")):
         p = subprocess.run([tokensleuth_bin(), "model", "synth", *args, "--out", str(tmp_path / "x.gguf")],
                            env=cli_env, capture_output=True, text=True, timeout=60)
         assert p.returncode == 2 and what in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr

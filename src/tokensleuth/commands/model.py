@@ -22,6 +22,7 @@ def model_synth(
     quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16 (with --shape: Q8_0, Q4_0, F16 or MXFP4).")] = "Q8_0",
     engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
     seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Random seed of the weights.")] = 0,
+    vocab: Annotated[Optional[str], typer.Option(help="Another of llama.cpp's tokenizers than the shape's own (models/ggml-vocab-NAME.gguf: llama-spm, qwen2, gpt-2 …). A smaller one loads and runs faster.")] = None,
     shape: Annotated[Optional[str], typer.Option("--shape", help="A real model's exact shape, written straight as quantized blocks (Q8_0, Q4_0, F16; MXFP4 experts): qwen3-30b-a3b, gpt-oss-120b, llama-3.1-8b, qwen3-moe-mini, gpt-oss-mini.")] = None,
     cmake: CmakeOpt = [],  # noqa: B006
 ) -> None:
@@ -30,6 +31,8 @@ def model_synth(
     from tokensleuth.models.synth import QUANTS, SHAPES, synth
 
     if shape is not None:
+        if vocab is not None:
+            raise UserError("--vocab is for --arch/--size models; a --shape model has its real model's tokenizer — leave out one of them")
         import time as _time
 
         from tokensleuth.models.shapes import write_shape
@@ -48,7 +51,7 @@ def model_synth(
         raise UserError(f"unsupported quant {quant!r} — choose from {', '.join(QUANTS)}")
     b = common.get_build(engine, cmake)
     tree = BuildCache().llama_tree(parse_source(engine))
-    synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed)
+    synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed, vocab=vocab)
     i = model_info(out_path)
     out.print(f"{out_path}: {i.arch} {i.n_params / 1e6:.1f} M params, {i.file_bytes / (1 << 20):.1f} MiB")
 

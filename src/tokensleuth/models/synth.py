@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gguf
@@ -87,8 +87,13 @@ def synth(
     llama_tree: Path,
     quantize_bin: Path | None,
     seed: int = 0,
+    vocab: str | None = None,
 ) -> Path:
-    """Write a synthetic model of ``arch``/``size`` at ``quant`` to ``out``."""
+    """Write a synthetic model of ``arch``/``size`` at ``quant`` to ``out``.
+
+    ``vocab`` copies another of llama.cpp's tokenizers (``models/ggml-vocab-<vocab>.gguf``) than the
+    shape's own: the tiny MoE's qwen2 (151,936 tokens) makes most of its load and token time, which
+    llama-spm's 32,000 do not."""
     if (arch, size) not in SHAPES:
         archs = sorted({a for a, _ in SHAPES})
         raise UserError(f"no synthetic shape for {arch}/{size} — archs: {archs}, sizes: tiny|small|medium")
@@ -96,6 +101,11 @@ def synth(
         raise UserError(f"unsupported quant {quant!r} — choose from {', '.join(QUANTS)}")
     out_file(out)
     s = SHAPES[(arch, size)]
+    if vocab is not None:
+        s = replace(s, vocab=vocab)
+        have = sorted(f.name[len("ggml-vocab-"):-len(".gguf")] for f in (llama_tree / "models").glob("ggml-vocab-*.gguf"))
+        if vocab not in have:  # refused before anything is written
+            raise UserError(f"no tokenizer {vocab!r} in this engine's models/ — --vocab one of: {', '.join(have)}")
     rng = np.random.default_rng(seed)
 
     def rand(*shape: int) -> np.ndarray:
