@@ -161,13 +161,17 @@ def test_the_profile_of_the_real_graph_adds_up(engine: EngineBuild, moe_model: P
 
 def test_the_moe_culprit_adds_one_custom_op_per_moe_layer_and_nothing_else(
         engine: EngineBuild, moe_model: Path, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
-    from tests.planted import bisect_history
+    from tests.planted import assert_only_the_plant, bisect_history
 
     repo, shas = bisect_history()
     parent, culprit = (f"git:{repo}@{shas[n]}" for n in ("fix", "culprit"))
     moe = _profile_cli([parent, culprit], moe_model, cli_env, tmp_path)
     layers = max(o["nodes_per_token"] for o in moe["ops"] if o["op"] == "FLASH_ATTN_EXT")
-    assert _changed(moe) == [("MAP_CUSTOM1", "appeared", layers)]
+    # (the other ops: none appeared, vanished or ran more often; one may come out a little slower
+    # after the wait, cold caches: the MoE model's q8_0 [256,256] matrix by 0.017 ms once, 0.4% of the plant)
+    rows = [r for r in moe["diff"] if r["verdict"] != "same"]
+    assert_only_the_plant(rows)
+    assert rows[0]["delta_nodes_per_token"] == layers
     assert "MAP_CUSTOM1 per token" in moe["stdout"]
     dense = _profile_cli([parent, culprit], dense_model, cli_env, tmp_path)
     assert _changed(dense) == []
@@ -261,7 +265,7 @@ def test_compare_profile_names_the_op_beside_the_verdict(engine: EngineBuild, mo
                                                          cli_env: dict[str, str], tmp_path: Path) -> None:
     from tests.planted import SCAN_HISTORY, SCAN_MOE_US, SCAN_SPIN_US, assert_only_the_plant, bisect_history
 
-    # the scan's plant (3 ms per MoE layer: the tiny MoE model at about half its speed): the
+    # the scan's plant (1 ms per MoE layer: the tiny MoE model at about 0.12 of its speed): the
     # bisect's 0.4 ms one came out at 0.854 [0.727, 1.003] after 10 pairs on a machine whose
     # trials varied by 17%, and the verdict beside which the profile is shown was unresolved
     repo, shas = bisect_history(SCAN_HISTORY, branch=f"scan-spin{SCAN_SPIN_US}", spin_us=SCAN_SPIN_US,

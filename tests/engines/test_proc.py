@@ -113,6 +113,34 @@ def test_an_interrupt_while_the_engine_runs_kills_it(how: str, tmp_path: Path) -
     assert _gone(engine) and _gone(child)
 
 
+def test_an_interrupt_that_did_not_break_the_wait_is_seen_within_a_second(tmp_path: Path) -> None:
+    """A signal whose handler was due just before the wait began does not break the wait (its
+    EINTR has come and gone): _thread.interrupt_main makes exactly that state, a pending handler
+    and no signal. The engine (which would end by itself after 20 s) is killed, not waited for."""
+    import _thread
+
+    pidfile, ended = tmp_path / "pid", tmp_path / "ended"
+    script = f"echo $$ > {pidfile}; sleep 20; echo yes > {ended}"
+    old = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def interrupt() -> None:
+        _wait_for(pidfile)
+        time.sleep(0.2)  # inside the wait
+        _thread.interrupt_main(signal.SIGINT)
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_process(["sh", "-c", script], timeout_s=60)
+    finally:
+        signal.signal(signal.SIGINT, old)
+        t.join(timeout=10)
+    assert _gone(int(_wait_for(pidfile)))
+    assert not ended.exists(), "the interrupt was seen only when the engine ended"
+
+
 def test_engine_dies_when_tokensleuth_is_killed(tmp_path: Path) -> None:
     """SIGKILL leaves no handler to run: the kernel kills the engine (PR_SET_PDEATHSIG)."""
     pidfile = tmp_path / "pid"

@@ -180,7 +180,22 @@ def run_process(
             timer = threading.Timer(timeout_s, watchdog)
             timer.daemon = True
             timer.start()
-        proc.wait()
+        # The exit is waited for in another thread, and here in slices of a second (one wake-up a
+        # second). A signal whose handler was due just before a blocking wait began does not break
+        # that wait (no EINTR: the signal has come already), so a wait here on the process itself
+        # would see a Ctrl-C or a SIGTERM only when the engine ended (a whole trial, or its
+        # timeout, later).
+        exited = threading.Event()
+        ended: list[int] = []
+
+        def waiter() -> None:
+            proc.wait()
+            ended.append(time.monotonic_ns())
+            exited.set()
+
+        threading.Thread(target=waiter, daemon=True).start()
+        while not exited.wait(1.0):
+            pass
     except BaseException:
         _kill_tree(proc.pid)
         proc.wait()
@@ -189,7 +204,7 @@ def run_process(
         if timer is not None:
             timer.cancel()
     timed_out = fired.is_set()
-    t1 = time.monotonic_ns()
+    t1 = ended[0]
     for th in threads:
         th.join(timeout=5)
     with lock:
