@@ -214,23 +214,27 @@ def run_process(
 
 
 def _kill_tree(pid: int) -> None:
-    """SIGKILL the engine, its descendants, and anything left in its session's group."""
+    """SIGKILL the engine, its descendants, and anything left in its session's group.
+
+    The group first, in one call, so that no process of it runs on after another is killed (a
+    shell whose child was killed first would go on to its next command); then the descendants
+    found before it that left the group."""
     try:
         parent = psutil.Process(pid)
-        procs = parent.children(recursive=True) + [parent]
+        procs = [parent, *parent.children(recursive=True)]
     except psutil.NoSuchProcess:
         procs = []
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
     # A grandchild whose parent already exited is no longer in the tree, but still in the
     # process group the engine leads (start_new_session): its pgid is the engine's pid.
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
 
 
 class Background:
