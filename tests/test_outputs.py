@@ -285,3 +285,24 @@ def test_a_run_whose_statistics_were_lost_at_exit_is_run_again(tmp_path: Path, m
     with pytest.raises(EngineError, match="does not look like a file containing log-probabilities"):
         check_outputs(fake_build(tmp_path, "c"), fake_build(tmp_path, "c"), model, workdir=tmp_path / "wd2", run=bad)
     assert len(bad.calls) == 2  # the base, then the floor once
+
+
+class LosesTailAlways(FakeRunner):
+    def __call__(self, argv: list[str], **kw: Any) -> ProcResult:
+        res = super().__call__(argv, **kw)
+        if "--kl-divergence" not in argv:
+            return res
+        return dataclasses.replace(res, lines=[ln for ln in res.lines if "Same top p:" not in ln.text])
+
+
+def test_statistics_lost_in_every_run_end_in_one_engine_error_after_pauses(
+        tmp_path: Path, model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tokensleuth import outputs
+
+    pauses: list[float] = []
+    monkeypatch.setattr(outputs.time, "sleep", pauses.append)
+    run = LosesTailAlways()
+    with pytest.raises(EngineError, match=r"missing same_top_p\) .* \(in 5 runs; llama.cpp's logger can drop"):
+        check_outputs(fake_build(tmp_path, "b"), fake_build(tmp_path, "b"), model, workdir=tmp_path / "wd", run=run)
+    assert ["--kl-divergence" in a for a in run.calls] == [False, True, True, True, True, True]
+    assert pauses == [0.5, 1.0, 1.5, 2.0]  # a burst of load passes; a run that has its lines waits for nothing

@@ -155,8 +155,12 @@ def _run(run: Runner, argv: list[str], timeout_s: float) -> str:
 # llama.cpp's logger prints from a thread of its own and is never flushed at exit (its
 # singleton is leaked on purpose: ggml-org/llama.cpp#22142), so on a busy machine a run that
 # went through can exit 0 before its last lines (the statistics) are printed. Such a run —
-# exit 0, no error line, the statistics missing — is run again, up to this many times in all.
-LOST_TAIL_RUNS = 3
+# exit 0, no error line, the statistics missing — is run again, up to this many times in all,
+# after a pause that grows by LOST_TAIL_PAUSE_S a time (0.5, 1, 1.5, 2 s: a burst of load on the
+# machine passes). The suite once lost them in three runs back to back, twice, while the other
+# test process ran engines of its own.
+LOST_TAIL_RUNS = 5
+LOST_TAIL_PAUSE_S = 0.5
 T = TypeVar("T")
 
 
@@ -172,6 +176,7 @@ def _run_parsed(run: Runner, argv: list[str], timeout_s: float, parse: Callable[
                     raise EngineError(f"{exc} (in {attempt} runs; llama.cpp's logger can drop the last lines "
                                       "at exit, ggml-org/llama.cpp#22142)") from None
                 raise
+            time.sleep(LOST_TAIL_PAUSE_S * attempt)
     raise AssertionError("unreachable")
 
 
