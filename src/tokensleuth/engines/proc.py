@@ -189,9 +189,11 @@ def run_process(
         ended: list[int] = []
 
         def waiter() -> None:
-            proc.wait()
-            ended.append(time.monotonic_ns())
-            exited.set()
+            try:
+                proc.wait()
+            finally:  # (set whatever happens: the loop below must end)
+                ended.append(time.monotonic_ns())
+                exited.set()
 
         threading.Thread(target=waiter, daemon=True).start()
         while not exited.wait(1.0):
