@@ -86,8 +86,9 @@ MOE_SLOW = '''
 # The plant's wait is in the name of every history branch that holds it (``-moewait<us>``): a
 # cached branch of another plant is never reused.
 # 1 ms per MoE layer (4 in the tiny MoE model: +4 ms per token, the model at 0.4-0.65 of its speed
-# on machines whose token took 2.7-7.3 ms with qwen2's tokenizer; ~0.12 with llama-spm's, here). At 0.4 ms it came out at 0.8-0.85, and the bisect's
-# dense control, judged within half of that, took up to 80 pairs beside another test process.
+# on machines whose token took 2.7-7.3 ms with qwen2's tokenizer; ~0.12 with llama-spm's, here).
+# At 0.4 ms it came out at 0.8-0.85, and the bisect's dense control, judged within half of that,
+# took up to 80 pairs beside another test process.
 MOE_US = 1000
 
 

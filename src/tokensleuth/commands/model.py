@@ -28,7 +28,7 @@ def model_synth(
 ) -> None:
     """Write a synthetic GGUF model (random weights, real tokenizer)."""
     from tokensleuth.models.info import model_info
-    from tokensleuth.models.synth import QUANTS, SHAPES, synth
+    from tokensleuth.models.synth import QUANTS, SHAPES, check_vocab, synth
 
     if shape is not None:
         if vocab is not None:
@@ -49,8 +49,10 @@ def model_synth(
         raise UserError(f"no synthetic shape {arch}/{size} — --arch llama|qwen3moe, --size tiny|small|medium")
     if quant not in QUANTS:
         raise UserError(f"unsupported quant {quant!r} — choose from {', '.join(QUANTS)}")
-    b = common.get_build(engine, cmake)
     tree = BuildCache().llama_tree(parse_source(engine))
+    if vocab is not None:
+        check_vocab(tree, vocab)  # before the build, which may take minutes
+    b = common.get_build(engine, cmake)
     synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed, vocab=vocab)
     i = model_info(out_path)
     out.print(f"{out_path}: {i.arch} {i.n_params / 1e6:.1f} M params, {i.file_bytes / (1 << 20):.1f} MiB")

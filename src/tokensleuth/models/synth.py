@@ -62,6 +62,13 @@ def find_vocab(llama_tree: Path, name: str) -> Path:
     return p
 
 
+def check_vocab(llama_tree: Path, name: str) -> None:
+    """Refuse a tokenizer name llama.cpp's ``models/`` does not ship (``--vocab``), naming those it does."""
+    have = sorted(f.name[len("ggml-vocab-"):-len(".gguf")] for f in (llama_tree / "models").glob("ggml-vocab-*.gguf"))
+    if name not in have:
+        raise UserError(f"no tokenizer {name!r} in this engine's models/ — --vocab one of: {', '.join(have)}")
+
+
 def _copy_tokenizer(w: gguf.GGUFWriter, vocab: Path) -> int:
     r = gguf.GGUFReader(vocab)
     n_vocab = 0
@@ -102,10 +109,8 @@ def synth(
     out_file(out)
     s = SHAPES[(arch, size)]
     if vocab is not None:
+        check_vocab(llama_tree, vocab)  # refused before anything is written
         s = replace(s, vocab=vocab)
-        have = sorted(f.name[len("ggml-vocab-"):-len(".gguf")] for f in (llama_tree / "models").glob("ggml-vocab-*.gguf"))
-        if vocab not in have:  # refused before anything is written
-            raise UserError(f"no tokenizer {vocab!r} in this engine's models/ — --vocab one of: {', '.join(have)}")
     rng = np.random.default_rng(seed)
 
     def rand(*shape: int) -> np.ndarray:

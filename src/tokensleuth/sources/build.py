@@ -608,7 +608,6 @@ def _slot(work: Path, name: str, slots: int = BUILD_SLOTS) -> Iterator[str]:
         yield ""
 
 
-
 def _sha256_file(p: Path) -> str:
     h = hashlib.sha256()
     with open(p, "rb") as fh:
