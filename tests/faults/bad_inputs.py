@@ -306,8 +306,8 @@ def cases(f: Files) -> list[Case]:
     add("source", "compare arm with bad source", "compare", "--arm", "a=svn:x", "--arm", f"b={E}", "--model", m,
         expect="svn")
     add("source", "engine build --target nosuch", "engine", "build", E, "--target", "nosuch", expect="nosuch")
-    add("source", "model synth --engine bin: empty", "model", "synth", "--out", f.p("s.gguf"), "--engine",
-        f"bin:{f.p('bins/empty')}", expect="empty file")
+    add("source", "model synth --engine bin:", "model", "synth", "--out", f.p("s.gguf"), "--engine",
+        f"bin:{f.p('bins/empty')}", expect="no source tree")  # refused before the folder is even read
 
     # -- study files ---------------------------------------------------------------------
     studies = {"band5": "band 5.0", "band0": "band 0.0", "band-neg": "band -0.1", "band-nan": "band nan",
