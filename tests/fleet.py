@@ -42,10 +42,13 @@ class LocalCluster:
     def alive(self) -> dict[str, bool]:
         """label -> alive, from the cluster's own view (a short-lived driver)."""
         code = ("import ray, json; ray.init(address=%r, log_to_driver=False, logging_level='ERROR'); "
-                "print(json.dumps({n['Labels'].get('host', '?'): n['Alive'] for n in ray.nodes()}))" % self.address)
+                "print('ALIVE', json.dumps({n['Labels'].get('host', '?'): n['Alive'] for n in ray.nodes()}))"
+                % self.address)
         p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                            env=dict(os.environ, RAY_USAGE_STATS_ENABLED="0"))
-        return dict(json.loads(p.stdout.strip().splitlines()[-1])) if p.returncode == 0 else {}
+        # Ray may print its own warnings (a lagging heartbeat) around the answer: take its line
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("ALIVE ")]
+        return dict(json.loads(lines[-1][len("ALIVE "):])) if p.returncode == 0 and lines else {}
 
     def start(self, label: str, head: bool = False, ccache: Path | None = None) -> None:
         (self.root / label).mkdir(parents=True, exist_ok=True)
@@ -60,10 +63,12 @@ class LocalCluster:
         deadline = time.time() + 90
         while time.time() < deadline:  # nodes join one at a time: two at once can time out
             if self.procs[label].poll() is not None:
+                self.procs.pop(label)
                 raise RuntimeError(f"ray start {label} exited: {(self.root / f'{label}.log').read_text()[-2000:]}")
             if self.alive().get(label):
                 return
             time.sleep(1)
+        self.kill(label)  # not left running for a later test to find alive
         raise RuntimeError(f"node {label} did not join: {(self.root / f'{label}.log').read_text()[-2000:]}")
 
     def kill(self, label: str) -> None:

@@ -12,6 +12,7 @@ import pytest
 from typing import Any
 
 from tests.conftest import tokensleuth_bin
+from tokensleuth.comparisons import Comparison
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
 
@@ -319,6 +320,31 @@ def test_a_one_sided_question_stops_once_its_side_is_settled(engine: EngineBuild
         _, comps = run_compare(store, build_compare_spec({**data, "max_pairs": 8}, "t"), {"A": engine, "B": engine},
                                create=True)
         assert comps[0].pairs == 8 or comps[0].verdict != "unresolved"
+
+
+def test_a_callers_answered_question_stops_the_rounds(engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    """``until`` (decompose: the step is decided, though a cell is still open) ends the study
+    after the round that answered it; the cells stay as measured. The same study asked again
+    without it goes on where it stopped."""
+    from tokensleuth.compare import run_compare
+    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.store import Store
+
+    spec = build_compare_spec({"arms": [{"name": "A", "source": E}, {"name": "B", "source": E}],
+                               "models": [str(dense_model)], "workloads": ["tg8"], "band": 0.001,
+                               "min_pairs": 3, "max_pairs": 6, "common_flags": ["-r", "2", "-t", "1"]}, "t")
+    asked: list[int] = []
+
+    def answered(cs: list[Comparison]) -> bool:
+        asked.append(cs[0].pairs)
+        return cs[0].pairs >= 3
+
+    with Store(tmp_path / "s.db") as store:
+        sid, comps = run_compare(store, spec, {"A": engine, "B": engine}, create=True, until=answered)
+        assert asked == [3] and comps[0].pairs == 3 and comps[0].verdict == "unresolved"
+        assert store.study(sid)["status"] == "done"
+        again, comps = run_compare(store, spec, {"A": engine, "B": engine}, create=True)
+        assert again == sid and comps[0].pairs == 6  # a ±0.1% band on an A/A: open to the cap
 
 
 def test_the_placement_comes_from_each_arms_first_trial_with_no_load_of_its_own(

@@ -28,6 +28,27 @@ def test_classify_keeps_only_what_is_faster_and_never_guesses() -> None:
     assert classify(["faster", "unresolved"]) is None  # undecided: measured again, not kept
     assert classify(["same", "unresolved"]) is None  # "neutral" only from same in every cell
     assert classify([]) is None
+    # unresolved between same and faster: no slower verdict is left for it, so a patch faster
+    # elsewhere is kept; alone, or beside same, it may still be neutral or faster
+    assert classify(["faster", "not slower"]) == ("kept", "faster")
+    assert classify(["not slower", "same"]) is None and classify(["not slower"], keep_neutral=True) is None
+    assert classify(["slower", "not slower"]) == ("dropped", "regression")
+
+
+def test_a_cell_unresolved_above_the_lower_band_edge_is_not_slower() -> None:
+    from tokensleuth.comparisons import Comparison
+    from tokensleuth.decompose import answer
+    from tokensleuth.stats import RatioEstimate
+
+    def cell(lo: float, hi: float, verdict: str = "unresolved") -> Comparison:
+        return Comparison("m", "pp64", "A", "B", 20, [], [], RatioEstimate(20, (lo * hi) ** 0.5, lo, hi, 0.99), verdict)
+
+    assert answer(cell(1.217, 1.351), 0.25) == "not slower"  # the fresh-machine run's pp64 at a ±25% band
+    assert answer(cell(0.75, 1.30), 0.25) == "not slower"  # the edge itself: slower needs hi < 0.75
+    assert answer(cell(0.74, 1.30), 0.25) == "unresolved"  # slower is still possible
+    assert answer(cell(0.70, 0.90), 0.25) == "unresolved"
+    assert answer(cell(1.30, 1.40, "faster"), 0.25) == "faster"
+    assert answer(Comparison("m", "pp64", "A", "B", 1, [], [], None, "unresolved"), 0.25) == "unresolved"
 
 
 def test_headline_cell() -> None:

@@ -49,6 +49,7 @@ def run_compare(
     placement: bool = False,
     executor: Executor | None = None,
     identity: Mapping[str, Any] | None = None,
+    until: Callable[[list[Comparison]], bool] | None = None,
 ) -> tuple[str, list[Comparison]]:
     """Run (or resume) a compare study to its verdicts; return (study id, comparisons).
 
@@ -66,6 +67,9 @@ def run_compare(
     weights and buffers live; state PLACEMENT_STATE), for the report's explanation.
     ``executor``: where the trials run (default: here, one at a time; a fleet's runs pairs on
     its machines). ``identity``: more of what the study measures (a per-host study's machine).
+    ``until``: the caller's question is answered by these comparisons, though a cell may still be
+    open (decompose: one cell faster and the others' intervals already rule out slower); no more
+    rounds are planned. It is not part of what is measured: the cells stay as they were measured.
     """
     spec_json = dict(spec_dump(spec), **(identity or {}))
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
@@ -91,7 +95,7 @@ def run_compare(
         on_study(handle)
     with store.lease(handle.id):
         return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor,
-                                      placement, share, joined)
+                                      placement, share, joined, until)
 
 
 def _runtimes(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> dict[str, ArmRuntime]:
@@ -167,6 +171,7 @@ def _run_rounds(
     placement: bool = False,
     share: bool = False,
     joined: bool = False,
+    until: Callable[[list[Comparison]], bool] | None = None,
 ) -> list[Comparison]:
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = _runtimes(spec, builds)
@@ -180,6 +185,8 @@ def _run_rounds(
             record_placements(store, study_id)
         comps = analyze(store, study_id, spec)
         if spec.budget_s is not None and store.engine_seconds(study_id) >= spec.budget_s:
+            break
+        if until is not None and until(comps):
             break
         # cells still open: any candidate unresolved and below the pair budget
         have = _planned_pairs(store, study_id)

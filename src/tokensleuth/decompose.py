@@ -36,19 +36,31 @@ OutputCheck = Callable[[EngineBuild, EngineBuild], dict[str, Any] | None]
 
 
 def classify(verdicts: Sequence[str], keep_neutral: bool = False) -> tuple[str, str] | None:
-    """(decision, reason) from the cells' verdicts; None while a cell is unresolved.
+    """(decision, reason) from the cells' answers (:func:`answer`); None while undecided.
 
     One slower cell is a regression whatever the others say; a patch is kept when some
-    cell is clearly faster and none slower; "neutral" needs ``same`` in every cell.
+    cell is clearly faster and every other is faster, same, or "not slower" (unresolved
+    between same and faster); "neutral" needs ``same`` in every cell.
     """
     v = set(verdicts)
     if "slower" in v:
         return "dropped", "regression"
-    if not v or "unresolved" in v:
-        return None
-    if "faster" in v:
+    if "faster" in v and v <= {"faster", "same", "not slower"}:
         return "kept", "faster"
+    if v != {"same"}:  # nothing measured, or an answer more pairs may still change
+        return None
     return ("kept", "neutral (--keep-neutral)") if keep_neutral else ("dropped", "neutral")
+
+
+def answer(c: Comparison, band: float) -> str:
+    """A cell's answer to decompose's question: its verdict, or "not slower" where it is
+    unresolved but its interval already lies above the band's lower edge (a slower
+    verdict needs the whole interval below it): unresolved between same and faster, which
+    does not change whether a patch faster in another cell is kept."""
+    e = c.estimate
+    if c.verdict == "unresolved" and e is not None and e.lo >= 1.0 - band:
+        return "not slower"
+    return c.verdict
 
 
 def cell_json(c: Comparison) -> dict[str, Any]:
@@ -173,15 +185,22 @@ class Decomposer:
             s["reason"] += "; outputs changed (allowed)" if s["decision"] == "kept" else "; outputs changed"
         return s
 
-    def judge_pair(self, a: str, b: str, fresh: str = "") -> tuple[Judgement, tuple[str, str] | None]:
-        """Compare state b with a; unresolved is measured again at twice the pairs, never guessed."""
+    def decide(self, comps: Sequence[Comparison]) -> tuple[str, str] | None:
+        return classify([answer(c, self.spec["band"]) for c in comps], bool(self.spec.get("keep_neutral")))
+
+    def judge_pair(self, a: str, b: str, fresh: str = "",
+                   every_cell: bool = False) -> tuple[Judgement, tuple[str, str] | None]:
+        """Compare state b with a; unresolved is measured again at twice the pairs, never guessed.
+        Pairs stop once the step is decided (a cell still open that cannot change the decision
+        is not measured further), unless ``every_cell`` (the scoreboard: each cell's verdict)."""
         j: Judgement | None = None
+        until = None if every_cell else (lambda comps: self.decide(comps) is not None)
         for max_pairs in (self.spec["max_pairs"], 2 * self.spec["max_pairs"]):
             j = self.judge.compare(self.repo.source(a), self.repo.source(b), self.models, self.spec["band"],
-                                   max_pairs, fresh=fresh)
+                                   max_pairs, fresh=fresh, until=until)
             if j.failures:
                 return j, None
-            decided = classify([c.verdict for c in j.comparisons], bool(self.spec.get("keep_neutral")))
+            decided = self.decide(j.comparisons)
             if decided is not None:
                 return j, decided
         assert j is not None
@@ -202,7 +221,7 @@ class Decomposer:
         if final != self.base:
             self.log("verifying the final state against the base")
             # its own pairs, even where base -> final is one kept step's comparison
-            j, _ = self.judge_pair(self.base, final, fresh="decompose-scoreboard")
+            j, _ = self.judge_pair(self.base, final, fresh="decompose-scoreboard", every_cell=True)
             result["scoreboard"] = scoreboard(j.comparisons, kept)
             result["scoreboard_study"] = j.study
             if j.failures or any(c.verdict == "unresolved" for c in j.comparisons):

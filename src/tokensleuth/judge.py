@@ -127,10 +127,13 @@ class Judge:
         check_arm(build, source, self.kind, self.flags, {}, self.workloads, self._help, source=source)
 
     def compare(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
-                fresh: str = "", edge: float | None = None) -> Judgement:
+                fresh: str = "", edge: float | None = None,
+                until: Callable[[list[Comparison]], bool] | None = None) -> Judgement:
         """Compare source ``b`` (candidate) with ``a`` (baseline); both must build.
 
         ``edge``: ask only which side of this ratio each cell lies on (see ``CompareSpec.edge``).
+
+        ``until``: the caller's question is answered (``run_compare``'s): no more rounds.
 
         ``fresh``: a label that makes this a measurement of its own (in the arms' environment,
         so in the comparison's identity), not the pairs an earlier ask of the same A and B took.
@@ -170,7 +173,7 @@ class Judge:
                 spec_data["max_pairs"] = max(max_pairs, add_to)
         spec = build_compare_spec(spec_data, "judge")
         sid, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True,
-                                 add_pairs_to=add_to, executor=self.executor)
+                                 add_pairs_to=add_to, executor=self.executor, until=until)
         unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
         return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
 
