@@ -325,7 +325,7 @@ def test_a_one_sided_question_stops_once_its_side_is_settled(engine: EngineBuild
 def test_a_callers_answered_question_stops_the_rounds(engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
     """``until`` (decompose: the step is decided, though a cell is still open) ends the study
     after the round that answered it; the cells stay as measured. The same study asked again
-    without it goes on where it stopped."""
+    for more pairs without it goes on where it stopped."""
     from tokensleuth.compare import run_compare
     from tokensleuth.spec import build_compare_spec
     from tokensleuth.store import Store
@@ -341,10 +341,12 @@ def test_a_callers_answered_question_stops_the_rounds(engine: EngineBuild, dense
 
     with Store(tmp_path / "s.db") as store:
         sid, comps = run_compare(store, spec, {"A": engine, "B": engine}, create=True, until=answered)
-        assert asked == [3] and comps[0].pairs == 3 and comps[0].verdict == "unresolved"
+        # asked after each round (the first before anything was measured), and not after the 3rd pair
+        assert asked[-1] == 3 and comps[0].pairs == 3 and comps[0].verdict == "unresolved"
         assert store.study(sid)["status"] == "done"
-        again, comps = run_compare(store, spec, {"A": engine, "B": engine}, create=True)
-        assert again == sid and comps[0].pairs == 6  # a ±0.1% band on an A/A: open to the cap
+        # asked for more (as decompose's second look does), without it: one more round, to 6
+        again, comps = run_compare(store, spec, {"A": engine, "B": engine}, create=True, add_pairs_to=6)
+        assert again == sid and comps[0].pairs == 6
 
 
 def test_the_placement_comes_from_each_arms_first_trial_with_no_load_of_its_own(

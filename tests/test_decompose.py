@@ -358,7 +358,8 @@ class _TableJudge:
 
         return EngineBuild(source, "/nowhere", "k", None, None, (), "test", ("CPU",), (), cache_hit=True)
 
-    def compare(self, a: str, b: str, models: list[str], band: float, max_pairs: int, fresh: str = "") -> object:
+    def compare(self, a: str, b: str, models: list[str], band: float, max_pairs: int, fresh: str = "",
+                until: object = None) -> object:
         from tokensleuth import stats
         from tokensleuth.comparisons import Comparison
         from tokensleuth.judge import Judgement
