@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -111,6 +112,48 @@ def test_an_interrupt_while_the_engine_runs_kills_it(how: str, tmp_path: Path) -
         t.join(timeout=10)
     engine, child = int(_wait_for(pidfile)), int(_wait_for(childfile))
     assert _gone(engine) and _gone(child)
+
+
+@pytest.mark.parametrize("start", ["run_process", "Background"])
+@pytest.mark.parametrize("how", ["KeyboardInterrupt", "Interrupted"])
+def test_an_interrupt_while_the_engine_is_being_started_kills_it(how: str, start: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interrupt comes after the fork, before Popen has returned the engine to run_process
+    (or a server to Background; a loaded machine can leave the parent there while the child
+    runs): it is raised, and the engine it started is dead when it propagates, not left running."""
+    from tokensleuth.engines.proc import Background
+
+    main = threading.main_thread().ident
+    assert main is not None and threading.get_ident() == main
+    signum = signal.SIGINT if how == "KeyboardInterrupt" else signal.SIGTERM
+    old = signal.getsignal(signum)
+
+    def raise_interrupted(sig: int, frame: object) -> None:
+        raise Interrupted(sig)
+
+    installed = raise_interrupted if how == "Interrupted" else signal.default_int_handler
+    signal.signal(signum, installed)
+    real, started = subprocess.Popen, []
+
+    def popen_interrupted(*args: Any, **kwargs: Any) -> Any:
+        p = real(*args, **kwargs)
+        started.append(p.pid)
+        signal.pthread_kill(main, signum)  # its handler runs here, before Popen returns
+        return p
+
+    monkeypatch.setattr(subprocess, "Popen", popen_interrupted)
+    expected: type[BaseException] = KeyboardInterrupt if how == "KeyboardInterrupt" else Interrupted
+    try:
+        with pytest.raises(expected):
+            if start == "Background":
+                with Background(["sleep", "60"]):
+                    pass
+            else:
+                run_process(["sleep", "60"], timeout_s=60)
+        assert signal.getsignal(signum) is installed  # the caller's handler is back
+    finally:
+        signal.signal(signum, old)
+    assert len(started) == 1 and _gone(started[0])
 
 
 def test_an_interrupt_that_did_not_break_the_wait_is_seen_within_a_second(tmp_path: Path) -> None:

@@ -120,8 +120,25 @@ def run_process(
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    lines: list[Line] = []
+    # One lock for the stamp, the probe and the list: the two readers' edges are
+    # serialised, so a probe with state (a wrapping energy counter, a reader set up
+    # lazily at its first call) never runs twice at once.
+    lock = threading.Lock()
+
+    def reader(stream: Any, name: str) -> None:
+        for text in iter(stream.readline, ""):
+            with lock:
+                t = time.monotonic_ns()
+                value = probe(proc.pid) if probe is not None else None
+                lines.append(Line(name, t, text, value))
+        stream.close()
+
     started_at = time.time()
     t0 = time.monotonic_ns()
+    # A Ctrl-C or SIGTERM that comes while the engine is being started (the child already
+    # forked, Popen not yet returned) is held and raised inside the guard below, which kills it
+    held = _HeldInterrupts()
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -137,29 +154,20 @@ def run_process(
             preexec_fn=_die_with_parent_fn(os.getpid()),
         )
     except OSError as exc:
+        held.release()  # (nothing was started: an interrupt held meanwhile is raised here)
         t1 = time.monotonic_ns()
         return ProcResult(tuple(argv), None, False, t0, t1, started_at, time.time(),
                           spawn_error=f"cannot start {argv[0]}: {exc.strerror or exc}")
-
-    lines: list[Line] = []
-    # One lock for the stamp, the probe and the list: the two readers' edges are
-    # serialised, so a probe with state (a wrapping energy counter, a reader set up
-    # lazily at its first call) never runs twice at once.
-    lock = threading.Lock()
-
-    def reader(stream: Any, name: str) -> None:
-        for text in iter(stream.readline, ""):
-            with lock:
-                t = time.monotonic_ns()
-                value = probe(proc.pid) if probe is not None else None
-                lines.append(Line(name, t, text, value))
-        stream.close()
+    except BaseException:
+        held.release()
+        raise
 
     # Everything after the spawn is guarded: whatever ends this call early (the
     # watchdog thread aside, an exception or a KeyboardInterrupt / Interrupted
     # raised in this thread by a signal handler) kills the engine before it returns.
     timer: threading.Timer | None = None
     try:
+        held.release()
         threads = [
             threading.Thread(target=reader, args=(proc.stdout, "out"), daemon=True),
             threading.Thread(target=reader, args=(proc.stderr, "err"), daemon=True),
@@ -215,6 +223,41 @@ def run_process(
                       pid=proc.pid)
 
 
+class _HeldInterrupts:
+    """SIGINT and SIGTERM held while an engine is being started, then given to their handlers.
+
+    A signal handler raises in the main thread between two bytecodes: one that ran while
+    Popen was returning (the child forked, its pid not yet ours) would leave the engine running
+    with nothing to kill it. Only handlers of Python's own are held (a signal ignored or left at
+    its default is not touched: the engine inherits that disposition), and only in the main
+    thread, the one thread Python runs handlers in.
+    """
+
+    def __init__(self) -> None:
+        self.got: list[int] = []
+        self.old: dict[int, Callable[[int, Any], Any]] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(sig)
+            if callable(handler):
+                self.old[sig] = handler
+                signal.signal(sig, self._hold)
+
+    def _hold(self, sig: int, frame: Any) -> None:
+        self.got.append(sig)
+
+    def release(self) -> None:
+        """Put the handlers back; the first signal that came meanwhile is handled now."""
+        old, self.old = self.old, {}
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if self.got:
+            sig = self.got[0]
+            self.got = []
+            old[sig](sig, None)
+
+
 def _kill_tree(pid: int) -> None:
     """SIGKILL the engine, its descendants, and anything left in its session's group.
 
@@ -260,6 +303,7 @@ class Background:
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
+        held = _HeldInterrupts()  # (as run_process's: an interrupt during the start kills it)
         try:
             self.proc = subprocess.Popen(
                 list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -267,9 +311,19 @@ class Background:
                 preexec_fn=_die_with_parent_fn(os.getpid()) if die_with_parent else None)
         except OSError as exc:
             self.spawn_error = f"cannot start {argv[0]}: {exc.strerror or exc}"
+            held.release()
             return
+        except BaseException:
+            held.release()
+            raise
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        try:
+            held.release()
+        except BaseException:  # never returned to a `with`: no one else would stop it
+            _kill_tree(self.proc.pid)
+            self.proc.wait()
+            raise
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
