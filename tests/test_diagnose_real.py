@@ -82,7 +82,17 @@ def test_with_a_free_core_the_thread_fix_is_not_suggested(engine: EngineBuild, d
     p = _aa(engine, dense_model, cli_env, out, 1)
     assert p.returncode == 0, p.stderr[-2000:]
     r = json.loads(out.read_text())
-    assert r["comparisons"][0]["verdict"] == "unresolved"
+    if r["comparisons"][0]["verdict"] != "unresolved":
+        # an A/A decided at 99% (about one in a hundred; the machine's doing, seen once beside the
+        # other test process): nothing to diagnose, so none is given. The classifier is then asked
+        # directly, on the same stored processes
+        from tokensleuth.diagnose import classify, load_procs
+        from tokensleuth.store import Store
+
+        assert not r.get("diagnosis") and "Why unresolved:" not in p.stdout
+        with Store(Path(cli_env["TOKENSLEUTH_DB"])) as store:
+            assert "threads" not in classify(load_procs(store, r["study"]), allowed_cpus()).codes()
+        return
     d = r["diagnosis"]
     assert "threads" not in [f["code"] for f in d["findings"]] and d["probe"] is None
     assert "Why unresolved:" in p.stdout and "thread fewer" not in p.stdout and "-t 0" not in p.stdout
