@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from tokensleuth.paths import write_atomic
+from tokensleuth.engines import exitdrain
 from tokensleuth.engines import perplexity as ppl
 from tokensleuth.engines.proc import ProcResult, run_process
 from tokensleuth.errors import EngineError, UserError
@@ -138,7 +139,9 @@ def _stem(base: EngineBuild, model: str, flags: Sequence[str], settings: ppl.Kld
 
 
 def _run(run: Runner, argv: list[str], timeout_s: float) -> str:
-    res = run(argv, timeout_s=timeout_s)
+    # The statistics go through llama.cpp's logger thread: the process is held at exit until
+    # they are written (engines/exitdrain.py); _run_parsed still runs a lost tail again.
+    res = run(argv, timeout_s=timeout_s, env=exitdrain.env())
     text = res.text("out") + "\n" + res.text("err")
     if res.spawn_error:
         raise EngineError(f"{res.spawn_error} — check the engine build")

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.engines import exitdrain
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.engines.proc import Probe, ProcResult, run_process
 from tokensleuth.errors import UserError, show
@@ -140,7 +141,8 @@ class LlamaBatchedBench:
         # the planned argv is llama-bench's (-p/-n/-r …): this kind plans its own from the workload
         own = workload_argv(workload) if workload else []
         cmd = [str(Path(arm.bin_dir) / BINARY), "-m", model, *arm.flags, *own, "--output-format", "jsonl"]
-        res = run_process(cmd, env=arm.env, timeout_s=timeout_s, probe=probe)
+        # its result lines go through llama.cpp's logger thread: held at exit until written
+        res = run_process(cmd, env=exitdrain.env(arm.env), timeout_s=timeout_s, probe=probe)
         keep = parse(workload).name if workload else None
         return EngineRun(outcome_from(res, host_env, arm.env, keep), res.pid)
 
