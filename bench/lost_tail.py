@@ -9,6 +9,8 @@ the busy one's, as it does for every process of a machine whose tests run in one
 through run_process (a session of its own).
 
     .venv/bin/python bench/lost_tail.py [--runs 20]
+    python3 bench/lost_tail.py --cmake -DGGML_CUDA=ON --model big.gguf --flags "-ngl 99" --quiet-only
+        (bench/device_drain.sh: what the drain costs a GPU run, where the CUDA runtime has threads)
 """
 
 from __future__ import annotations
@@ -52,9 +54,13 @@ def run_once(argv: list[str], env: dict[str, str], own_session: bool) -> tuple[b
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--cmake", action="append", default=[], help="CMake flag of the engine build (repeatable)")
+    ap.add_argument("--model", help="GGUF file (default: the tiny llama model)")
+    ap.add_argument("--flags", default="", help="more llama-perplexity flags, e.g. '-ngl 99'")
+    ap.add_argument("--quiet-only", action="store_true", help="only the cost on a quiet machine")
     a = ap.parse_args()
-    engine = BuildCache().get(DEFAULT_ENGINE, targets=CHECK_TARGETS)
-    model = str(tiny_model(engine, "llama"))
+    engine = BuildCache().get(DEFAULT_ENGINE, a.cmake, targets=CHECK_TARGETS)
+    model = a.model or str(tiny_model(engine, "llama"))
     drain = exitdrain.env()
     if not drain:
         sys.exit("the exit drain library could not be built (no C compiler?)")
@@ -64,14 +70,18 @@ def main() -> None:
         wd = Path(d)
         corpus = write_corpus(wd)
         base = wd / "base.kld"
-        subprocess.run(ppl.base_argv(binary, model, corpus, base, settings), capture_output=True, check=True)
-        argv = ppl.kld_argv(binary, model, corpus, base, settings)
+        flags = a.flags.split()
+        subprocess.run(ppl.base_argv(binary, model, corpus, base, settings, flags), capture_output=True, check=True)
+        argv = ppl.kld_argv(binary, model, corpus, base, settings, flags)
 
-        print(f"llama-perplexity --kl-divergence, {model.rsplit('/', 1)[-1]}, 4 chunks, -t 2; {a.runs} runs each")
+        print(f"llama-perplexity --kl-divergence, {model.rsplit('/', 1)[-1]}, 4 chunks, -t 2 {a.flags}; "
+              f"{a.runs} runs each")
         print("quiet machine, own session: median wall per run")
         for name, env in (("without the drain", {}), ("with the drain", drain)):
             walls = [run_once(argv, env, True)[1] for _ in range(a.runs)]
             print(f"  {name:18} {statistics.median(walls) * 1000:7.1f} ms")
+        if a.quiet_only:
+            return
 
         cpu = max(os.sched_getaffinity(0))
         mine = os.sched_getaffinity(0)
