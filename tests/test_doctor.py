@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import tokensleuth_bin
 from tokensleuth import doctor, stats
 from tokensleuth.diagnose import allowed_cpus
@@ -87,3 +89,14 @@ def test_doctor_command_runs_its_checks_and_an_aa(engine: EngineBuild, cli_env: 
         assert f"threads: -t {threads - 1} needs " in p.stdout and "pairs for ±2% where the default needs" in p.stdout
     else:
         assert "threads: -t" not in p.stdout
+
+
+def test_the_exit_drain_is_reported_with_its_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from tokensleuth.engines import exitdrain
+
+    (built,) = doctor.drain_checks()
+    assert built.ok and built.seen.endswith(".so"), built
+    monkeypatch.setenv("TOKENSLEUTH_CACHE", str(tmp_path))
+    monkeypatch.setattr(exitdrain, "_compiler", lambda: None)
+    (missing,) = doctor.drain_checks()
+    assert not missing.ok and "no C compiler" in missing.seen and "install a C compiler" in missing.fix

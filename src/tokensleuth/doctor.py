@@ -142,9 +142,20 @@ def gpu_checks(nvml: Any | None = None) -> list[Finding]:
     return out
 
 
+def drain_checks() -> list[Finding]:
+    """Whether the exit drain (engines/exitdrain.py) can hold an engine until its logger has written."""
+    from tokensleuth.engines import exitdrain
+
+    lib = exitdrain.library()
+    return [Finding("exit drain", lib is not None, str(lib) if lib else "not built (no C compiler found)",
+                    "install a C compiler (cc): without it llama-perplexity and llama-batched-bench runs whose "
+                    "last lines llama.cpp's logger lost at exit are run again")]
+
+
 def checks(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"), nvml: Any | None = None,
            sample_s: float = 0.5) -> list[Finding]:
-    return [*cpu_checks(sys_root, proc_root), *memory_checks(), *load_checks(sample_s=sample_s), *gpu_checks(nvml)]
+    return [*cpu_checks(sys_root, proc_root), *memory_checks(), *load_checks(sample_s=sample_s), *gpu_checks(nvml),
+            *drain_checks()]
 
 
 def quick_checks(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"),
