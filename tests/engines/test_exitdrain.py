@@ -104,3 +104,12 @@ def test_no_compiler_means_no_preload_and_nothing_else(monkeypatch: pytest.Monke
     assert exitdrain.library() is None
     assert exitdrain.env({"X": "1"}) == {"X": "1"}
     assert not (tmp_path / "helpers").exists() or not list((tmp_path / "helpers").iterdir())
+
+
+def test_a_library_removed_from_the_cache_is_built_again_not_preloaded_missing(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOKENSLEUTH_CACHE", str(tmp_path))
+    lib = exitdrain.library()
+    assert lib is not None and lib.is_relative_to(tmp_path) and lib.is_file()
+    lib.unlink()
+    assert exitdrain.env()["LD_PRELOAD"] == str(lib) and lib.is_file()

@@ -115,41 +115,40 @@ def _compiler() -> str | None:
     return None
 
 
-_built: dict[Path, Path | None] = {}
+_unbuildable: set[Path] = set()  # tried once in this process, and could not be built
 
 
 def library() -> Path | None:
-    """The preload library for this machine: built now unless cached; None where it cannot be."""
+    """The preload library for this machine: built now unless cached; None where it cannot be.
+
+    A cached file is looked for at each call (a stat): one removed since is built again, never
+    preloaded while missing (the loader would print an error line into the engine's output)."""
     if not sys.platform.startswith("linux"):
         return None
     key = hashlib.sha256(f"{SOURCE}\0{WAIT_MS}\0{platform.machine()}".encode()).hexdigest()[:16]
     out = cache_dir() / "helpers" / f"exitdrain-{key}.so"
-    if out in _built:
-        return _built[out]
-    if not out.exists():
-        cc = _compiler()
-        if cc is None:
-            _built[out] = None
-            return None
-        out.parent.mkdir(parents=True, exist_ok=True)
-        src = out.with_name(f"{out.stem}.{os.getpid()}.c")
-        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
-        try:
-            src.write_text(SOURCE)
-            done = subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-DWAIT_MS={WAIT_MS}", "-o", str(tmp), str(src)],
-                                  capture_output=True, text=True, timeout=120)
-            if done.returncode != 0 or not tmp.exists():
-                _built[out] = None
-                return None
+    if out.exists():
+        return out
+    cc = _compiler()
+    if out in _unbuildable or cc is None:
+        return None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src = out.with_name(f"{out.stem}.{os.getpid()}.c")
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    try:
+        src.write_text(SOURCE)
+        done = subprocess.run([cc, "-O2", "-shared", "-fPIC", f"-DWAIT_MS={WAIT_MS}", "-o", str(tmp), str(src)],
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode == 0 and tmp.exists():
             tmp.replace(out)
-        except (OSError, subprocess.SubprocessError):
-            _built[out] = None
-            return None
-        finally:
-            src.unlink(missing_ok=True)
-            tmp.unlink(missing_ok=True)
-    _built[out] = out
-    return out
+            return out
+    except (OSError, subprocess.SubprocessError):
+        pass
+    finally:
+        src.unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
+    _unbuildable.add(out)
+    return None
 
 
 def env(base: Mapping[str, str] | None = None) -> dict[str, str]:
