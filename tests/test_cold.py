@@ -42,10 +42,26 @@ def test_two_cold_repetitions_and_none() -> None:
 
 
 def test_too_little_data_decides_nothing() -> None:
-    assert cold_leading(procs(3, 5, [math.log(0.5)])).count == 0  # three processes
+    assert cold_leading(procs(3, 3, [math.log(0.5)])).count == 0  # three processes of 3: 2 after it
     assert cold_leading(procs(10, 2, [math.log(0.5)])).count == 0  # two repetitions: none to spare
     # a real but negligible effect (0.3%) is left in
     assert cold_leading(procs(40, 5, [math.log(0.997)], sd=0.0005)).count == 0
+
+
+def test_within_a_few_processes_each_one_decides() -> None:
+    """Fewer than 4 processes: a repetition is cold when every process has it outside the
+    prediction interval of its later repetitions (bench of the 30B shape, one process)."""
+    pp2048 = [11147, 13024, 13125, 13188, 13121]
+    c = cold_leading([[math.log(x) for x in pp2048]])
+    assert c.count == 1 and c.ratio == pytest.approx(11147 / np.exp(np.mean(np.log(pp2048[1:]))), rel=1e-3)
+    assert cold_leading(procs(3, 5, [math.log(0.5)])).count == 1
+    assert cold_leading(procs(2, 6, [math.log(0.9)], sd=0.002)).count == 1
+    # one process of three that runs it warm: not cold
+    mixed = procs(3, 5, [math.log(0.8)])
+    mixed[1][0] = float(np.mean(mixed[1][1:]))
+    assert cold_leading(mixed).count == 0
+    for seed in range(50):  # scatter alone, one process: never at p < 0.001 beyond 1%
+        assert cold_leading(procs(1, 6, [], seed)).count == 0
 
 
 def test_a_faster_first_repetition_is_not_cold() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.monitor.sources import Source
 from tokensleuth.executors import Executor, execute
@@ -13,7 +14,7 @@ from tokensleuth.sources.build import EngineBuild
 from tokensleuth.spec import spec_hash
 from tokensleuth.store import Store
 from tokensleuth.records import PlannedTrial, StudyHandle
-from tokensleuth.workloads import planned_argv
+from tokensleuth.workloads import cell_of, planned_argv
 
 ARM = "engine"
 
@@ -61,19 +62,67 @@ def run_bench(
     spec = dict(bench_spec(build, models, flags, trials, env, kind, workloads), **(identity or {}))
     # Trial-major order: each model (and workload) once per round, so drift hits all alike.
     # Without workloads, llama-bench runs the tests its own flags name, in one process.
-    plan = [PlannedTrial(ARM, m, w, tuple(planned_argv(w)) if w else ())
-            for _ in range(trials) for m in models for w in (workloads or [""])]
+    cells = [(m, w) for m in models for w in (workloads or [""])]
+    # Here, rounds are planned one at a time: the cold leading repetitions found in the rounds
+    # before (stats.cold_leading, as compare) are added to the next round's -r, so each process
+    # keeps the repetitions asked for. A fleet gets every round at once, to run them side by side:
+    # its cold repetitions are found and left out the same, not added to -r.
+    rounds = 1 if executor is None else trials
     handle = store.begin_study("bench", spec, spec_hash(spec), resume=resume,
                                arms=[(ARM, build.source, dict(build.to_json(), engine_kind=kind), (), env)],
-                               plan=plan)
+                               plan=_round(cells, flags, {}, kind) * rounds)
     if on_study:
         on_study(handle)
     if handle.finished:
         return handle.id
     arm = arm_runtime(ARM, build, flags, env, kind, api_key_env)
     with store.lease(handle.id):
-        execute(store, handle.id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
-                interval_s=interval_s, executor=executor)
+        while True:
+            execute(store, handle.id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
+                    interval_s=interval_s, executor=executor)
+            if len(store.trials(handle.id)) >= trials * len(cells):
+                break
+            store.add_trials(handle.id, _round(cells, flags, cold_reps(store, handle.id), kind))
         statuses = [t["status"] for t in store.trials(handle.id)]
         store.finish_study(handle.id, "done" if "done" in statuses else "failed")
     return handle.id
+
+
+LLAMA_BENCH_REPS = 5  # llama-bench's own -r
+
+
+def asked_reps(flags: Sequence[str]) -> int:
+    """The -r a bench's flags ask for (llama-bench's own 5 where they name none)."""
+    reps = LLAMA_BENCH_REPS
+    for i, a in enumerate(flags[:-1]):
+        if a in ("-r", "--repetitions") and flags[i + 1].isdigit():
+            reps = int(flags[i + 1])
+    return reps
+
+
+def cold_reps(store: Store, study_id: str) -> dict[tuple[str, str], int]:
+    """Cold leading repetitions per (model, workload) over the stored trials (the most of any test
+    a process runs: one -r serves them all)."""
+    from tokensleuth.results import cold_by_test
+
+    rows = list(store.results(study_id))
+    found = cold_by_test(rows, {int(r["id"]): list(store.samples(int(r["id"]))) for r in rows})
+    out: dict[tuple[str, str], int] = {}
+    for r in rows:
+        idx = cell_of(r["workload"], r["test"], int(r["test_idx"]))[1]
+        c = found.get((r["model"], r["test"], idx))
+        key = (str(r["model"]), str(r["workload"]))
+        out[key] = max(out.get(key, 0), c.count if c is not None else 0)
+    return out
+
+
+def _round(cells: Sequence[tuple[str, str]], flags: Sequence[str], cold: dict[tuple[str, str], int],
+           kind: str) -> list[PlannedTrial]:
+    out = []
+    for m, w in cells:
+        argv = list(planned_argv(w)) if w else []
+        n = cold.get((m, w), 0)
+        if n and engine_for(kind).reps_per_process:
+            argv += ["-r", str(asked_reps([*flags, *argv]) + n)]
+        out.append(PlannedTrial(ARM, m, w, tuple(argv)))
+    return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,15 +274,25 @@ def cold_sentence(comps: Sequence[Comparison]) -> str:
             seen[c.workload] = c.cold
     if not seen:
         return ""
-    shared = any(c.shared for c in comps)
+    return cold_words(seen, shared=any(c.shared for c in comps))
 
+
+def cold_words(seen: Mapping[str, stats.Cold], *, shared: bool = False, added: bool = True) -> str:
+    """The sentence compare and bench both say of cold repetitions (``seen``: per workload).
+
+    ``added``: whether they were added to -r (a bench of one process has no later one to add them to).
+    """
     def first(k: stats.Cold) -> str:
         n = per_instance(k.count) if shared else k.count
         return ("the first " + ("repetition" if n == 1 else f"{n} repetitions")
                 + (" of each instance" if shared else ""))
 
-    parts = [f"{w}: {first(k)} ran {(1 - (k.ratio or 1)) * 100:.1f}% slower than the rest" for w, k in seen.items()]
-    return (" Cold repetitions left out of every trial (and added to -r): " + "; ".join(parts) + ".")
+    parts = [f"{w}: {first(k)} ran {(1 - (k.ratio or 1)) * 100:.1f}% slower than the rest" for w, k in seen.items()
+             if k.count]
+    if not parts:
+        return ""
+    return (" Cold repetitions left out of every trial (" + ("and added to -r" if added else "not added to -r: "
+            "no later process") + "): " + "; ".join(parts) + ".")
 
 
 OUTPUTS_STATE = "output_checks"  # a compare's output checks ([ArmOutputCheck.to_json()]), when it ran them

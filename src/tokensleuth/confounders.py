@@ -23,8 +23,10 @@ REMEDY = {
     "busy-process": "another process used CPU during the measurement — rerun on a quiet system",
     "swap": "the system swapped during the measurement — free memory or use a smaller model",
     "gpu-process": "another process was resident on the GPU — stop it and rerun",
-    "short-window": "repetitions this short are not much longer than the latency of their window edges, so "
-                    "their CPU figures are coarse — use more tokens per test (e.g. pp512 rather than pp64)",
+    "short-window": "some window edges (the stamped progress lines) differ from the engine's own durations by "
+                    "more than the limit, so the CPU, power and energy read at them are left out — on repetitions "
+                    "of a few ms use more tokens per test; on longer ones the output reader was late (a loaded "
+                    "machine): rerun on a quiet one",
     "stall": f"a repetition took over {STALL_FACTOR:g}x the trial's fastest: an engine thread was preempted and "
              "the others waited for it (another process, or as many threads as cores); the stalled repetition is "
              "left out of the trial's t/s — rerun on a quiet system, or with fewer threads (-t) than cores",
@@ -111,7 +113,7 @@ def outcome_warnings(out: TrialOutcome, cpus: int | None = None) -> list[tuple[s
                 n_bad += 1
                 if worst is None or err > worst[0]:
                     worst = (err, w.end_ns - w.start_ns, d)
-        if w.cpu_ms is not None:
+        if w.cpu_ms is not None and (err is None or err <= EDGE_ERROR_LIMIT):  # (as results.load_cells)
             share = attributed_cpu_ms(w.cpu_ms, w.end_ns - w.start_ns, d)
             cpu += share.cpu_ms
             span += share.duration_ms

@@ -171,9 +171,10 @@ class Cell:
                          "(stalled): left out of t/s and the CPU figures; samples keep them as llama-bench reported")
         if "short-window" in flags:
             bad = sum(e > EDGE_ERROR_LIMIT for e in self.edge_errors)
-            notes.append(f"{bad} of {len(self.edge_errors)} windows differ from llama-bench's own durations by "
-                         f"more than {EDGE_ERROR_LIMIT:.0%} (worst {max(self.edge_errors):.0%}): CPU figures are "
-                         "coarse; use more tokens per test")
+            notes.append(f"{bad} of {len(self.edge_errors)} windows differ from the engine's own durations by "
+                         f"more than {EDGE_ERROR_LIMIT:.0%} (worst {max(self.edge_errors):.0%}): their CPU, power "
+                         "and energy are left out" + ("; no window was within the limit, so those figures are "
+                                                      "withheld" if bad == len(self.edge_errors) else ""))
         if busy is not None and self.cpus and busy > self.cpus:
             notes.append(f"busy cores {busy:.2f} exceed the {self.cpus} CPUs the engine could use: "
                          "a measurement error (windows too short for their edges), not a real figure")
@@ -288,7 +289,15 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
             # a client-timed sample (a server request) owns its whole window: its CPU is the
             # server's over the request, first byte sent to last token received
             engine_ns = window_ns if s["start_ns"] is not None else int(s["duration_ns"])
-            if w["cpu_ms"] is not None and i not in left_out:
+            err = edge_error(window_ns, engine_ns)
+            if err is not None:
+                cell.edge_errors.append(err)
+            if i in left_out or (err is not None and err > EDGE_ERROR_LIMIT):
+                # a stalled or cold repetition is left out of the resources with its t/s; edges off
+                # by more than the limit read counters that do not belong to this repetition, so
+                # its CPU, power and energy are withheld (its t/s is kept)
+                continue
+            if w["cpu_ms"] is not None:
                 # CPU over llama-bench's own duration, not the window's edges (attribute.py);
                 # a stalled (or cold) repetition's CPU is left out with its t/s
                 share = attributed_cpu_ms(float(w["cpu_ms"]), window_ns, engine_ns)
@@ -297,9 +306,6 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
                 cell.window_tokens += int(s["tokens"])
                 cpu, tokens = cell.trial_cpu.get(trial_id, (0.0, 0))
                 cell.trial_cpu[trial_id] = (cpu + share.cpu_ms, tokens + int(s["tokens"]))
-            err = edge_error(window_ns, engine_ns)
-            if err is not None:
-                cell.edge_errors.append(err)
             counters = json.loads(w["counters_json"]) if w["counters_json"] else {}
             res = window_resources(int(w["start_ns"]), int(w["end_ns"]), counters, timelines[trial_id],
                                    interval_s)

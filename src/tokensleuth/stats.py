@@ -135,10 +135,17 @@ def cold_leading(logs: Sequence[Sequence[float]], alpha: float = COLD_ALPHA,
     30B-class model on a GPU the first timed repetition ran 8–15% slow after llama-bench's
     own warm-up in every process, which counted in each trial's t/s and in the
     within-process variance.
+
+    With fewer than 4 processes (a bench of one process) the rule is read within each one:
+    repetition j is cold when, in every process that has at least 3 repetitions after it, it
+    lies below the mean of those by more than ``min_effect`` and outside their one-sided
+    prediction interval at ``alpha`` (t with their own spread). The 30B shape's pp2048 in one
+    process (11,147 then 13,024–13,188 t/s) is cold at t = −27; repetitions that only scatter
+    are not.
     """
     procs = [list(x) for x in logs if len(x) >= 3]
     if len(procs) < 4:
-        return Cold(0, None, len(procs))
+        return _cold_within(procs, alpha, min_effect)
     count, effects = 0, []
     while True:
         d = [p[count] - float(np.mean(p[count + 1:])) for p in procs if len(p) - count - 1 >= 2]
@@ -152,6 +159,33 @@ def cold_leading(logs: Sequence[Sequence[float]], alpha: float = COLD_ALPHA,
         if p_value >= alpha:
             break
         effects.append(mean)
+        count += 1
+    return Cold(count, math.exp(float(np.mean(effects))) if effects else None, len(procs))
+
+
+def _cold_within(procs: Sequence[Sequence[float]], alpha: float, min_effect: float) -> Cold:
+    """cold_leading's rule inside each of a few processes (its docstring)."""
+    count, effects = 0, []
+    while True:
+        d: list[float] = []
+        for p in procs:
+            later = np.asarray(p[count + 1:], dtype=float)
+            if len(later) < 3:
+                continue
+            diff = p[count] - float(later.mean())
+            sd = float(later.std(ddof=1))
+            if diff >= -min_effect:
+                d = []
+                break
+            scale = sd * math.sqrt(1 + 1 / len(later))
+            p_value = 0.0 if scale == 0 else float(sps.t.cdf(diff / scale, df=len(later) - 1))
+            if p_value >= alpha:
+                d = []
+                break
+            d.append(diff)
+        if not d:
+            break
+        effects.append(float(np.mean(d)))
         count += 1
     return Cold(count, math.exp(float(np.mean(effects))) if effects else None, len(procs))
 

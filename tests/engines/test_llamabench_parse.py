@@ -71,6 +71,33 @@ def test_windows_cover_each_repetition() -> None:
     assert all(w.cpu_ms == pytest.approx(1e-3) for w in wins)
 
 
+def test_a_result_line_stamped_before_the_last_progress_line_still_closes_its_window() -> None:
+    """stdout and stderr are read by two threads: where stderr's reader was late, the test's
+    JSON line is stamped before the last repetition's progress line. The window is matched to
+    its test by its place in stdout, and closed at the next progress line (cut to the engine's
+    own duration by timed_part); a window nothing closes ends at the process's end, with no
+    counters (nothing read them there)."""
+    import json
+
+    ms = 1_000_000
+    row = {"n_prompt": 64, "n_gen": 0, "n_depth": 0, "avg_ts": 1.0, "stddev_ts": 0.0,
+           "samples_ns": [100 * ms, 100 * ms], "samples_ts": [640.0, 640.0]}
+
+    def err(t: int, text: str) -> Line:
+        return Line("err", t * ms, f"llama-bench: benchmark {text}\n", {"cpu_s": t / 1e3})
+
+    lines = [err(0, "1/2: starting"), err(10, "1/2: prompt run 1/2"), err(110, "1/2: prompt run 2/2"),
+             Line("out", 105 * ms, json.dumps(row) + "\n", {"cpu_s": 0.105}),  # before its last rep's line
+             err(215, "2/2: starting"), err(220, "2/2: prompt run 1/2"), err(320, "2/2: prompt run 2/2")]
+    # test 2's JSON line never came (the engine was killed after its last repetition)
+    res = ProcResult(("llama-bench",), 0, False, 0, 500 * ms, 0.0, 1.0, sorted(lines, key=lambda ln: ln.t_ns))
+    wins = extract_windows(res)
+    assert [(w.test_idx, w.rep) for w in wins] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [(w.start_ns // ms, w.end_ns // ms) for w in wins] == [(10, 110), (110, 215), (220, 320), (320, 500)]
+    assert wins[1].cpu_ms == pytest.approx(105.0)
+    assert wins[3].cpu_ms is None and wins[3].counters == {}
+
+
 def test_outcome_done_from_replay() -> None:
     o = outcome_from(_replay(), {}, {})
     assert o.status == "done" and o.message == ""

@@ -42,7 +42,7 @@ def _gone(pid: int, timeout_s: float = 5.0) -> bool:
 
 def test_edges_are_serialised_across_the_two_reader_threads() -> None:
     """A probe with state (RAPL wrap tracking, lazy set-up) is never entered twice at once,
-    and each line's stamp is taken with its own probe reading."""
+    and each line's probe is read after its stamp (the stamp never waits for a probe)."""
     active = 0
     max_active = 0
     calls = 0
@@ -54,11 +54,10 @@ def test_edges_are_serialised_across_the_two_reader_threads() -> None:
             active += 1
             max_active = max(max_active, active)
             calls += 1
-            n = calls
         time.sleep(0.003)  # a slow read widens any overlap between the two readers
         with guard:
             active -= 1
-        return n
+        return time.monotonic_ns()
 
     # stdout and stderr written at once, 40 lines each
     script = "for i in $(seq 40); do echo out$i; echo err$i >&2; done"
@@ -66,8 +65,40 @@ def test_edges_are_serialised_across_the_two_reader_threads() -> None:
     assert res.returncode == 0
     assert len(res.lines) == 80 and calls == 80
     assert max_active == 1
-    # stamps in time order carry probe readings in call order: stamp and probe are one step
-    assert [ln.probe for ln in res.lines] == sorted(ln.probe for ln in res.lines)
+    assert all(ln.probe > ln.t_ns for ln in res.lines)
+
+
+@pytest.mark.parametrize("only_edges", [True, False])
+def test_a_slow_probe_does_not_delay_the_stamps_of_the_lines_it_skips(only_edges: bool) -> None:
+    """A verbose engine's log (llama-bench -v) must not push its progress lines' stamps late.
+
+    300 log lines come at once, then two edge lines 300 ms apart. The probe costs 10 ms (a slow
+    driver read). Probed only at the edges, the two stamps lie 300 ms apart, as written. Probed at
+    every line (what run_process did before it took ``edges``), the reader is still 3 s behind
+    when the edges come, and stamps them a few ms apart: the windows of issue 39.
+    """
+    calls = 0
+
+    def probe(pid: int) -> int:
+        nonlocal calls
+        calls += 1
+        time.sleep(0.010)
+        return calls
+
+    script = ("i=0; while [ $i -lt 300 ]; do echo log line $i >&2; i=$((i+1)); done; "
+              "echo EDGE a >&2; sleep 0.3; echo EDGE b >&2")
+    res = run_process(["sh", "-c", script], probe=probe, timeout_s=60,
+                      edges=(lambda stream, text: text.startswith("EDGE")) if only_edges else None)
+    assert res.returncode == 0
+    a, b = (ln for ln in res.lines if ln.text.startswith("EDGE"))
+    gap_ms = (b.t_ns - a.t_ns) / 1e6
+    if only_edges:
+        assert calls == 2 and a.probe is not None and b.probe is not None
+        assert all(ln.probe is None for ln in res.lines if not ln.text.startswith("EDGE"))
+        assert 290 <= gap_ms  # (sleep 0.3 between two writes: never less, a loaded machine adds)
+    else:
+        assert calls == 302
+        assert gap_ms < 100  # the planted backlog (3 s of probes) is far longer than the 300 ms
 
 
 def test_engine_runs_in_its_own_session() -> None:

@@ -259,36 +259,59 @@ def summary_row(idx: int, obj: Mapping[str, Any]) -> ResultRow:
                      avg_ts, _float_field(obj, "stddev_ts"), dict(obj), ())
 
 
+def is_edge(stream: str, text: str) -> bool:
+    """Whether a line can open or close a timed window: a progress line or a JSON result line.
+
+    The probe (the counters at a window's edges) is read at these lines only: the load log
+    of ``-v`` and the rest of the engine's log are stamped and kept, never probed.
+    """
+    if stream == "err":
+        return text.startswith("llama-bench: benchmark ")
+    return text.lstrip().startswith("{")
+
+
 def extract_windows(res: ProcResult) -> list[WindowRow]:
     """Timed windows of every repetition from the stamped progress and result lines.
 
     A window opens at the first "prompt run i" / "generation run i" line of a
-    repetition and closes at the next line that is not part of the same
-    repetition (next repetition, next test, or the test's JSON result line).
+    repetition and closes at the next progress line that is not part of the same
+    repetition (next repetition, next test) or, for a test's last repetition, at
+    that test's JSON result line on stdout where it came first. The two streams are
+    read by two threads: stdout's line is matched to its test by its place in stdout,
+    never by the order of the two streams' stamps. A window that nothing closes (the
+    process ended) is closed at the process's end, without counters (nothing read them).
     """
-    events: list[tuple[int, str, int, int, Any]] = []  # (t_ns, kind, test, rep, probe)
-    n_results = 0
+    progress: list[tuple[int, str, int, int, Any]] = []  # (t_ns, kind, test, rep, probe), stderr order
+    results: dict[int, tuple[int, Any]] = {}  # test (1-based) -> (t_ns, probe) of its JSON line
     for ln in res.lines:
         if ln.stream == "err":
             p = parse_progress(ln.text)
             if p is not None:
-                events.append((ln.t_ns, p.kind, p.test, p.rep, ln.probe))
+                progress.append((ln.t_ns, p.kind, p.test, p.rep, ln.probe))
         elif ln.text.strip().startswith("{"):
-            n_results += 1
-            events.append((ln.t_ns, "result", n_results, 0, ln.probe))
+            results[len(results) + 1] = (ln.t_ns, ln.probe)
+    progress.sort(key=lambda e: e[0])
     windows: list[WindowRow] = []
-    open_: tuple[int, int, int, Any] | None = None  # (test, rep, start, probe)
-    for t_ns, kind, test, rep, probe in events:
-        if open_ is not None:
-            o_test, o_rep, o_start, o_probe = open_
-            same_rep = kind == "gen" and test == o_test and rep == o_rep
-            if not same_rep:
-                deltas = counter_deltas(o_probe, probe) if o_probe and probe else {}
-                cpu_ms = deltas.pop("cpu_ms", None)
-                windows.append(WindowRow(o_test - 1, o_rep - 1, o_start, t_ns, cpu_ms, deltas))
-                open_ = None
-        if open_ is None and kind in ("prompt", "gen"):
-            open_ = (test, rep, t_ns, probe)
+    i = 0
+    while i < len(progress):
+        t_ns, kind, test, rep, probe = progress[i]
+        if kind not in ("prompt", "gen"):
+            i += 1
+            continue
+        j = i + 1
+        while j < len(progress) and progress[j][1] == "gen" and progress[j][2] == test and progress[j][3] == rep:
+            j += 1  # a pp+tg repetition: its generation line is part of it
+        last = j == len(progress)
+        close: tuple[int, Any] = (res.t1_ns, None) if last else (progress[j][0], progress[j][4])
+        if last or progress[j][2] != test:  # the test's last repetition: its JSON line may close it
+            own = results.get(test)
+            if own is not None and t_ns <= own[0] <= close[0]:
+                close = own
+        end_ns, end_probe = close
+        deltas = counter_deltas(probe, end_probe) if probe and end_probe else {}
+        cpu_ms = deltas.pop("cpu_ms", None)
+        windows.append(WindowRow(test - 1, rep - 1, t_ns, end_ns, cpu_ms, deltas))
+        i = j
     return windows
 
 
@@ -328,7 +351,7 @@ def run_trial(
 ) -> ProcResult:
     """Run llama-bench once; never raises for engine faults (see :func:`outcome_from`)."""
     argv = [str(bench_bin), "-m", model, *flags, "-o", "jsonl", "--progress"]
-    return run_process(argv, env=env, timeout_s=timeout_s, probe=probe)
+    return run_process(argv, env=env, timeout_s=timeout_s, probe=probe, edges=is_edge)
 
 
 def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, str]) -> TrialOutcome:

@@ -1,12 +1,16 @@
 """The one process-spawning seam: run a command, timestamp every output line.
 
 Each line of stdout and stderr is stamped with the monotonic clock the moment it
-is read (two blocking reader threads, no polling), and an optional probe (e.g.
-the process tree's CPU time) is read at the same instant, so the edges of each
-timed repetition carry counter values. The two readers take one lock around the
-stamp and the probe: edges are serialised (a probe is never entered twice at
-once) and each stamp is taken with its probe reading, not before a wait for the
-other reader. A watchdog kills the process when it runs past its timeout; it
+is read (two blocking reader threads, no polling), before any lock or probe. An
+optional probe (e.g. the process tree's CPU time, the GPU's energy counter) is read
+right after the stamp, at the lines the caller names as window edges (``edges``;
+every line where it names none), so the edges of each timed repetition carry
+counter values. Only the probe is serialised between the two readers (a probe with
+state is never entered twice at once). A probe at every line was a defect: a
+verbose engine (llama-bench ``-v``) prints thousands of lines, each probe of an
+NVML counter costs about a millisecond, the stderr reader fell seconds behind, and
+the progress lines it then caught up on were stamped a few ms apart instead of a
+repetition apart. A watchdog kills the process when it runs past its timeout; it
 sleeps until then (no polling while the engine runs).
 
 The engine never outlives tokensleuth: it runs in a session of its own (a
@@ -31,6 +35,8 @@ from typing import Any
 import psutil
 
 Probe = Callable[[int], Any]
+# Which lines are window edges: (stream "out" | "err", text) -> probe at this line
+Edges = Callable[[str, str], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,22 +121,30 @@ def run_process(
     timeout_s: float | None = None,
     probe: Probe | None = None,
     cwd: str | None = None,
+    edges: Edges | None = None,
 ) -> ProcResult:
-    """Run ``argv`` to completion (or timeout) and return its stamped lines."""
+    """Run ``argv`` to completion (or timeout) and return its stamped lines.
+
+    ``probe`` is read at the lines ``edges`` accepts (at every line where ``edges`` is None).
+    """
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     lines: list[Line] = []
-    # One lock for the stamp, the probe and the list: the two readers' edges are
-    # serialised, so a probe with state (a wrapping energy counter, a reader set up
-    # lazily at its first call) never runs twice at once.
-    lock = threading.Lock()
+    # The probe is serialised (a probe with state — a wrapping energy counter, a reader set up
+    # lazily at its first call — never runs twice at once); the stamp is not: it is taken the
+    # moment a line is read, never after a wait for the other reader's probe.
+    probe_lock = threading.Lock()
+    list_lock = threading.Lock()
 
     def reader(stream: Any, name: str) -> None:
         for text in iter(stream.readline, ""):
-            with lock:
-                t = time.monotonic_ns()
-                value = probe(proc.pid) if probe is not None else None
+            t = time.monotonic_ns()
+            value = None
+            if probe is not None and (edges is None or edges(name, text)):
+                with probe_lock:
+                    value = probe(proc.pid)
+            with list_lock:
                 lines.append(Line(name, t, text, value))
         stream.close()
 
@@ -217,7 +231,7 @@ def run_process(
     t1 = ended[0]
     for th in threads:
         th.join(timeout=5)
-    with lock:
+    with list_lock:
         lines.sort(key=lambda ln: ln.t_ns)
     return ProcResult(tuple(argv), proc.returncode, timed_out, t0, t1, started_at, time.time(), lines,
                       pid=proc.pid)

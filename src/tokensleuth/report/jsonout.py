@@ -32,6 +32,10 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
             "params": {k: v for k, v in c.meta.items() if k not in ("model_type",)},
             "tokens_per_s": tps,
             "samples": list(c.tokens_per_s),
+            # leading repetitions left out of every trial's t/s and resources (stats.cold_leading)
+            "cold_repetitions": {"per_trial": c.cold.count if c.cold else 0,
+                                 "ratio": c.cold.ratio if c.cold else None,
+                                 "processes": c.cold.processes if c.cold else len(c.trial_means)},
             "resources": c.resources(),
             **({"latency": lat} if (lat := c.latency()) is not None else {}),
         })

@@ -105,7 +105,17 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
     commit = engine.get("commit") or "unknown"
     number = engine.get("build_number")
     foot = f"build: {commit[:9]} ({number if number is not None else '?'}) · engine {engine.get('source')}"
-    return "\n".join([table(headers, rows, right), "", foot, f"study: {study_id}"])
+    cold = bench_cold_sentence(cells)
+    return "\n".join([table(headers, rows, right), "", *([cold.strip(), ""] if cold else []), foot,
+                      f"study: {study_id}"])
+
+
+def bench_cold_sentence(cells: Sequence[Cell]) -> str:
+    """compare's sentence on cold repetitions, for a bench's cells (stats.cold_leading)."""
+    from tokensleuth.comparisons import cold_words
+
+    seen = {c.test: c.cold for c in cells if c.cold is not None and c.cold.count}
+    return cold_words(seen, added=any(len(c.trial_means) > 1 for c in cells)) if seen else ""
 
 
 def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: str) -> str:
