@@ -148,3 +148,34 @@ def test_a_compare_adds_the_cold_repetitions_to_r(engine: EngineBuild, dense_mod
     # round 1 ran what was asked; round 2, with the cold one found, one more: 3 measured either way
     assert all("-r" not in a or a[a.index("-r") + 1] == "3" for a in argvs[:8]), argvs[:8]
     assert all(a[a.index("-r") + 1] == "4" for a in argvs[8:]), argvs[8:]
+
+
+def test_a_bench_finds_the_cold_repetition_in_one_process_and_adds_it_to_r(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """bench: the first process's first repetition runs at half speed (planted, far beyond the
+    spread of the rest); it is found within that one process, left out of t/s, said in the table
+    and the JSON, and the second process runs one repetition more."""
+    d = tmp_path / "cold"
+    d.mkdir()
+    w = d / "llama-bench"
+    w.write_text(WRAP.replace("* 1.5", "* 2.0").replace("/ 1.5", "/ 2.0")
+                 .format(python=sys.executable, real=Path(engine.bin_dir) / "llama-bench"))
+    w.chmod(0o755)
+    out = tmp_path / "b.json"
+    p = subprocess.run([tokensleuth_bin(), "bench", "--engine", f"bin:{d}", "-m", str(dense_model), "--trials", "2",
+                        "--json", str(out), "--", "-p", "0", "-n", "16", "-r", "6", "-t", "1"],
+                       env=cli_env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (res,) = json.loads(out.read_text())["results"]
+    cold = res["cold_repetitions"]
+    assert cold["per_trial"] == 1 and 0.4 < cold["ratio"] < 0.6, cold
+    assert "Cold repetitions left out of every trial (and added to -r): tg16: the first repetition ran" in p.stdout
+    samples = res["samples"]
+    assert len(samples) == 6 + 7  # the second process: one repetition more
+    # the mean is of the repetitions kept: neither process's first (the second's first is planted too)
+    kept = samples[1:6] + samples[7:]
+    assert res["tokens_per_s"]["mean"] == pytest.approx(float(np.mean(kept)), rel=1e-9)
+    con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
+    argvs = [json.loads(a) for (a,) in con.execute("SELECT argv_json FROM trials WHERE study_id=? ORDER BY seq",
+                                                   (json.loads(out.read_text())["study"],))]
+    assert argvs == [[], ["-r", "7"]]

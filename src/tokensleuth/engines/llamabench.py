@@ -260,13 +260,19 @@ def summary_row(idx: int, obj: Mapping[str, Any]) -> ResultRow:
 
 
 def is_edge(stream: str, text: str) -> bool:
-    """Whether a line can open or close a timed window: a progress line or a JSON result line.
+    """Whether the counters are read at this line: a line that opens a timed window (prompt or
+    generation run), a depth run (it closes the repetition before it) or a JSON result line.
 
-    The probe (the counters at a window's edges) is read at these lines only: the load log
-    of ``-v`` and the rest of the engine's log are stamped and kept, never probed.
+    The load log of ``-v`` and the rest of the engine's log are stamped and kept, never probed:
+    a probe at each of those lines put the reader seconds behind. Neither are the "starting" and
+    warm-up lines: they come a few ms before a repetition's first line, which a probe still under
+    way at them would stamp late (12 ms of a 49 ms tg64 repetition with a 5 ms probe).
     """
     if stream == "err":
-        return text.startswith("llama-bench: benchmark ")
+        if not text.startswith("llama-bench: benchmark "):
+            return False
+        p = parse_progress(text)
+        return p is not None and p.kind in ("prompt", "gen", "depth")
     return text.lstrip().startswith("{")
 
 
