@@ -66,6 +66,37 @@ def test_gpu_checks_on_the_fake_nvml() -> None:
     assert not found["GPU other processes"].ok and "4242" in found["GPU other processes"].seen
 
 
+class _NoNVML:
+    """An NVML whose library is not there (NVMLError_LibraryNotFound at init)."""
+
+    def nvmlInit(self) -> None:
+        raise RuntimeError("NVML Shared Library Not Found")
+
+
+def test_the_engines_own_devices_are_checked(dense_model: Path) -> None:
+    from tests.monitor.fakes import FakeNVML
+    from tokensleuth.memory import Free
+
+    (gpu,) = doctor.engine_checks(["CUDA"], [], [], nvml=_NoNVML())
+    assert not gpu.ok and "built for CUDA but NVML answers nothing" in gpu.seen and "libnvidia-ml" in gpu.fix
+    assert doctor.engine_checks(["CUDA"], [], [], nvml=FakeNVML()) == []  # read: gpu_checks has its clocks
+    assert doctor.engine_checks(["CPU"], [], []) == []
+    # the model's headroom, as the memory guard predicts it for the flags given
+    (fits,) = doctor.engine_checks(["CPU"], [dense_model], ["-t", "1"], free=Free(8e9, None))
+    assert fits.ok and fits.seen.startswith("host 0.") and fits.seen.endswith("of 8.0 GB free")
+    (full,) = doctor.engine_checks(["CPU"], [dense_model], ["-t", "1"], free=Free(1e6, None))
+    assert not full.ok and "it would not fit" in full.fix
+
+
+def test_a_probe_is_advised_only_beyond_its_own_noise() -> None:
+    # 8 pairs each: an SD 0.58x the default's is a gain (interval below 1); 1.72x or 0.8x is not
+    assert doctor.sd_ratio(0.01, 8, 0.03, 8).helps
+    g = doctor.sd_ratio(0.0211, 8, 0.0122, 8)  # the doctor run of this machine above: 1.72x
+    assert not g.helps and g.lo < 1 < g.hi and g.ratio == pytest.approx(1.7295, rel=1e-3)
+    assert not doctor.sd_ratio(0.008, 8, 0.010, 8).helps
+    assert doctor.sd_ratio(0.008, 200, 0.010, 200).helps  # the same ratio, measured well enough
+
+
 def test_pairs_needed_follow_the_noise() -> None:
     need = stats.pairs_needed(0.02)
     assert need[0.05] is not None and need[0.02] is not None and need[0.01] is not None
@@ -91,6 +122,20 @@ def test_doctor_command_runs_its_checks_and_an_aa(engine: EngineBuild, cli_env: 
         assert f"threads: -t {threads - 1} needs " in p.stdout and "pairs for ±2% where the default needs" in p.stdout
     else:
         assert "threads: -t" not in p.stdout
+
+
+def test_doctor_measures_the_engine_model_and_flags_given(engine: EngineBuild, dense_model: Path,
+                                                          cli_env: dict[str, str]) -> None:
+    p = subprocess.run([tokensleuth_bin(), "doctor", "--model", str(dense_model), "--", "-t", "1"], env=cli_env,
+                       capture_output=True, text=True, timeout=1200)  # (a hang guard)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert f"memory ({dense_model.name})" in p.stdout and "GB free" in p.stdout
+    assert f"against itself on {dense_model.name}" in p.stderr
+    assert "A/A at 1 thread: 8 pairs" in p.stdout  # the user's -t 1, not llama-bench's default
+    assert "threads: -t" not in p.stdout  # one thread does not use every CPU: nothing to probe
+    bad = subprocess.run([tokensleuth_bin(), "doctor", "--model", "/no/such.gguf"], env=cli_env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("error: --model /no/such.gguf: no such file")
 
 
 def test_the_exit_drain_is_reported_with_its_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

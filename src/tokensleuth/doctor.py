@@ -152,6 +152,41 @@ def drain_checks() -> list[Finding]:
                     "last lines llama.cpp's logger lost at exit are run again")]
 
 
+def engine_checks(backends: Sequence[str], models: Sequence[Path], flags: Sequence[str],
+                  nvml: Any | None = None, free: Any = None) -> list[Finding]:
+    """The devices the engine being measured runs on: a GPU build whose GPU cannot be read is a
+    finding, and each model's memory headroom, as the memory guard predicts it for these flags."""
+    from tokensleuth import memory
+    from tokensleuth.engines.placement import GPU_BACKENDS
+    from tokensleuth.monitor.nvidia import NvidiaSource
+
+    out: list[Finding] = []
+    gpu = [b for b in backends if b in GPU_BACKENDS]
+    if "CUDA" in gpu and NvidiaSource.probe(nvml) is None:
+        out.append(Finding("GPU", False, "the engine is built for CUDA but NVML answers nothing",
+                           "install the NVIDIA driver's NVML (libnvidia-ml): without it no GPU clock, power, "
+                           "persistence or other-process check runs, and no J/token is measured"))
+    elif gpu and "CUDA" not in gpu:
+        out.append(Finding("GPU", True, f"{', '.join(gpu)} build: clocks and other processes are checked for "
+                           "NVIDIA GPUs only", ""))
+    if not models:
+        return out
+    s = memory.settings_from_flags(flags, memory.tests_of([]))
+    if free is None:
+        h, hs = memory.host_free()
+        g, gs = memory.gpu_free(nvml) if gpu else (None, "")
+        free = memory.Free(h, g, (hs, gs))
+    for m in models:
+        need = memory.predict(m, s, bool(gpu))
+        v = memory.judge(m, need, free, s)
+        have = {"host": free.host, "gpu": free.gpu}
+        seen = ", ".join(f"{where} {need.total(where) / 1e9:.1f} of {have[where] / 1e9:.1f} GB free"
+                         for where in need.places() if have.get(where) is not None)
+        out.append(Finding(f"memory ({m.name})", v.ok and not v.line, seen or "no free memory reading",
+                           v.line or "it fits with room"))
+    return out
+
+
 def checks(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc"), nvml: Any | None = None,
            sample_s: float = 0.5) -> list[Finding]:
     return [*cpu_checks(sys_root, proc_root), *memory_checks(), *load_checks(sample_s=sample_s), *gpu_checks(nvml),
@@ -174,6 +209,33 @@ def summary_line(found: Sequence[Finding]) -> str | None:
 
 
 AA_PAIRS = 8
+ADVICE_CONFIDENCE = 0.95  # the interval a probe's gain must clear before doctor advises it
+
+
+@dataclass(frozen=True, slots=True)
+class Gain:
+    """How much less noisy a probed setting was than the default: the ratio of the two A/As'
+    SDs of a pair's log ratio, with its interval (an F distribution: each A/A's pairs are
+    independent processes)."""
+
+    ratio: float
+    lo: float
+    hi: float
+
+    @property
+    def helps(self) -> bool:
+        return self.hi < 1.0
+
+
+def sd_ratio(sd_new: float, n_new: int, sd_old: float, n_old: int, confidence: float = ADVICE_CONFIDENCE) -> Gain:
+    """sd_new / sd_old with its ``confidence`` interval (F test on the two variances)."""
+    from scipy import stats as sps
+
+    r = (sd_new / sd_old) ** 2
+    a = (1 - confidence) / 2
+    lo = r / float(sps.f.ppf(1 - a, n_new - 1, n_old - 1))
+    hi = r / float(sps.f.ppf(a, n_new - 1, n_old - 1))
+    return Gain(r ** 0.5, lo ** 0.5, hi ** 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +257,8 @@ class AA:
 
 
 def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
-    """The default engine against itself, AA_PAIRS pairs of tg32 at -r 3, in a throw-away store."""
+    """The engine against itself, AA_PAIRS pairs of tg32 at -r 3 with the user's ``flags``, in a
+    throw-away store."""
     import math
     import tempfile
 

@@ -39,6 +39,6 @@ COMMANDS = (
     Command("import", studies.import_cmd),
     Command("studies", studies.studies),
     Command("report", report.report),
-    Command("doctor", doctor.doctor),
+    Command("doctor", doctor.doctor, engine_flags=True),
     Command("site", report.site),
 )
