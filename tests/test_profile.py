@@ -16,7 +16,8 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.errors import UserError
-from tokensleuth.profile import Profile, analyze, check_flags, diff, engine_names, parse_rows, workload_args
+from tokensleuth.profile import Profile, analyze, check_flags, diff, engine_names, parse_rows, profiles, workload_args
+from tokensleuth.studies.profile import headline
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.profiler import api_defines
 
@@ -75,6 +76,32 @@ def test_the_diff_sees_time_outside_the_graph_and_a_grown_op() -> None:
     assert (row["op"], row["verdict"], row["delta_nodes_per_token"]) == ("MUL_MAT_ID", "grew", 0)
     assert row["ci"][0] < row["delta_ms_per_token"] < row["ci"][1]
     assert row["delta_ms_per_token"] == pytest.approx(0.4, rel=0.01)
+
+
+def test_the_process_is_the_unit_of_replication() -> None:
+    """Repetitions of one process agree far better than processes do (one load, one layout, one
+    clock): an op's level that differs between processes is not a change of the build. Counted
+    per repetition, 2 processes x 3 repetitions of b against a's called MUL_MAT_ID grown; over
+    the processes it is within the interval. One process per engine has no interval: unresolved."""
+    tight = [1.0, 1.001, 0.999]
+
+    def runs(engine: str, levels: list[float]) -> list[dict[str, Any]]:
+        return [{"engine": engine, "model": "m.gguf", "workload": "tg16", "process": i,
+                 "rows": [_rep(2.4, 0.4 * lv * j, 0.2) for j in tight]} for i, lv in enumerate(levels)]
+
+    got = profiles(runs("a", [1.0, 1.2]) + runs("b", [1.5, 1.7]))
+    a, b = got[("a", "m.gguf", "tg16")], got[("b", "m.gguf", "tg16")]
+    row = next(r for r in diff(a, b)["rows"] if r["op"] == "MUL_MAT_ID")
+    assert row["verdict"] == "same" and row["ci"][0] < 0 < row["ci"][1], row
+    as_reps = diff(Profile(*a.key(), a.reps), Profile(*b.key(), b.reps))  # each repetition its own process
+    assert next(r for r in as_reps["rows"] if r["op"] == "MUL_MAT_ID")["verdict"] == "grew"
+    # the op's own interval is over the 2 process means too
+    (op,) = [o for o in a.ops() if o["op"] == "MUL_MAT_ID"]
+    assert op["ci"][0] < 0.4 and op["ci"][1] > 0.48
+    one = profiles(runs("a", [1.0]) + runs("b", [1.5]))
+    d = diff(one[("a", "m.gguf", "tg16")], one[("b", "m.gguf", "tg16")])
+    assert {r["verdict"] for r in d["rows"]} == {"unresolved"}
+    assert "unresolved (fewer than 2 processes of an engine" in headline(d)
 
 
 def test_analyze_gives_the_contracts_json() -> None:

@@ -7,7 +7,10 @@ the nodes and nanoseconds of every op signature (op, its sources' types and shap
 workload's wall time. Here, per engine x model x workload:
 
 * an op's **nodes per token** (a property of the graph: the same in every repetition) and its
-  **ms per token**, with a 99% interval over every repetition of every process;
+  **ms per token**, with a 99% interval over the processes (each process's mean over its
+  repetitions: the process is the unit of replication, as in compare — repetitions of one
+  process share its load, its memory layout and its clocks, and treating 2 processes × 3
+  repetitions as 6 samples called a fusion change on the 30B shape that a rerun did not see);
 * the **node sum** against llama-bench's own ms/token of the same build and model (one
   llama-bench process beside the profiles): the ratio says how much of the real time the
   per-node timing sees, and what it adds (on a GPU each node is synchronised);
@@ -15,9 +18,10 @@ workload's wall time. Here, per engine x model x workload:
   the decode call, host work between graphs).
 
 Between two engines, the **diff**: per op signature, the change of ms per token with a
-Welch interval at 99% for the whole table (Bonferroni over the signatures), called a change
-only beyond the interval *and* beyond ``band`` of the baseline's total ms/token; ops that
-appear or vanish; node counts that changed. Profiles run in processes of their own, outside
+Welch interval at 99% over the processes for the whole table (Bonferroni over the
+signatures), called a change only beyond the interval *and* beyond ``band`` of the
+baseline's total ms/token, and ``unresolved`` where an engine has fewer than 2 processes (no
+interval: never read as the same); ops that appear or vanish; node counts that changed. Profiles run in processes of their own, outside
 any timed trial: profiling never changes a verdict.
 """
 
@@ -47,6 +51,7 @@ PROFILES_STATE = "profiles"  # a compare's --profile: [{candidate, model, worklo
 RUNS_STATE = "profile-runs"  # [{engine, model, workload, process, rows}], one entry per process
 BENCH_STATE = "profile-bench"  # [{engine, model, workload, ms_per_token}]
 CONFIDENCE = 0.99
+PROCESSES = 4  # per engine, model and workload: the intervals are over processes
 Log = Callable[[str], None]
 
 
@@ -156,12 +161,27 @@ def _interval(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[floa
 
 @dataclass(frozen=True)
 class Profile:
-    """One engine's profile of one model and workload: every repetition of every process."""
+    """One engine's profile of one model and workload: every repetition of every process.
+
+    ``procs``: the process of each repetition (where none is given, each repetition is a
+    process of its own)."""
 
     engine: str
     model: str
     workload: str
     reps: tuple[dict[str, Any], ...]
+    procs: tuple[int, ...] = ()
+
+    def key(self) -> tuple[str, str, str]:
+        return (self.engine, self.model, self.workload)
+
+    def by_process(self, xs: Sequence[float]) -> list[float]:
+        """Per-repetition values -> one mean per process, in process order."""
+        procs = self.procs or tuple(range(len(xs)))
+        acc: dict[int, list[float]] = defaultdict(list)
+        for p, x in zip(procs, xs, strict=True):
+            acc[p].append(x)
+        return [sum(v) / len(v) for _, v in sorted(acc.items())]
 
     def per_rep(self) -> dict[tuple[str, str], list[float]]:
         """(op, signature) -> ms per token in each repetition (0 where it did not run)."""
@@ -190,7 +210,7 @@ class Profile:
         total = sum(self.graph_ms()) / len(self.reps)
         out = []
         for (op, sig), xs in self.per_rep().items():
-            m, lo, hi = _interval(xs)
+            m, lo, hi = _interval(self.by_process(xs))
             out.append({"engine": self.engine, "model": self.model, "workload": self.workload, "op": op,
                         "signature": sig, "nodes_per_token": nodes[(op, sig)], "ms_per_token": m,
                         "ci": [lo, hi], "share": m / total if total else None})
@@ -224,12 +244,14 @@ def diff(a: Profile, b: Profile, band: float = 0.02) -> dict[str, Any]:
     for k in keys:
         xa = pa.get(k, [0.0] * len(a.reps))
         xb = pb.get(k, [0.0] * len(b.reps))
-        d, lo, hi = _welch(xa, xb, conf)
+        d, lo, hi = _welch(a.by_process(xa), b.by_process(xb), conf)
         dn = nb.get(k, 0.0) - na.get(k, 0.0)
         if k not in pa:
             verdict = "appeared"
         elif k not in pb:
             verdict = "vanished"
+        elif math.isnan(lo):
+            verdict = "unresolved"  # fewer than 2 processes of an engine: no interval
         elif lo > 0 and d > practical:
             verdict = "grew"
         elif hi < 0 and -d > practical:
@@ -240,9 +262,10 @@ def diff(a: Profile, b: Profile, band: float = 0.02) -> dict[str, Any]:
                      "ms_per_token": [sum(xa) / len(xa), sum(xb) / len(xb)], "delta_ms_per_token": d,
                      "ci": [lo, hi], "delta_nodes_per_token": dn, "verdict": verdict})
     rows.sort(key=lambda r: -abs(r["delta_ms_per_token"]))
-    d_out, lo_out, hi_out = _welch(a.outside_ms(), b.outside_ms(), CONFIDENCE)
-    d_all, lo_all, hi_all = _welch([g + o for g, o in zip(a.graph_ms(), a.outside_ms(), strict=True)],
-                                   [g + o for g, o in zip(b.graph_ms(), b.outside_ms(), strict=True)], CONFIDENCE)
+    d_out, lo_out, hi_out = _welch(a.by_process(a.outside_ms()), b.by_process(b.outside_ms()), CONFIDENCE)
+    d_all, lo_all, hi_all = _welch(a.by_process([g + o for g, o in zip(a.graph_ms(), a.outside_ms(), strict=True)]),
+                                   b.by_process([g + o for g, o in zip(b.graph_ms(), b.outside_ms(), strict=True)]),
+                                   CONFIDENCE)
     return {"model": a.model, "workload": a.workload, "engines": [a.engine, b.engine], "rows": rows,
             "total_ms_per_token": [total, sum(b.graph_ms()) / len(b.reps)],
             "delta_total_ms_per_token": d_all, "delta_total_ci": [lo_all, hi_all],
@@ -254,9 +277,12 @@ def diff(a: Profile, b: Profile, band: float = 0.02) -> dict[str, Any]:
 def profiles(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], Profile]:
     """(engine, model, workload) -> its Profile, from the stored runs."""
     acc: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    procs: dict[tuple[str, str, str], list[int]] = defaultdict(list)
     for run in runs:
-        acc[(str(run["engine"]), str(run["model"]), str(run["workload"]))] += list(run["rows"])
-    return {k: Profile(*k, tuple(v)) for k, v in acc.items()}
+        key = (str(run["engine"]), str(run["model"]), str(run["workload"]))
+        acc[key] += list(run["rows"])
+        procs[key] += [int(run["process"])] * len(run["rows"])
+    return {k: Profile(*k, tuple(v), tuple(procs[k])) for k, v in acc.items()}
 
 
 def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
@@ -310,7 +336,7 @@ def bench_ms_per_token(build: EngineBuild, model: str, workload: str, flags: Seq
 
 
 def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],
-                flags: Sequence[str], *, processes: int = 2, reps: int = 3, band: float = 0.02,
+                flags: Sequence[str], *, processes: int = PROCESSES, reps: int = 3, band: float = 0.02,
                 timeout_s: float = 600, resume: bool = False, log: Log | None = None, groups: bool = False,
                 env: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, dict[str, Any]]:
     """Profile every engine on every model and workload; return (study id, its JSON).

@@ -20,7 +20,7 @@ def profile(
     model: Annotated[list[Path], typer.Option("--model", "-m", help="GGUF model (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="tgN or ppN (repeatable; default tg32).")] = [],  # noqa: B006
     cmake: CmakeOpt = [],  # noqa: B006
-    processes: Annotated[int, typer.Option(min=1, max=50, help="Profile processes per engine, model and workload.")] = 2,
+    processes: Annotated[int, typer.Option(min=1, max=50, help="Profile processes per engine, model and workload (the intervals are over processes).")] = 4,
     reps: Annotated[int, typer.Option("--reps", min=2, max=100, help="Timed repetitions per process.")] = 3,
     band: Annotated[str, typer.Option(help="An op's change counts beyond its interval and beyond this share of the total ms/token.")] = "2%",
     groups: Annotated[bool, typer.Option("--groups", help="Time each chain of dependent ops as one piece (A+B), so a GPU backend can still fuse it.")] = False,

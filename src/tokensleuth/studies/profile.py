@@ -25,14 +25,18 @@ def headline(d: dict[str, Any]) -> str:
     """One line on a diff: the ops that changed, each with its share of the whole change."""
     total = d["delta_total_ms_per_token"]
     parts = []
+    unresolved = sum(r["verdict"] == "unresolved" for r in d["rows"])
     for r in d["rows"]:
-        if r["verdict"] == "same":
+        if r["verdict"] in ("same", "unresolved"):
             continue
         dn = r["delta_nodes_per_token"]
         nodes = f"{dn:+g} {r['op']} per token" if dn else f"{r['op']} ({r['verdict']})"
         parts.append(f"{nodes} {r['signature']}: {r['delta_ms_per_token']:+.3f} ms/token")
     if d["outside_changed"]:
         parts.append(f"time outside the graph: {d['delta_outside_ms_per_token']:+.3f} ms/token")
+    if unresolved:
+        parts.append(f"{unresolved} op signature(s) unresolved (fewer than 2 processes of an engine: no interval "
+                     "— profile with --processes 3 or more)")
     what = "; ".join(parts) or "no op changed beyond its interval"
     return f"{d['engines'][1]} vs {d['engines'][0]}, {d['workload']}: {what} (of {total:+.3f} ms/token in all)"
 
