@@ -4,6 +4,7 @@ free (fixture trees for hardware this machine lacks), and the refusal before a r
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from tests.conftest import tokensleuth_bin
 from tests.monitor.fakes import FakeNVML
 from tokensleuth.engines.placement import parse_load_log
 from tokensleuth.errors import UserError
-from tokensleuth.memory import MIB, Free, gpu_free, guard, host_free, predict, settings_from_flags
+from tokensleuth.memory import MIB, Free, Settings, gpu_free, guard, host_free, predict, settings_from_flags
 from tokensleuth.models.shapes import REAL_SHAPES, write_shape
 from tokensleuth.sources.build import EngineBuild
 
@@ -111,7 +112,8 @@ def test_what_is_free_from_fixture_trees(tmp_path: Path) -> None:
     assert host_free(proc, cg) == (50000000 * 1024, "MemAvailable")
     (cg / "memory.max").write_text("8589934592\n")
     (cg / "memory.current").write_text("1073741824\n")
-    assert host_free(proc, cg) == (7 * 1073741824, "the cgroup's memory.max")
+    # no /proc/self/cgroup here: the mount's root (a container's own cgroup, in a cgroup namespace)
+    assert host_free(proc, cg) == (7 * 1073741824, "memory.max of cgroup /")
     assert gpu_free(FakeNVML(), tmp_path) == (75 << 30, "NVML")
     # an APU (Strix Halo): 512 MiB of VRAM carved out, the rest of its GPU's memory is GTT
     dev = tmp_path / "sys" / "class" / "drm" / "card0" / "device"
@@ -121,6 +123,76 @@ def test_what_is_free_from_fixture_trees(tmp_path: Path) -> None:
     assert gpu_free(_NoNVML(), tmp_path / "sys") == ((90 << 30) + (412 << 20), "amdgpu GTT + VRAM")
     (dev / "mem_info_vram_total").write_text(f"{32 << 30}\n")  # a discrete card: its VRAM only
     assert gpu_free(_NoNVML(), tmp_path / "sys") == ((32 << 30) - (100 << 20), "amdgpu VRAM")
+
+
+def _files(d: Path, **files: int | str) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    for name, v in files.items():
+        (d / name.replace("_", ".", 1)).write_text(f"{v}\n")
+
+
+def test_the_cgroup_limit_is_this_processs_own_cgroup_and_the_tightest_above_it(tmp_path: Path) -> None:
+    """/proc/self/cgroup names the cgroup (the engine inherits it); a limit on it or on any cgroup
+    above it binds, so the smallest limit less usage counts — not the mount root's file."""
+    gib = 1 << 30
+    proc, cg = tmp_path / "proc", tmp_path / "cg"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text("MemTotal: 100000000 kB\nMemAvailable: 50000000 kB\n")
+    (proc / "self" / "cgroup").write_text("0::/user.slice/run-1.scope\n")
+    _files(cg, memory_max="max")  # (v2's root has no limit; what the guard read before: none here)
+    _files(cg / "user.slice", memory_max=8 * gib, memory_current=gib)
+    _files(cg / "user.slice" / "run-1.scope", memory_max=16 * gib, memory_current=gib // 2)
+    assert host_free(proc, cg) == (7 * gib, "memory.max of cgroup /user.slice")  # the parent's is tighter
+    _files(cg / "user.slice" / "run-1.scope", memory_max=4 * gib, memory_current=3 * gib)
+    assert host_free(proc, cg) == (gib, "memory.max of cgroup /user.slice/run-1.scope")
+    _files(cg / "user.slice" / "run-1.scope", memory_max="max")  # no limit of its own: the parent's binds
+    assert host_free(proc, cg) == (7 * gib, "memory.max of cgroup /user.slice")
+    (cg / "user.slice" / "memory.current").unlink()  # a usage that cannot be read: the limit alone
+    left, src = host_free(proc, cg)
+    assert left == 8 * gib and src.startswith("memory.max of cgroup /user.slice, its usage unreadable")
+    # a limit the root's file would have shown, but this process's cgroup has none: MemAvailable
+    (proc / "self" / "cgroup").write_text("0::/system.slice\n")
+    _files(cg / "system.slice", memory_max="max", memory_current=gib)
+    assert host_free(proc, cg) == (50000000 * 1024, "MemAvailable")
+
+
+def test_the_cgroup_limit_on_v1_and_a_hybrid_host(tmp_path: Path) -> None:
+    """cgroup v1's memory controller (a hybrid host: v2 mounted beside it has no memory
+    controller): the path on the memory line, under <root>/memory, limit_in_bytes less usage."""
+    gib = 1 << 30
+    proc, cg = tmp_path / "proc", tmp_path / "cg"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text("MemAvailable: 50000000 kB\n")
+    (proc / "self" / "cgroup").write_text("5:devices:/\n4:memory:/process_api/abc\n1:cpu:/\n0::/\n")
+    unlimited = 9223372036854771712  # v1's "no limit"
+    _files(cg / "memory", memory_limit_in_bytes=unlimited, memory_usage_in_bytes=40 * gib)
+    _files(cg / "memory" / "process_api", memory_limit_in_bytes=unlimited, memory_usage_in_bytes=gib)
+    _files(cg / "memory" / "process_api" / "abc", memory_limit_in_bytes=2 * gib, memory_usage_in_bytes=gib // 2)
+    _files(cg / "unified")  # v2's mount on a hybrid host: no memory files
+    assert host_free(proc, cg) == (1.5 * gib, "memory.limit_in_bytes of cgroup /process_api/abc")
+    _files(cg / "memory" / "process_api" / "abc", memory_limit_in_bytes=unlimited)
+    assert host_free(proc, cg) == (50000000 * 1024, "MemAvailable")
+
+
+def test_a_bad_override_regex_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    """-ot as llama-bench reads it: <regex>=<buffer type> pairs, ';' between pairs, ',' between runs
+    (an empty run: none). A regex that does not compile (llama.cpp's std::regex throws at load)
+    or a pair without a buffer type (llama-bench refuses it) is one line, before anything runs."""
+    s = settings_from_flags(["-ot", r"blk\.[0-9]+\.ffn_.*_exps=CPU;attn=CUDA0,,exps=CPU"], [])
+    assert s.overrides == ((r"blk\.[0-9]+\.ffn_.*_exps", "CPU"), ("attn", "CUDA0"), ("exps", "CPU"))
+    with pytest.raises(UserError, match=r"^-ot 'ffn_\(up=CPU': 'ffn_\(up' is not a regular expression "
+                                        r"\(missing \), unterminated subpattern at position 4\) — fix the pattern"):
+        settings_from_flags(["-ot", "ffn_(up=CPU"], [])
+    for bad in ("exps", "exps=", "exps=CPU;attn"):
+        with pytest.raises(UserError, match="has no buffer type after '=' — -ot takes <regex>=<buffer type> pairs"):
+            settings_from_flags(["--override-tensor", bad], [])
+    # a ',' inside a regex splits it, as llama-bench splits it: its first half has no '='
+    # (the regex shown as typed, one '\' each)
+    with pytest.raises(UserError, match="^" + re.escape(r"-ot 'blk\.\d{1,2}\.=CPU': 'blk\.\d{1' has no buffer type")):
+        settings_from_flags(["-ot", r"blk\.\d{1,2}\.=CPU"], [])
+    # Settings made another way: refused before the model is read (there is none here)
+    with pytest.raises(UserError, match="'\\[' is not a regular expression"):
+        predict(tmp_path / "absent.gguf", Settings(overrides=(("[", "CPU"),)), gpu=True)
 
 
 class _NoNVML:

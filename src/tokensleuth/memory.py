@@ -26,10 +26,10 @@ predicted from the model's header and the flags, and compared with what is free:
   one (it offloads large operations even at ``-ngl 0``, and then copies the output weights in
   for each batch: their size is added), else on the host.
 
-Available: host MemAvailable and the cgroup's memory limit less its usage; NVIDIA free
-memory from NVML; on AMD, VRAM and GTT (the system memory an APU's GPU allocates) from the
-amdgpu driver's sysfs. A prediction over what is free is refused before anything runs;
-one within 10% of it is warned about.
+Available: host MemAvailable, or less where the memory limit less usage of this process's
+cgroup, or of one above it, is smaller; NVIDIA free memory from NVML; on AMD, VRAM and GTT
+(the system memory an APU's GPU allocates) from the amdgpu driver's sysfs. A prediction over
+what is free is refused before anything runs; one within 10% of it is warned about.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.errors import UserError, show
 from tokensleuth.models.info import _read_header
 
 MIB = 1 << 20
@@ -87,6 +88,42 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in re.split(r"[,;/]", text) if x.strip().lstrip("-").isdigit()]
 
 
+def _shown(text: str) -> str:
+    """A regex as typed (show() would double its backslashes), where it is short printable ASCII."""
+    return f"'{text}'" if text.isascii() and text.isprintable() and len(text) <= 60 else show(text)
+
+
+def overrides_of(value: str) -> list[tuple[str, str]]:
+    """The (regex, buffer type) pairs of an ``-ot`` value, as llama-bench reads it: pairs
+    ``<regex>=<buffer type>`` joined by ``;``, a ``,`` between the values of separate runs (an
+    empty one: a run without overrides). A pair without ``=<buffer type>`` (llama-bench
+    refuses it) or with a regex that does not compile (llama.cpp's std::regex throws when it
+    loads the model) is refused here (UserError), before anything runs."""
+    form = ("-ot takes <regex>=<buffer type> pairs (exps=CPU), ';' between pairs and ',' between runs "
+            "— so a ',' or ';' cannot be part of a regex")
+    out = []
+    for part in re.split(r"[,;]", value):
+        if not part:
+            continue
+        pat, eq, buft = part.partition("=")
+        if not eq or not buft:
+            raise UserError(f"-ot {_shown(value)}: {_shown(part)} has no buffer type after '=' — {form}")
+        override_regex(pat, value)
+        out.append((pat, buft))
+    return out
+
+
+def override_regex(pat: str, value: str | None = None) -> re.Pattern[str]:
+    """An ``-ot`` regex, compiled; UserError (naming it and the fix) where it does not compile."""
+    try:
+        return re.compile(pat)
+    except re.error as exc:
+        where = f"-ot {_shown(value)}: " if value is not None and value != pat else "-ot: "
+        raise UserError(f"{where}{_shown(pat)} is not a regular expression ({exc.msg} at position {exc.pos}) "
+                        "— fix the pattern: llama.cpp searches tensor names (blk.0.ffn_up_exps.weight) with it, "
+                        "and a literal '(', '[', '*' or '+' in it needs a '\\' before it") from None
+
+
 def settings_from_flags(flags: Sequence[str],
                         tests: Sequence[tuple[int, int, int]] = ((512, 0, 0), (0, 128, 0))) -> Settings:
     """Settings from llama-bench flags and the tests to run ((prompt, generated, depth) each).
@@ -97,12 +134,7 @@ def settings_from_flags(flags: Sequence[str],
 
     ngl = last_int("-ngl", "--n-gpu-layers", default=-1)
     ncmoe = min((v for x in _values(flags, "-ncmoe", "--n-cpu-moe") for v in _ints(x)), default=0)
-    ot = []
-    for x in _values(flags, "-ot", "--override-tensor"):
-        for part in re.split(r"[,;]", x):
-            pat, _, buft = part.partition("=")
-            if pat and buft:
-                ot.append((pat, buft))
+    ot = [pair for x in _values(flags, "-ot", "--override-tensor") for pair in overrides_of(x)]
     no_mmap = any(v.strip() in ("0", "false") for x in _values(flags, "-mmp", "--mmap") for v in x.split(","))
     no_mmap |= any(v.strip() in ("none", "dio", "mlock") for x in _values(flags, "-lm", "--load-mode")
                    for v in x.split(","))
@@ -197,6 +229,9 @@ def _repacked(t: Any, types: frozenset[str]) -> bool:
 def predict(model: Path, s: Settings, gpu: bool, repack: frozenset[str] | None = None) -> Need:
     """What a run of ``model`` with settings ``s`` will hold, per place (bytes). ``repack``: the
     weight types the CPU backend repacks (default: this machine's, repack_types)."""
+    # -ot regexes compiled once, a bad one refused before the model is read (settings_from_flags
+    # refused it already; Settings made another way are checked here)
+    overrides = [(override_regex(pat), buft) for pat, buft in s.overrides]
     head = _read_header(model)
     kv = head.kv
     arch = str(kv.get("general.architecture", ""))
@@ -233,13 +268,10 @@ def predict(model: Path, s: Settings, gpu: bool, repack: frozenset[str] | None =
             where = "host"  # the input embedding stays on the host by design
         else:
             where = "gpu" if output_on_gpu else "host"
-        for pat, buft in s.overrides:
-            try:
-                if re.search(pat, t.name):
-                    where = "host" if buft.upper().startswith("CPU") else "gpu"
-                    break
-            except re.error:
-                continue
+        for rx, buft in overrides:
+            if rx.search(t.name):
+                where = "host" if buft.upper().startswith("CPU") else "gpu"
+                break
         if where == "host" and s.mmap:
             need.weights_mapped += t.n_bytes
             # read once from the mapping into a buffer of its own; a GPU build keeps host weights
@@ -285,23 +317,65 @@ class Free:
 
 
 def host_free(proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> tuple[float | None, str]:
-    avail = None
+    """Host memory free to a run started now: MemAvailable, or less where this process's
+    cgroup (which the engine inherits) or one above it leaves less (:func:`cgroup_left`)."""
+    avail, src = None, "MemAvailable"
     try:
         for line in (proc_root / "meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
                 avail = float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    src = "MemAvailable"
-    try:
-        limit = (cgroup_root / "memory.max").read_text().strip()
-        if limit.isdigit():
-            left = float(limit) - float((cgroup_root / "memory.current").read_text().strip())
-            if avail is None or left < avail:
-                avail, src = max(left, 0.0), "the cgroup's memory.max"
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError, IndexError) as exc:
+        src = f"no MemAvailable ({proc_root / 'meminfo'}: {type(exc).__name__})"
+    cg = cgroup_left(proc_root, cgroup_root)
+    if cg is not None and (avail is None or cg[0] < avail):
+        avail, src = cg
     return avail, src
+
+
+def cgroup_left(proc_root: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> tuple[float, str] | None:
+    """What this process's cgroups let it still take: the smallest limit less usage over its own
+    memory cgroup and each one above it (a parent's limit binds its children too), and where
+    that figure comes from; None where none has a limit.
+
+    The cgroup is the one /proc/self/cgroup names: on cgroup v1 (and a hybrid host, whose
+    memory controller is v1) the ``memory`` controller's path under ``<cgroup_root>/memory``
+    (memory.limit_in_bytes, memory.usage_in_bytes), else the v2 ``0::`` path under
+    ``<cgroup_root>`` (memory.max, memory.current). In a container with a cgroup namespace
+    that path is ``/`` and the mount's root is the container's own cgroup."""
+    try:
+        lines = (proc_root / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        lines = []  # no /proc here: the mount's root is all there is to read
+    v1 = v2 = None
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        if "memory" in parts[1].split(","):
+            v1 = parts[2]
+        elif parts[0] == "0" and parts[1] == "":
+            v2 = parts[2]
+    if v1 is not None and (cgroup_root / "memory").is_dir():
+        base, path, limit_file, usage_file = cgroup_root / "memory", v1, "memory.limit_in_bytes", "memory.usage_in_bytes"
+    else:
+        base, path, limit_file, usage_file = cgroup_root, v2 or "/", "memory.max", "memory.current"
+    names = [p for p in path.split("/") if p]
+    best: tuple[float, str] | None = None
+    for depth in range(len(names), -1, -1):  # this process's cgroup, then each one above it
+        where = base.joinpath(*names[:depth])
+        try:
+            limit = (where / limit_file).read_text().strip()
+        except OSError:
+            continue  # the root cgroup has no limit file (v2), nor a level this mount does not show
+        if not limit.isdigit():
+            continue  # "max": no limit at this level
+        try:
+            left, how = float(limit) - float((where / usage_file).read_text().strip()), ""
+        except (OSError, ValueError) as exc:
+            left, how = float(limit), f", its usage unreadable ({type(exc).__name__}): the limit alone"
+        if best is None or left < best[0]:
+            best = (max(left, 0.0), f"{limit_file} of cgroup /{'/'.join(names[:depth])}{how}")
+    return best
 
 
 def gpu_free(nvml: Any | None = None, sys_root: Path = Path("/sys")) -> tuple[float | None, str]:
@@ -384,7 +458,6 @@ def guard(models: Sequence[str], flags: Sequence[str], workloads: Sequence[str],
     """Refuse (UserError, before anything runs) a run that cannot fit; ``warn`` each one close
     to full. Returns each model's prediction (recorded with the study)."""
     from tokensleuth.engines.placement import GPU_BACKENDS
-    from tokensleuth.errors import UserError
 
     gpu = any(b in GPU_BACKENDS for b in backends)
     s = settings_from_flags(flags, tests_of(workloads))

@@ -69,8 +69,12 @@ def test_uncertain_edges_and_impossible_busy_cores_are_flagged() -> None:
     assert set(found) == {"short-window"}
     assert found["short-window"].startswith("4 of 4 windows differ from llama-bench's own durations by more "
                                             f"than {EDGE_ERROR_LIMIT:.0%}")
-    # more CPU than the cores can give even over the engine's duration: said so, never printed bare
+    # windows off by more than the limit have their CPU withheld: no figure of theirs, so none impossible
     out = _outcome(d, _contiguous(short, [10.0] * 4))
+    assert set(dict(outcome_warnings(out, cpus=2))) == {"short-window"}
+    # more CPU than the cores can give over the engine's duration, in windows within the limit:
+    # said so, never printed bare
+    out = _outcome(d, _contiguous([int(3.9 * MS)] * 4, [10.0] * 4))
     found = dict(outcome_warnings(out, cpus=2))
     assert found["impossible-figure"] == "busy cores 2.50 on 2 CPUs"
     assert "impossible-figure" in REMEDY and "short-window" in REMEDY

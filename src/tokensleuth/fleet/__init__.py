@@ -177,7 +177,14 @@ class Fleet:
         if actor is not None:
             try:
                 self.ray.kill(actor)
-            except Exception:  # noqa: BLE001 - the actor is gone with its machine
+            except Exception:  # noqa: BLE001 - nothing a user reads depends on this kill
+                # The machine is in self.lost: no unit goes to it again in this run, and whatever
+                # its worker still returns is never read (its unit runs on another machine). Ray's
+                # kill is asynchronous (the cluster's control store does it) and does not raise for
+                # an actor already gone with its machine; it raises where this driver has lost Ray
+                # itself, which the next remote call reports as an error. A worker that lives on
+                # (its machine only unreachable for a while) ends with this driver's job anyway:
+                # it is not a detached actor.
                 pass
 
     def usable(self, nodes: Sequence[Node]) -> list[Node]:

@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.monitor.nvidia import ENERGY_LOST, ReadFailed, why
+
 
 def _read_num(p: Path) -> float | None:
     try:
@@ -35,6 +37,9 @@ class AmdgpuSource:
         self.hwmon = hw[0] if hw else None
         self.apu = _read_num(device / "mem_info_vram_total") is not None and (
             (_read_num(device / "mem_info_vram_total") or 0) < (1 << 30))
+        # an energy counter where the driver has one that reads (as NVML's is probed): one that
+        # fails later is a failed read, noted by the monitor, not a counter that is not there
+        self.has_energy = self.hwmon is not None and _read_num(self.hwmon / "energy1_input") is not None
 
     @classmethod
     def probe(cls, sysfs_root: Path) -> list[AmdgpuSource]:
@@ -55,10 +60,14 @@ class AmdgpuSource:
         return None
 
     def counters(self) -> dict[str, float]:
-        if self.hwmon is None:
+        """The energy counter (J) where the driver has one; ReadFailed where its read fails."""
+        if not self.has_energy or self.hwmon is None:
             return {}
-        v = _read_num(self.hwmon / "energy1_input")
-        return {} if v is None else {f"gpu{self.index}_energy_j": v / 1e6}  # µJ -> J
+        try:
+            return {f"gpu{self.index}_energy_j": float((self.hwmon / "energy1_input").read_text()) / 1e6}  # µJ -> J
+        except (OSError, ValueError) as exc:
+            raise ReadFailed({}, {f"gpu{self.index} energy counter (amdgpu)": why(exc)}, ENERGY_LOST,
+                             (f"gpu{self.index}_energy_j",)) from None
 
     def sample(self) -> dict[str, float]:
         i = self.index
@@ -95,6 +104,6 @@ class AmdgpuSource:
             n.append(f"gpu{self.index}: amdgpu exposes no power file; no power or energy")
         elif self.apu:
             n.append(f"gpu{self.index}: APU — power is the whole socket (CPU and GPU)")
-        if not self.counters():
+        if not self.has_energy:
             n.append(f"gpu{self.index}: no energy counter; energy integrates sampled power")
         return n

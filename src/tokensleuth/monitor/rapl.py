@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.monitor.nvidia import ReadFailed, why  # (defined there: see sources.py)
+
 
 class RaplSource:
     name = "rapl"
@@ -41,11 +43,8 @@ class RaplSource:
             zones.append(z)
         return cls(zones) if zones else None
 
-    def _unwrapped_uj(self, z: Path) -> int | None:
-        try:
-            raw = int((z / "energy_uj").read_text())
-        except (OSError, ValueError):
-            return None
+    def _unwrapped_uj(self, z: Path) -> int:
+        raw = int((z / "energy_uj").read_text())  # OSError, ValueError: the caller says which zone
         last = self._last.get(z)
         if last is not None and raw < last:
             self._offset[z] = self._offset.get(z, 0) + (self._range[z] or last)
@@ -53,12 +52,18 @@ class RaplSource:
         return raw + self._offset.get(z, 0)
 
     def counters(self) -> dict[str, float]:
+        """The packages' energy (J), summed; ReadFailed, naming the zone, where one's read fails
+        (then no figure at this edge: a sum without a package would be silently low)."""
         total = 0
-        for z in self.zones:
-            v = self._unwrapped_uj(z)
-            if v is None:
-                return {}
-            total += v
+        failed: dict[str, str] = {}
+        for z in self.zones:  # every zone read, so each one's wrap tracking stays current
+            try:
+                total += self._unwrapped_uj(z)
+            except (OSError, ValueError) as exc:
+                failed[f"CPU package energy (RAPL {z.name})"] = why(exc)
+        if failed:
+            raise ReadFailed({}, failed, "the windows at those edges have no CPU package energy: the package "
+                                         "energy total leaves them out", ("cpu_pkg_energy_j",))
         return {"cpu_pkg_energy_j": total / 1e6}  # µJ -> J
 
     def sample(self) -> dict[str, float]:

@@ -7,6 +7,9 @@ A source has two kinds of readings:
 * ``sample()`` — instantaneous values (power W, clocks MHz, busy %, memory MB)
   read by the sampler thread for timelines and window means.
 
+A read that fails in part raises :class:`ReadFailed` with the readings it did get, so
+the monitor keeps those and notes what was lost (never a silent gap in a figure).
+
 Every file or library a source reads is injectable (``sysfs_root``, ``nvml``),
 so tests run them on fixture trees and scripted fakes.
 """
@@ -14,6 +17,12 @@ so tests run them on fixture trees and scripted fakes.
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+# The protocol's exception is defined in nvidia.py, a module that imports no other of the monitor:
+# this module imports every source (probe_sources), so a source importing it would close a cycle.
+from tokensleuth.monitor.nvidia import ReadFailed, why
+
+__all__ = ["NullSource", "ReadFailed", "Source", "probe_sources", "why"]
 
 
 class Source(Protocol):
