@@ -66,8 +66,8 @@ def main() -> None:
                     if res[k] is not None:
                         spread[(Path(c.model).stem, c.test)][k].append((f"{sid[:8]}/{c.arm}", float(res[k])))
     print("\nspread of each figure over every cell of every study (max / min - 1):")
-    for (model, test), figs in sorted(spread.items()):
-        for k, vals in figs.items():
+    for (model, test), by_fig in sorted(spread.items()):
+        for k, vals in by_fig.items():
             lo, hi = min(v for _, v in vals), max(v for _, v in vals)
             print(f"  {model} {test} {k}: {hi / lo - 1:.2%} over {len(vals)} cells "
                   f"({', '.join(f'{n} {v:.4g}' for n, v in vals)})")

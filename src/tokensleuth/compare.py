@@ -112,7 +112,7 @@ def shares_process(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> bool
     if not all(engine_for(a.kind).shares_process for a in spec.arms):
         return False
     a, b = _runtimes(spec, builds).values()
-    return differing_setting(a, b) is not None
+    return differing_setting(a, b, spec.in_process) is not None
 
 
 def joins_workloads(spec: CompareSpec) -> bool:
@@ -176,7 +176,8 @@ def _run_rounds(
     """Run rounds of pairs until no cell is open, finish the study, return its comparisons."""
     runtimes = _runtimes(spec, builds)
     if share:
-        runtimes = {n: dataclasses.replace(r, options={**r.options, "share": True}) for n, r in runtimes.items()}
+        runtimes = {n: dataclasses.replace(r, options={**r.options, "share": True, "in_process": spec.in_process})
+                    for n, r in runtimes.items()}
     names = [a.name for a in spec.arms]
     while True:
         execute(store, study_id, runtimes, timeout_s=spec.timeout_s, on_trial=on_trial,
@@ -379,8 +380,9 @@ def spec_dump(spec: CompareSpec) -> dict[str, Any]:
         out.pop("hosts", None)  # a study without a fleet keeps the identity it always had
     if out.get("edge") is None:
         out.pop("edge", None)
-    if not out.get("separate_processes"):
-        out.pop("separate_processes", None)
+    for key in ("separate_processes", "in_process"):  # only when asked: a study keeps its identity
+        if not out.get(key):
+            out.pop(key, None)
     for arm in out["arms"]:
         if arm.get("kind") == DEFAULT_KIND:
             del arm["kind"]

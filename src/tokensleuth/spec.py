@@ -167,6 +167,7 @@ class CompareSpec(BaseModel):
     # two arms that differ in one llama-bench context setting run each pair in one process
     # (tokensleuth.engines.shared) unless this asks for a process per trial
     separate_processes: bool = False
+    in_process: bool = False  # share a process for any context setting and for an A/A (engines.shared)
 
     @field_validator("band", mode="before")
     @classmethod

@@ -36,6 +36,13 @@ def test_one_context_setting_apart_shares_anything_else_does_not() -> None:
     assert differing_setting(arm("a"), arm("b", "-ub", "64")) is None
     # the same flags: nothing to pair inside a process
     assert differing_setting(arm("a", "-ub", "64"), arm("b", "-ub", "64")) is None
+    # only -ub and --poll by default (measured to give the same ratio in one process); any context
+    # setting, and identical arms (an A/A: its one value in both), when asked
+    assert differing_setting(arm("a", "-t", "1"), arm("b", "-t", "2")) is None
+    assert differing_setting(arm("a", "-t", "1"), arm("b", "-t", "2"), in_process=True) == ("-t", "1", "2")
+    assert differing_setting(arm("a", "-ub", "64", "-t", "1"), arm("b", "-ub", "64", "-t", "1"),
+                             in_process=True) == ("-ub", "64", "64")
+    assert differing_setting(arm("a", "-r", "3"), arm("b", "-r", "3"), in_process=True) is None  # no context flag
 
 
 def test_a_unit_shares_only_when_the_driver_allowed_it_and_its_trials_fit() -> None:
@@ -90,3 +97,12 @@ def test_each_arm_gets_back_the_command_it_would_run_alone() -> None:
     argv = ["llama-bench", "-m", "m.gguf", "-t", "2,1,1,2", "-p", "64"]
     assert own_argv(argv, shared, "b") == ["llama-bench", "-m", "m.gguf", "-t", "2", "-p", "64"]
     assert own_argv(argv, shared, "a") == ["llama-bench", "-m", "m.gguf", "-t", "1", "-p", "64"]
+
+
+def test_an_aa_shares_a_process_only_when_asked() -> None:
+    same = {n: arm(n, "-ub", "64", "-t", "1") for n in ("a", "b")}
+    assert shared_unit(same, [job("a", 1), job("b", 2)]) is None
+    asked = {n: ArmRuntime(n, BIN, ("-ub", "64", "-t", "1"), {}, options={"share": True, "in_process": True})
+             for n in ("a", "b")}
+    s = shared_unit(asked, [job("a", 1), job("b", 2)])
+    assert s is not None and s.arm.flags == ("-ub", "64,64,64,64", "-t", "1") and s.values == ("64", "64")

@@ -53,7 +53,8 @@ def compare(
     per_host: Annotated[bool, typer.Option("--per-host", help="With --cluster: run the arms on every selected machine; one table, a row per machine.")] = False,
     no_probe: NoProbeOpt = False,
     profile: Annotated[bool, typer.Option("--profile", help="For each candidate that is faster or slower: the per-op profile diff of its build against the baseline's (which op).")] = False,
-    separate_processes: Annotated[bool, typer.Option("--separate-processes", help="A process per trial and workload: by default a pair whose arms differ in one context setting only runs A, B, B, A in one process, and a trial runs all of its model's workloads in one process.")] = False,
+    separate_processes: Annotated[bool, typer.Option("--separate-processes", help="A process per trial and workload: by default a pair whose arms differ only in -ub or --poll runs A, B, B, A in one process, and a trial runs all of its model's workloads in one process.")] = False,
+    in_process: Annotated[bool, typer.Option("--in-process", help="A, B, B, A in one process for any one context setting (-t, -b, -fa, -ctk …, not yet measured to give the same ratio as a process per trial) and for identical arms (an A/A of the in-process design).")] = False,
     db: DbOpt = None,
 ) -> None:
     """Is B faster, slower or the same as A? Paired, sequential verdicts per model x workload.
@@ -83,8 +84,12 @@ def compare(
                          min_pairs, max_pairs, budget, timeout, engine_args, sample_interval, kind,
                          api_key_env),
             "command line")
+    if separate_processes and in_process:
+        raise UserError("--separate-processes and --in-process ask for opposite designs — give one")
     if separate_processes:
         spec = spec.model_copy(update={"separate_processes": True})
+    if in_process:
+        spec = spec.model_copy(update={"in_process": True})
     builds: dict[str, EngineBuild] = {}
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
     help_cache: dict[str, str] = {}

@@ -12,8 +12,11 @@ Measured on the H200 with the Qwen3-30B-A3B shape (Q8_0, -ngl 99 -fa 1; bench/pa
 on bench/results/h200-pairing): the spread of a pair's log ratio fell from 1.19% to 0.36% at
 tg32 and from 1.71% to 1.17% at pp2048, a pair cost 7.6 s instead of 12.1 s (9.1 instead of
 13.4), and the engine seconds per correct verdict at ±2% were 0.32× (tg32) and 0.41× (pp2048)
-of separate processes, with no false alarm in simulated A/A studies and the flag A/Bs' ratios
-agreeing between the designs.
+of separate processes, and the flag A/Bs' ratios agreed between the designs for ``-ub`` and
+``--poll``. Only those two (:data:`PROVEN`) share a process by default: whether another
+setting's change carries over from one instance to the next inside a process (a KV cache type,
+a thread pool) has not been measured. ``in_process`` asks for any context setting, and for two
+identical arms (an A/A, the setting's one value listed four times).
 
 A unit shares a process when the driver allowed it (``ArmRuntime.options["share"]``) and
 :func:`shared_unit` finds the two trials fit; :func:`split` turns the process's outcome back
@@ -54,6 +57,8 @@ CONTEXT_FLAGS = frozenset({
     "-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "-C", "--cpu-mask", "--cpu-strict",
     "-nkvo", "--no-kv-offload",
 })
+# settings whose A/B ratio was measured the same in one process as in a process per trial
+PROVEN = frozenset({"-ub", "--ubatch-size", "--poll"})
 LOAD_LOG_FLAG = "-v"  # global to the process: on for both when either trial asked for the load log
 INSTANCES = 2  # instances per arm in a shared process (A, B, B, A)
 
@@ -69,21 +74,27 @@ class Shared:
     values: tuple[str, str]  # the setting of jobs[0]'s arm, of jobs[1]'s
 
 
-def differing_setting(a: ArmRuntime, b: ArmRuntime) -> tuple[str, str, str] | None:
+def differing_setting(a: ArmRuntime, b: ArmRuntime, in_process: bool = False) -> tuple[str, str, str] | None:
     """(flag, a's value, b's value) when the arms can share a process, else None: the same
     build, engine kind and environment, flags alike but for the value of one context setting
-    (a list of values would multiply llama-bench's instances, so none may hold a comma)."""
+    (a list of values would multiply llama-bench's instances, so none may hold a comma), one of
+    :data:`PROVEN` unless ``in_process``; with ``in_process``, identical arms too (an A/A: the
+    first context setting they name, its value in both)."""
     if (a.kind != b.kind or a.bin_dir is None or a.bin_dir != b.bin_dir or dict(a.env) != dict(b.env)
             or a.endpoint or b.endpoint or len(a.flags) != len(b.flags)):
         return None
+    if any("," in f for f in (*a.flags, *b.flags)):
+        return None
     diff = [i for i, (x, y) in enumerate(zip(a.flags, b.flags, strict=True)) if x != y]
+    if not diff and in_process:
+        at = next((i for i, f in enumerate(a.flags[:-1]) if f in CONTEXT_FLAGS
+                   and not a.flags[i + 1].startswith("-") and a.flags.count(f) == 1), None)
+        return None if at is None else (a.flags[at], a.flags[at + 1], a.flags[at + 1])
     if len(diff) != 1 or diff[0] == 0:
         return None
     i = diff[0]
     flag = a.flags[i - 1]
-    if flag not in CONTEXT_FLAGS or a.flags[i].startswith("-") or b.flags[i].startswith("-"):
-        return None
-    if any("," in f for f in (*a.flags, *b.flags)):
+    if flag not in (CONTEXT_FLAGS if in_process else PROVEN) or a.flags[i].startswith("-") or b.flags[i].startswith("-"):
         return None
     return flag, a.flags[i], b.flags[i]
 
@@ -101,7 +112,7 @@ def shared_unit(arms: Mapping[str, ArmRuntime], unit: Sequence[TrialJob]) -> Sha
     bare = [tuple(x for x in j.argv if x != LOAD_LOG_FLAG) for j in (j0, j1)]
     if bare[0] != bare[1]:
         return None
-    d = differing_setting(a, b)
+    d = differing_setting(a, b, bool(a.options.get("in_process")))
     if d is None:
         return None
     flag, va, vb = d
