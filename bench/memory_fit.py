@@ -53,9 +53,11 @@ def main() -> None:
                 pred = (need.total(where) + (need.weights_mapped if where == "host" else 0)) / MIB
                 g = sum(parts.get(where, [0.0]))
                 err = (pred - g) / g if g else float("nan")
+                guard = pred + need.margin(where, args.gpu) / MIB  # what the guard holds against free memory
+                gerr = (guard - g) / g if g else float("nan")
                 w, k, c = parts.get(where, [0.0, 0.0, 0.0])
-                print(f"{Path(m).name[:18]:18s} {ngl or '-':>4s} {where:5s} {pred:10.1f} {g:10.1f} {err:+7.1%}   "
-                      f"({w:.1f} / {k:.1f} / {c:.1f})", flush=True)
+                print(f"{Path(m).name[:18]:18s} {ngl or '-':>4s} {where:5s} {pred:10.1f} {g:10.1f} {err:+7.1%} "
+                      f"guard {gerr:+7.1%}   ({w:.1f} / {k:.1f} / {c:.1f})", flush=True)
 
 
 if __name__ == "__main__":

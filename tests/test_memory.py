@@ -265,3 +265,18 @@ def test_the_judge_refuses_a_load_that_cannot_fit_before_its_first_trial(engine:
         with pytest.raises(UserError, match="huge.gguf needs .* would not fit"):
             judge.compare(src, src, [str(model)], 0.02, 4)
     assert sqlite3.connect(tmp_path / "s.db").execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 0
+
+
+def test_the_host_side_errs_on_the_safe_side() -> None:
+    """A load whose buffers alone would fit the host's free memory, but not with the runtime's
+    share and 5% beside them, is refused: a missed refusal is a frozen machine."""
+    from tokensleuth.memory import HOST_MARGIN, HOST_RUNTIME_GPU, Free, Need, judge
+
+    need = Need(weights={"host": 10e9, "gpu": 20e9}, kv={"gpu": 1e9}, compute={"host": 0.1e9, "gpu": 1e9})
+    assert need.guarded("host", True) == pytest.approx(10.1e9 * (1 + HOST_MARGIN) + HOST_RUNTIME_GPU)
+    assert need.guarded("gpu", True) == need.total("gpu")  # the GPU's prediction is within 0.2%: no margin
+    s = settings_from_flags(["-ngl", "99"], [])
+    tight = judge(Path("m.gguf"), need, Free(10.2e9, 40e9), s)
+    assert not tight.ok and "10.1 GB compute" not in tight.line and "margin for the runtime" in tight.line
+    assert tight.line.startswith("m.gguf needs 11.1 GB of host memory")
+    assert judge(Path("m.gguf"), need, Free(20e9, 40e9), s).ok

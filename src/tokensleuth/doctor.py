@@ -180,7 +180,7 @@ def engine_checks(backends: Sequence[str], models: Sequence[Path], flags: Sequen
         need = memory.predict(m, s, bool(gpu))
         v = memory.judge(m, need, free, s)
         have = {"host": free.host, "gpu": free.gpu}
-        seen = ", ".join(f"{where} {need.total(where) / 1e9:.1f} of {have[where] / 1e9:.1f} GB free"
+        seen = ", ".join(f"{where} {need.guarded(where, bool(gpu)) / 1e9:.1f} of {have[where] / 1e9:.1f} GB free"
                          for where in need.places() if have.get(where) is not None)
         out.append(Finding(f"memory ({m.name})", v.ok and not v.line, seen or "no free memory reading",
                            v.line or "it fits with room"))

@@ -45,6 +45,14 @@ from tokensleuth.models.info import _read_header
 
 MIB = 1 << 20
 WARN_WITHIN = 0.10
+# The host side errs on the safe side: a refusal missed there is the freeze the field report
+# describes, a refusal too many costs a flag. Against llama.cpp's load log the host buffers were
+# predicted within 1.9% (under) on the H200; the process's own memory beside its buffers (the
+# runtime's: the CUDA context and its pinned staging, the tokenizer, the graph) is not in the
+# log at all. So the guard adds 5% of the host buffers and a fixed runtime share.
+HOST_MARGIN = 0.05
+HOST_RUNTIME_GPU = 0.5e9  # a GPU runtime's host memory (CUDA context, pinned staging buffers)
+HOST_RUNTIME_CPU = 0.1e9
 MEMORY_STATE = "memory_prediction"  # a compare's predictions: {arm: {model: Need.to_json()}}
 # bytes per element of a KV cache type
 KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32, "q4_1": 20 / 32,
@@ -172,7 +180,18 @@ class Need:
     compute: dict[str, float] = field(default_factory=dict)
 
     def total(self, where: str) -> float:
+        """llama.cpp's own buffers here: what its load log reports, the prediction's measured part."""
         return self.weights.get(where, 0.0) + self.kv.get(where, 0.0) + self.compute.get(where, 0.0)
+
+    def margin(self, where: str, gpu: bool) -> float:
+        """What the guard adds on the host to the buffers (:data:`HOST_MARGIN`); none on a GPU."""
+        if where != "host":
+            return 0.0
+        return HOST_MARGIN * self.total(where) + (HOST_RUNTIME_GPU if gpu else HOST_RUNTIME_CPU)
+
+    def guarded(self, where: str, gpu: bool) -> float:
+        """What the guard holds against free memory: the buffers and, on the host, the margin."""
+        return self.total(where) + self.margin(where, gpu)
 
     def places(self) -> list[str]:
         return sorted(set(self.weights) | set(self.kv) | set(self.compute), key=lambda k: (k != "host", k))
@@ -421,13 +440,16 @@ def judge(model: Path, need: Need, free: Free, s: Settings) -> Verdict:
     """Refuse a run that cannot fit, warn about one within WARN_WITHIN of filling a place."""
     warn = []
     places = {"host": free.host, "gpu": free.gpu}
+    gpu = "gpu" in need.places()
     for where in need.places():
         have = places.get(where)
-        want = need.total(where)
-        if have is None or want <= 0:
+        want = need.guarded(where, gpu)
+        if have is None or need.total(where) <= 0:
             continue
+        margin = need.margin(where, gpu)
         parts = (f"{_gb(need.weights.get(where, 0))} weights + {_gb(need.kv.get(where, 0))} KV + "
-                 f"{_gb(need.compute.get(where, 0))} compute")
+                 f"{_gb(need.compute.get(where, 0))} compute"
+                 + (f" + {_gb(margin)} margin for the runtime" if margin else ""))
         if want > have:
             fix = ("fewer layers on the GPU (-ngl), a smaller -ub, or -ncmoe N to keep experts on the host"
                    if where == "gpu" else

@@ -74,15 +74,17 @@ def model_fit(
     s = settings_from_flags(flags, tests_of(workload or ["pp512", "tg128"]))
     need = predict(path, s, gpu=g is not None)
     rows = []
+    gpu = g is not None
     for where in need.places():
         have = h if where == "host" else g
         rows.append([where, f"{need.weights.get(where, 0) / 1e9:.2f}", f"{need.kv.get(where, 0) / 1e9:.2f}",
-                     f"{need.compute.get(where, 0) / 1e9:.2f}", f"{need.total(where) / 1e9:.2f}",
-                     "?" if have is None else f"{have / 1e9:.2f}"])
+                     f"{need.compute.get(where, 0) / 1e9:.2f}", f"{need.margin(where, gpu) / 1e9:.2f}",
+                     f"{need.guarded(where, gpu) / 1e9:.2f}", "?" if have is None else f"{have / 1e9:.2f}"])
     from tokensleuth.report.markdown import table
 
-    out.print(table(["memory", "weights GB", "KV GB", "compute GB", "total GB", "free GB"], rows,
-                    [False, True, True, True, True, True]), markup=False)
+    # the margin: the guard's own, on the host (memory.HOST_MARGIN: a missed refusal freezes a machine)
+    out.print(table(["memory", "weights GB", "KV GB", "compute GB", "margin GB", "total GB", "free GB"], rows,
+                    [False, True, True, True, True, True, True]), markup=False)
     out.print(f"context {s.n_ctx} cells, n_ubatch {min(s.n_ubatch, s.n_batch, s.n_tokens)}, "
               f"{'mmap' if s.mmap else 'no mmap'}: {need.weights_mapped / 1e9:.2f} GB of host weights mapped"
               f" · free: host from {hs}" + (f", GPU from {gs}" if gs else ", no GPU"), markup=False)
