@@ -79,6 +79,8 @@ class Cell:
         if self.window_tokens and self.window_ms > 0:
             cpu_ms_per_token = self.cpu_ms / self.window_tokens
             busy = self.cpu_ms / self.window_ms
+        elif self.edge_errors:
+            notes.append("no window within the edge limit carried CPU counters: the CPU figures are withheld")
         elif not any(n.startswith("attached server") for n in notes):
             notes.append("no timed windows with CPU counters (imported or old results)")
         w = self.windows
