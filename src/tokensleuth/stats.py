@@ -170,6 +170,7 @@ def _cold_within(procs: Sequence[Sequence[float]], alpha: float, min_effect: flo
         d: list[float] = []
         for p in procs:
             later = np.asarray(p[count + 1:], dtype=float)
+            later = later[later > max(p) - math.log(STALL_FACTOR)]  # a stalled one is left out (stalled_reps)
             if len(later) < 3:
                 continue
             diff = p[count] - float(later.mean())
