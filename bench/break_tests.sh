@@ -1,49 +1,156 @@
 #!/usr/bin/env bash
-# Each rewritten test fails when its feature breaks: for each case, a worktree of HEAD gets
-# one line of the feature broken (sed), the test runs there against the broken code, and
-# the line printed says whether it failed (it must). Nothing in this checkout is changed.
-# Run: bash bench/break_tests.sh [CASE …]   (default: every case below)
+# Each test that asserts what the code decides fails when that decision breaks. For each case, a
+# copy of this checkout (its tracked and untracked files as they are now) gets one line of the
+# feature broken, the test runs there against the broken code, and it must fail. Nothing in this
+# checkout is changed.
+#
+# A breakage is a fixed string that must occur exactly once in its file, and its replacement:
+# when the code moves (or a case's test is renamed), the run stops before any test and names
+# the case to follow it; tests/test_break_tests.py checks that in the suite. Only a
+# test that fails (pytest's "N failed") passes the check; one that passes, errors in setup or
+# hangs past the limit cannot tell. The table goes to bench/results/break_tests.txt when every
+# case ran; the exit status is 0 only when each breakage applied and each test failed.
+#
+#   bash bench/break_tests.sh [--check] [CASE …]   (default: every case; --check: only that each applies)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=$PWD/.venv/bin/python
-declare -A FILE SED TEST
-FILE[noise]=src/tokensleuth/noise.py
-SED[noise]='s/max(R_MIN, round(r))/max(R_MIN, round(r) + 1)/'
-TEST[noise]=tests/test_noise.py::test_compare_without_r_chooses_its_repetitions
-FILE[aa-cells]=src/tokensleuth/compare.py
-SED[aa-cells]='s/"comparisons": \[c.to_json() for c in comps\]/"comparisons": [c.to_json() for c in comps[:1]]/'
-TEST[aa-cells]=tests/test_compare.py::test_aa_is_never_a_finding
-FILE[no-regression]=src/tokensleuth/bisect.py
-SED[no-regression]='s/    if verdicts == {"same"}:/    if verdicts == {"same", "never"}:/'
-TEST[no-regression]=tests/test_bisect.py::test_no_regression_between_endpoints
-FILE[kill-resume]=src/tokensleuth/compare.py
-SED[kill-resume]='s/resume=resume or create, arms=arms)/resume=False, arms=arms)/'
-TEST[kill-resume]=tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
-FILE[fleet-pairs]=src/tokensleuth/executors/__init__.py
-SED[fleet-pairs]='s/key: tuple\[str, str, int\] | int = (j.model, j.workload, j.pair) if j.pair >= 0 else -j.trial_id - 1/key: tuple[str, str, int] | int = -j.trial_id - 1/'
-TEST[fleet-pairs]=tests/test_fleet.py::test_parallel_bisect_on_two_machines_finds_the_culprit
-FILE[one-sided]=src/tokensleuth/bisect.py
-SED[one-sided]='s/            if len(sides) == 1 and None not in sides:/            if sides == {"never"}:/'
-TEST[one-sided]=tests/test_bisect.py::test_candidates_are_judged_on_the_cells_that_regressed
+PY=${PY:-$PWD/.venv/bin/python}
+OUT=bench/results/break_tests.txt
+LIMIT=2400  # seconds per test: a hang guard (the planted bisect takes minutes on 2 cores)
+
+declare -A FILE PAT REP TEST
+order=()
+add() { order+=("$1"); FILE[$1]=$2; PAT[$1]=$3; REP[$1]=$4; TEST[$1]=$5; }
+
+add noise src/tokensleuth/noise.py \
+    'max(R_MIN, round(r))' 'max(R_MIN, round(r) + 1)' \
+    tests/test_noise.py::test_compare_without_r_chooses_its_repetitions
+add aa-cells src/tokensleuth/studies/compare.py \
+    '"comparisons": [c.to_json() for c in comps],' '"comparisons": [c.to_json() for c in comps[:1]],' \
+    tests/test_compare.py::test_aa_gives_each_cell_the_rules_verdict
+add pairing src/tokensleuth/comparisons.py \
+    'ct = [c[p][0] for p in pairs]' 'ct = [c[p][0] for p in reversed(pairs)]' \
+    tests/test_compare.py::test_planted_slowdown_is_found_with_the_interval_of_its_pairs
+add edge-stop src/tokensleuth/compare.py \
+    'return stats.side(c.estimate, spec.edge) is None' 'return c.verdict == "unresolved"' \
+    tests/test_compare.py::test_a_one_sided_question_stops_once_its_side_is_settled
+add until src/tokensleuth/compare.py \
+    'if until is not None and until(comps):' 'if until is not None and until(comps) and False:' \
+    tests/test_compare.py::test_a_callers_answered_question_stops_the_rounds
+add futility src/tokensleuth/compare.py \
+    'if spec.edge is None and not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):' 'if False:' \
+    tests/test_rules.py::test_the_replay_stops_where_the_driver_did
+add cold-r src/tokensleuth/compare.py \
+    '("-r", str(asked + n_cold)) if asked is not None and n_cold else ())' \
+    '("-r", str(asked)) if asked is not None and n_cold else ())' \
+    tests/test_cold.py::test_a_compare_adds_the_cold_repetitions_to_r
+add resume src/tokensleuth/compare.py \
+    'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
+    tests/test_compare.py::test_resume_continues_with_its_pairs
+add kill-resume src/tokensleuth/compare.py \
+    'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
+    tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
+add recover src/tokensleuth/executors/__init__.py \
+    'store.recover(study_id)' 'pass  # trials a killed run left running stay so' \
+    tests/test_shared_process.py::test_a_kill_inside_a_shared_process_loses_and_duplicates_nothing
+add diagnosis src/tokensleuth/commands/compare.py \
+    'if any(c.verdict == "unresolved" for c in comps):' 'if False:' \
+    tests/test_diagnose_real.py::test_threads_on_every_cpu_beside_a_busy_process_are_named_and_the_fix_is_measured
+add no-regression src/tokensleuth/bisect.py \
+    'if verdicts == {"same"}:' 'if verdicts == {"same", "never"}:' \
+    tests/test_bisect.py::test_no_regression_between_endpoints
+add controls src/tokensleuth/bisect.py \
+    'if control_verdicts and all(v == "same" for v in control_verdicts):' \
+    'if control_verdicts and all(v == "never" for v in control_verdicts):' \
+    tests/test_bisect.py::test_bisect_finds_the_planted_moe_regression_and_resumes
+add one-sided src/tokensleuth/bisect.py \
+    'if len(sides) == 1 and None not in sides:' 'if sides == {"never"}:' \
+    tests/test_bisect.py::test_candidates_are_judged_on_the_cells_that_regressed
+add fleet-pairs src/tokensleuth/executors/base.py \
+    'key: tuple[str, str, int] | int = (j.model, j.workload, j.pair) if j.pair >= 0 else -j.trial_id - 1' \
+    'key: tuple[str, str, int] | int = -j.trial_id - 1' \
+    tests/test_fleet.py::test_parallel_bisect_on_two_machines_finds_the_culprit
+
+check=0
+[ "${1:-}" = --check ] && { check=1; shift; }
 cases=("$@")
-[ ${#cases[@]} -eq 0 ] && cases=(noise aa-cells no-regression kill-resume fleet-pairs one-sided)
+[ ${#cases[@]} -eq 0 ] && cases=("${order[@]}")
+for c in "${cases[@]}"; do
+    [ -n "${FILE[$c]:-}" ] || { echo "no case $c (cases: ${order[*]})" >&2; exit 2; }
+done
+
+# every breakage must still apply, once, before anything runs
+stale=0
+declare -A LINE
+for c in "${cases[@]}"; do
+    n=$(grep -cF -- "${PAT[$c]}" "${FILE[$c]}" 2>/dev/null)
+    if [ "${n:-0}" != 1 ]; then
+        echo "STALE $c: ${FILE[$c]} holds ${n:-no file, 0} line(s) with: ${PAT[$c]}" >&2
+        stale=1
+    else
+        LINE[$c]=$(grep -nF -- "${PAT[$c]}" "${FILE[$c]}" | cut -d: -f1)
+    fi
+done
+[ $stale = 0 ] || { echo "bench/break_tests.sh: follow the moved code in the cases above" >&2; exit 2; }
+
+sed_pat() { printf '%s' "$1" | sed 's/[][\.*^$/]/\\&/g'; }
+sed_rep() { printf '%s' "$1" | sed 's/[\/&]/\\&/g'; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# one snapshot of the checkout for every case: an edit meanwhile does not mix into the run
+mkdir "$work/snap"
+git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$work/snap"
+rev=$(git describe --always --dirty 2>/dev/null)
+# every case's test must exist: a renamed one stops the run like moved code
+tests=()
+for c in "${cases[@]}"; do tests+=("${TEST[$c]}"); done
+if ! (cd "$work/snap" && PYTHONPATH=$work/snap/src:$work/snap "$PY" -m pytest -q --collect-only -p no:cacheprovider \
+        -p no:xdist "${tests[@]}" >"$work/log" 2>&1); then
+    grep -E "^ERROR|not found" "$work/log" >&2
+    echo "bench/break_tests.sh: a case names a test that is not there (above)" >&2
+    exit 2
+fi
+head="# bash bench/break_tests.sh$([ $check = 1 ] && echo ' --check') at $rev, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs"
+[ $check = 1 ] && head="$head: each breakage applies once to the source; no test ran"
+echo "$head"
+
+rows=()
 bad=0
 for c in "${cases[@]}"; do
-    wt=$(mktemp -d)/wt
-    git worktree add -q --detach "$wt" HEAD
-    before=$(md5sum "$wt/${FILE[$c]}")
-    sed -i "${SED[$c]}" "$wt/${FILE[$c]}"
-    if [ "$(md5sum "$wt/${FILE[$c]}")" = "$before" ]; then
-        echo "$c: the breakage did not apply to ${FILE[$c]}"; bad=1
+    wt=$work/wt
+    rm -rf "$wt"
+    cp -a "$work/snap" "$wt"
+    f=$wt/${FILE[$c]}
+    sed -i "s/$(sed_pat "${PAT[$c]}")/$(sed_rep "${REP[$c]}")/" "$f"
+    where="${FILE[$c]#src/tokensleuth/}:${LINE[$c]}"
+    if [ "$(grep -cF -- "${REP[$c]}" "$f")" != "$(( $(grep -cF -- "${REP[$c]}" "$work/snap/${FILE[$c]}") + 1 ))" ]; then
+        result="NOT APPLIED (sed left the line as it was)"; bad=1
+    elif ! "$PY" -m py_compile "$f" 2>"$work/log"; then
+        result="BROKEN PYTHON ($(tail -1 "$work/log" | cut -c1-80))"; bad=1
+    elif [ $check = 1 ]; then
+        result="applies"
     else
-        line=$(cd "$wt" && git diff -U0 | grep '^+ ' | head -1 | sed 's/^+ *//')
-        if (cd "$wt" && PYTHONPATH=$wt/src:$wt CI=true timeout 1500 "$PY" -m pytest -q -x -p no:cacheprovider \
-                "${TEST[$c]}" >"$wt/../log" 2>&1); then
-            echo "$c: ${TEST[$c]} PASSED with ${FILE[$c]}: $line — it cannot tell"; bad=1
+        (cd "$wt" && PYTHONPATH=$wt/src:$wt CI=true timeout "$LIMIT" "$PY" -m pytest -q -x -p no:cacheprovider \
+            -p no:xdist "${TEST[$c]}" >"$work/log" 2>&1)
+        rc=$?
+        if [ $rc = 1 ] && grep -qE '[0-9]+ failed' "$work/log"; then
+            result="fails: $(grep -m1 -E '^E ' "$work/log" | sed 's/^E *//' | cut -c1-100)"
+        elif [ $rc = 0 ]; then
+            result="PASSED — cannot tell"; bad=1
+        elif [ $rc = 124 ]; then
+            result="TIMED OUT after ${LIMIT} s — cannot tell"; bad=1
         else
-            echo "$c: ${TEST[$c]} fails with ${FILE[$c]}: $line ($(grep -m1 -E '^E ' "$wt/../log" | cut -c1-110))"
+            result="ERROR (pytest exit $rc: $(tail -1 "$work/log" | cut -c1-80)) — cannot tell"; bad=1
         fi
     fi
-    git worktree remove --force "$wt"
+    row=$(printf '%-13s %-30s %s\n    %s' "$c" "$where" "$result" "${TEST[$c]}")
+    echo "$row"
+    rows+=("$row")
 done
+
+if [ ${#cases[@]} -eq ${#order[@]} ] && [ $check = 0 ]; then
+    { echo "$head"; printf '%s\n' "${rows[@]}"; } > "$OUT"
+    echo "wrote $OUT"
+fi
 exit $bad
