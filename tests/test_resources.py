@@ -20,6 +20,7 @@ from tests.conftest import tokensleuth_bin
 from tests.monitor.fakes import FakeNVML
 from tokensleuth import stats
 from tokensleuth.bench import run_bench
+from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT
 from tokensleuth.monitor.nvidia import NvidiaSource
 from tokensleuth.monitor.sources import NullSource
 from tokensleuth.report.markdown import render_warnings
@@ -114,7 +115,8 @@ def test_poll_flag_cpu_cost_is_reported_per_arm(engine: EngineBuild, dense_model
     # Figures from the store, independently of the analysis: per arm, the wall time and tokens of
     # the repetitions that did not stall and are not among the cell's cold leading ones (a loaded
     # machine makes the first repetition slow: the report says how many it left out), from
-    # llama-bench's own durations, and per pair the CPU ms/token attributed to them.
+    # llama-bench's own durations, whose window read CPU and has edges within the limit (the
+    # others' CPU is withheld), and per pair the CPU ms/token attributed to them.
     cold = int(c["cold_repetitions"]["per_trial"])
     with Store(Path(cli_env["TOKENSLEUTH_DB"])) as store:
         (sid,) = [s["id"] for s in store.studies()]
@@ -125,8 +127,12 @@ def test_poll_flag_cpu_cost_is_reported_per_arm(engine: EngineBuild, dense_model
             ns = [int(s["duration_ns"]) for s in samples]
             kept_cold = min(cold, len(ns) - 1)
             stalled = {kept_cold + i for i in stats.stalled_reps(ns[kept_cold:])}
+            wins = {(int(w["test_idx"]), int(w["rep"])): w for w in store.windows(int(row["trial_id"]))}
             for i, s in enumerate(samples):
-                if i >= kept_cold and i not in stalled:
+                w = wins.get((int(row["test_idx"]), int(s["rep"])))
+                read = (w is not None and w["cpu_ms"] is not None
+                        and abs(int(w["end_ns"]) - int(w["start_ns"]) - ns[i]) <= EDGE_ERROR_LIMIT * ns[i])
+                if i >= kept_cold and i not in stalled and read:
                     wall[row["arm"]][0] += ns[i] / 1e6
                     wall[row["arm"]][1] += int(s["tokens"])
         per_pair = {cell.arm: {pair_of[t]: cpu / tok for t, (cpu, tok) in cell.trial_cpu.items()}

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import signal
 import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
+from tokensleuth.bench import asked_reps
 from tests.conftest import tokensleuth_bin
 from tokensleuth.sources.build import EngineBuild
 
@@ -53,10 +56,15 @@ def test_killed_study_resumes_without_loss_or_duplicates(
     # every sample that existed before the kill is still there, unchanged
     after = dict(con.execute("SELECT id, duration_ns FROM samples").fetchall())
     assert all(after[i] == d for i, d in samples_before)
-    # exactly one result per (trial, test) and 3 samples each: nothing counted twice
+    # exactly one result per (trial, test) and the repetitions its trial was planned with each (3, or
+    # more where bench added the cold ones the trials before it showed): nothing counted twice
     per_trial = con.execute("SELECT trial_id, COUNT(*) FROM results GROUP BY trial_id").fetchall()
     assert len(per_trial) == TRIALS and all(n == 2 for _, n in per_trial)
-    assert con.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == TRIALS * 2 * 3
+    planned = {tid: asked_reps([*ARGS, *json.loads(a)]) for tid, a in con.execute("SELECT id, argv_json FROM trials")}
+    got = con.execute("SELECT r.trial_id, COUNT(s.id), COUNT(DISTINCT s.rep) FROM results r"
+                      " JOIN samples s ON s.result_id=r.id GROUP BY r.id").fetchall()
+    assert len(got) == TRIALS * 2 and all(n == d == planned[tid] for tid, n, d in got), (got, planned)
+    assert min(planned.values()) == 3
     # the resumed run ran only the missing trials
     assert again.stderr.count(" done: ") == TRIALS - killed_at
     assert "study: " in again.stdout

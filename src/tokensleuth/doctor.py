@@ -135,10 +135,14 @@ def gpu_checks(nvml: Any | None = None) -> list[Finding]:
                                "to hold it: sudo nvidia-smi -lgc <MHz> (compare reports drift either way)"))
         except (nv.NVMLError, AttributeError):
             pass
-    others = src.other_processes(set())  # over every GPU at once
+    failed: list[str] = []
+    others = src.other_processes(set(), failed)  # over every GPU at once
     if others:
         out.append(Finding("GPU other processes", False, f"pids {others[:5]}",
                            "other programs on the GPU share its memory bandwidth and clocks"))
+    if failed:  # not listed is not none there
+        out.append(Finding("GPU other processes", False, "could not be listed (" + "; ".join(failed) + ")",
+                           "check the driver (nvidia-smi): without the list no other program on the GPU is seen"))
     return out
 
 

@@ -123,6 +123,12 @@ class Cell:
             notes.append(f"power p95: the sampled power ({power_p95:.0f} W at p95) lags the energy counter's "
                          f"mean ({mean_same:.0f} W) on these short windows — no p95 reported")
             power_p95 = None
+        # CPU package energy is a total: windows without it (a failed RAPL read) would make it low
+        with_pkg = [x["cpu_pkg_energy_j"] for x in w if x.get("cpu_pkg_energy_j") is not None]
+        pkg_energy = sum(with_pkg) if with_pkg and len(with_pkg) == len(w) else None
+        if with_pkg and len(with_pkg) < len(w):
+            notes.append(f"CPU package energy: {len(w) - len(with_pkg)} of {len(w)} windows have no reading — "
+                         "the total is withheld")
         flags = self.flags(busy, tw_mean("busy_pct"))
         notes += self._flag_notes(flags, busy, tw_mean("busy_pct"))
         return {
@@ -140,7 +146,7 @@ class Cell:
             "energy_source": ("counter" if any(x.get("gpu_energy_counter_j") is not None for x in w)
                               else "integrated power" if jpt else None),
             "energy_counter_vs_integral": max(cross) if cross else None,
-            "cpu_pkg_energy_j": sum(x["cpu_pkg_energy_j"] for x in w if x.get("cpu_pkg_energy_j") is not None) or None,
+            "cpu_pkg_energy_j": pkg_energy,
             "cgroup_cpu_ms_per_token": (
                 sum(x["cgroup_cpu_ms"] for x in w if x.get("cgroup_cpu_ms") is not None)
                 / max(1, sum(x["tokens"] for x in w if x.get("cgroup_cpu_ms") is not None))

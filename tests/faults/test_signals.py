@@ -3,6 +3,8 @@ left running, the study marked interrupted, and --resume finishes it with nothin
 
 from __future__ import annotations
 
+import json
+
 import signal
 import sqlite3
 import subprocess
@@ -12,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tokensleuth.bench import asked_reps
 from tests.conftest import tokensleuth_bin
 from tokensleuth.sources.build import EngineBuild
 
@@ -78,7 +81,12 @@ def test_signal_mid_trial_then_resume(engine: EngineBuild, dense_model: Path, cl
     per_result = con.execute(
         "SELECT r.trial_id, r.test, COUNT(s.id), COUNT(DISTINCT s.rep) FROM results r"
         " JOIN samples s ON s.result_id=r.id GROUP BY r.id ORDER BY r.trial_id, r.test_idx").fetchall()
-    assert [(n, d) for _, _, n, d in per_result] == [(REPS, REPS)] * 4  # 2 trials x (pp32, tg4), once each
+    # 2 trials x (pp32, tg4), once each, with the repetitions each trial was planned with (the
+    # second adds the cold ones the first showed, bench.cold_reps)
+    planned = {tid: asked_reps([*bench_flags[1:], *json.loads(a)])
+               for tid, a in con.execute("SELECT id, argv_json FROM trials")}
+    assert [(n, d) for _, _, n, d in per_result] == [(planned[t], planned[t]) for t, _, _, _ in per_result]
+    assert min(planned.values()) == REPS
     assert len({(t, test) for t, test, _, _ in per_result}) == 4
     con.close()
 

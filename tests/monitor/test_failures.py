@@ -250,3 +250,27 @@ def test_a_healthy_monitor_has_no_failure_notes() -> None:
         mon._tick(tick)
     mon.edge(os.getpid())
     assert _done(mon) == []
+
+
+def test_doctor_says_when_the_gpu_processes_could_not_be_listed() -> None:
+    from tokensleuth import doctor
+
+    def unlisted(nvml: FakeNVML) -> list[doctor.Finding]:
+        return [f for f in doctor.gpu_checks(nvml) if f.seen.startswith("could not be listed")]
+
+    (f,) = unlisted(FlakyNVML({"procs1": "all"}))
+    assert f.name == "GPU other processes" and not f.ok and f.seen.startswith("could not be listed (gpu1: ")
+    assert "nvidia-smi" in f.fix
+    assert unlisted(FlakyNVML({})) == []
+
+
+def test_a_cpu_package_energy_total_with_a_window_missing_is_withheld() -> None:
+    from tokensleuth.results import Cell
+
+    c = Cell("a", "m.gguf", "tg16", 0, {})
+    c.windows = [{"window_s": 1.0, "tokens": 16, "cpu_pkg_energy_j": 5.0}, {"window_s": 1.0, "tokens": 16}]
+    res = c.resources()
+    assert res["cpu_pkg_energy_j"] is None
+    assert "CPU package energy: 1 of 2 windows have no reading — the total is withheld" in res["notes"]
+    c.windows[1]["cpu_pkg_energy_j"] = 4.0
+    assert c.resources()["cpu_pkg_energy_j"] == 9.0
