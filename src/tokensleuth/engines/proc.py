@@ -212,9 +212,21 @@ def run_process(
 
         def waiter() -> None:
             try:
+                # Wait for the exit without reaping: until the readers have read the last lines, the
+                # process stays a zombie whose CPU-time clock still reads, so the probe at its last
+                # line (llama-bench's last JSON result, printed just before it exits) still gets the
+                # counters; reaped first, that window's CPU was lost whenever the exit won the race.
+                try:
+                    os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+                except (ChildProcessError, AttributeError):  # (reaped already; no waitid off Linux)
+                    pass
+                ended.append(time.monotonic_ns())
+                for th in threads:
+                    th.join(timeout=5)
                 proc.wait()
             finally:  # (set whatever happens: the loop below must end)
-                ended.append(time.monotonic_ns())
+                if not ended:
+                    ended.append(time.monotonic_ns())
                 exited.set()
 
         threading.Thread(target=waiter, daemon=True).start()
