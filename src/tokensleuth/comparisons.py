@@ -121,7 +121,10 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
     for r in store.trial_stats(study_id):
         w, idx = cell_of(str(r["workload"]), str(r["test"]), int(r["test_idx"]))  # a joined trial: each test its own
         key = (int(r["trial_id"]), str(r["test"]), idx)
-        cpu_ms, tokens = trial_cpu.get(key, (r["cpu_ms"], int(r["tokens"])))
+        # a trial load_cells read but gave no CPU (every window withheld, or none read CPU) has none;
+        # the stored sum stands only for results without samples (imported ones)
+        cpu_ms, tokens = trial_cpu.get(key, (None, int(r["tokens"])) if key in trial_ts
+                                       else (r["cpu_ms"], int(r["tokens"])))
         per[(r["model"], w, r["arm"])][int(r["pair"])] = (
             trial_ts.get(key, float(r["mean_ts"])), cpu_ms, tokens)
     base = spec.baseline_name()

@@ -3,6 +3,7 @@ samples and windows show (stall, short-window, impossible-figure), on constructe
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,3 +104,32 @@ def test_a_power_p95_is_never_below_the_mean_of_the_same_windows() -> None:
     assert any("lags the energy counter" in n for n in lagging["notes"]), lagging["notes"]
     steady = cell(331.0)  # long windows: the samples agree with the counter
     assert steady["power_p95_w"] == pytest.approx(331.0) and steady["power_p95_w"] >= steady["power_w"]
+
+
+def test_a_trial_whose_windows_are_all_off_gives_the_cpu_verdict_nothing(tmp_path: Path) -> None:
+    """The CPU verdict's pairs are load_cells': a trial whose every window is off by more than the
+    edge limit has no CPU there, and the stored sum of its windows' CPU is not taken instead."""
+    from tokensleuth.comparisons import analyze
+    from tokensleuth.records import WindowRow
+    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
+
+    spec = build_compare_spec({"arms": [{"name": "a", "source": "pypi:x==1"}, {"name": "b", "source": "pypi:x==1"}],
+                               "models": ["/m.gguf"], "workloads": ["tg32"], "band": 0.05}, "test")
+    plan = [PlannedTrial(arm, "/m.gguf", "tg32", (), pair) for pair in range(3) for arm in ("a", "b")]
+    with Store(tmp_path / "s.db") as s:
+        sid = s.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
+                             plan)
+        for k, t in enumerate(s.planned(sid)):
+            reps = tuple(SampleRow(i, 40 * MS, 32) for i in range(3))
+            # pair 0's candidate: windows 30% short, with ten times the CPU (its edges do not belong to it)
+            off = t["arm"] == "b" and t["pair"] == 0
+            wins = tuple(WindowRow(0, i, (1 + 100 * i) * MS, (1 + 100 * i) * MS + (28 if off else 40) * MS,
+                                   400.0 if off else 40.0 + k, {}) for i in range(3))
+            r = ResultRow(0, "tg32", 0, 32, 0, 800.0, 0.0, {}, reps)
+            s.mark_running(t["id"])
+            s.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), wins))
+        (c,) = analyze(s, sid, spec)
+    assert c.cpu_estimate is not None
+    # two pairs with CPU on both sides: pair 0 is left out, not read at 10x
+    assert c.cpu_estimate.ratio == pytest.approx((43 / 42 * 45 / 44) ** 0.5, rel=1e-6)
