@@ -57,13 +57,12 @@ def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
     (th,) = env["spinning_threads"]
     # one thread: at most one core (how much of it this machine's load left it is not the code's)
     assert 0 < th["cores"] <= 1.05 and th["voluntary_switches_per_s"] <= 10
-    # a busy neighbour (another process computing on this machine) is a confounder of its own,
-    # named when it happened (the machine's); the two this test plants are always there. Window
-    # edges are stamped at arrival and probed only at the edge lines, so a late edge on these
-    # half-second repetitions (short-window) comes only with a neighbour that took the reader's core
+    # a busy neighbour (another process computing on this machine), and window edges late against
+    # llama-bench's own durations beside it (the reader's wake-up on a loaded 2-core machine), are
+    # confounders of their own, named when they happened (the machine's); the two this test plants
+    # are always there
     codes = sorted(w["code"] for w in warnings)
     assert set(codes) - {"busy-process", "short-window"} == {"gpu-process", "spinning-thread"}, codes
-    assert "short-window" not in codes or "busy-process" in codes, warnings
     assert all(w["detail"] for w in warnings if w["code"] == "busy-process")
     # the fake GPU also hosts another process: a confounder, named in the warning; a pid that
     # does not exist here (a host pid seen from a container, maybe the engine's own) is only recorded

@@ -281,8 +281,8 @@ def extract_windows(res: ProcResult) -> list[WindowRow]:
 
     A window opens at the first "prompt run i" / "generation run i" line of a
     repetition and closes at the next progress line that is not part of the same
-    repetition (next repetition, next test) or, for a test's last repetition, at
-    that test's JSON result line on stdout where it came first. The two streams are
+    repetition (next repetition) or, for a test's last repetition, at that test's
+    JSON result line on stdout (stamped after the window opened). The two streams are
     read by two threads: stdout's line is matched to its test by its place in stdout,
     never by the order of the two streams' stamps. A window that nothing closes (the
     process ended) is closed at the process's end, without counters (nothing read them).
@@ -309,9 +309,11 @@ def extract_windows(res: ProcResult) -> list[WindowRow]:
             j += 1  # a pp+tg repetition: its generation line is part of it
         last = j == len(progress)
         close: tuple[int, Any] = (res.t1_ns, None) if last else (progress[j][0], progress[j][4])
-        if last or progress[j][2] != test:  # the test's last repetition: its JSON line may close it
+        if last or progress[j][2] != test:  # the test's last repetition: its JSON line closes it
+            # (even stamped after the next test's first line: the two streams' readers wake apart,
+            # and a window that came out long is cut to the engine's own duration by timed_part)
             own = results.get(test)
-            if own is not None and t_ns <= own[0] <= close[0]:
+            if own is not None and t_ns <= own[0]:
                 close = own
         end_ns, end_probe = close
         deltas = counter_deltas(probe, end_probe) if probe and end_probe else {}
