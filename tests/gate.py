@@ -7,6 +7,10 @@ cannot finish before the kill, however slowly the poll comes round.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 WRAPPER = '''#!/bin/bash
@@ -39,3 +43,18 @@ class Gate:
     def open(self) -> None:
         """Let the held run (if any) and every later one through."""
         self.gate.unlink(missing_ok=True)
+
+    def kill_when(self, proc: subprocess.Popen[str], done: Callable[[], int], at_least: int) -> None:
+        """SIGKILL the study's process once ``done()`` reaches ``at_least``, then open the gate.
+
+        Waits at most 20 minutes: a hang guard, not a bound (a few trials take seconds)."""
+        deadline = time.monotonic() + 1200
+        try:
+            while done() < at_least:
+                assert proc.poll() is None, proc.communicate()[1][-2000:]
+                assert time.monotonic() < deadline, f"{at_least} trials not done in 20 minutes: hung"
+                time.sleep(0.02)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            self.open()
