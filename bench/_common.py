@@ -8,10 +8,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tokensleuth.core.paths import cache_dir  # noqa: E402
+from tokensleuth.core.workloads import bench_test_name  # noqa: E402
 from tokensleuth.engines.llamabench import parse_jsonl  # noqa: E402
-from tokensleuth.workloads import bench_test_name  # noqa: E402
 from tokensleuth.models.synth import synth  # noqa: E402
-from tokensleuth.paths import cache_dir  # noqa: E402
 from tokensleuth.sources import DEFAULT_ENGINE  # noqa: E402
 from tokensleuth.sources.build import BuildCache, EngineBuild  # noqa: E402
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import default_engine, tiny_model, tokensleuth_cmd
+
 from tests.planted import bisect_history
 
 NAMES = (*(f"n{i}" for i in range(1, 14)), "broken", "fix", "n14", "n15", "culprit",

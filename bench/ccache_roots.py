@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 
 import _common  # noqa: F401  (the project root on sys.path)
+
 from tests.planted import planted_repo
-from tokensleuth.patches import PrivateRepo
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache
+from tokensleuth.sources.patches import PrivateRepo
 
 
 def main() -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokensleuth import stats
+from tokensleuth.analysis import stats
 from tokensleuth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import default_engine, tiny_model, tokensleuth_cmd, tps_by_test
+
 from tests.planted import decompose_series
 from tokensleuth.sources.build import BASE_FLAGS, BuildCache, host_flags
 

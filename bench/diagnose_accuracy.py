@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 
 import psutil
-
 from _common import default_engine, tiny_model
-from tokensleuth import diagnose, doctor
-from tokensleuth.compare import run_compare
-from tokensleuth.spec import build_compare_spec
+
+from tokensleuth.drivers import diagnose, doctor
+from tokensleuth.drivers.compare import run_compare
 from tokensleuth.store import Store
+from tokensleuth.trials.spec import build_compare_spec
 
 PLAN = ["busy", "threads", "stall", "drift", "busy", "threads", "stall", "drift", "busy", "stall"]
 WANT = {"busy": "busy-process", "threads": "threads", "stall": "stall", "drift": "drift"}

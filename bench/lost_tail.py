@@ -25,13 +25,14 @@ import time
 from pathlib import Path
 
 from _common import tiny_model
+
+from tokensleuth.core.errors import EngineError
 from tokensleuth.engines import exitdrain
 from tokensleuth.engines import perplexity as ppl
 from tokensleuth.engines.proc import run_process
-from tokensleuth.errors import EngineError
-from tokensleuth.outputs import CHECK_TARGETS, write_corpus
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache
+from tokensleuth.trials.outputs import CHECK_TARGETS, write_corpus
 
 
 def run_once(argv: list[str], env: dict[str, str], own_session: bool) -> tuple[bool, float]:

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from tokensleuth.engines.placement import parse_load_log
-from tokensleuth.memory import MIB, predict, settings_from_flags
+from tokensleuth.trials.memory import MIB, predict, settings_from_flags
 
 
 def place(buffer: str) -> str:

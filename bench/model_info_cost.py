@@ -16,8 +16,8 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-
 from _common import default_engine, tiny_model
+
 from tokensleuth.models import info
 
 

@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 from _common import default_engine, tiny_model
-from tokensleuth import stats
+
+from tokensleuth.analysis import stats
 from tokensleuth.engines import llamabench
 from tokensleuth.engines.proc import run_process
 from tokensleuth.monitor.cpu import ProcessCpuReader, ThreadCpuReader

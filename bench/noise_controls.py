@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from _common import default_engine, tiny_model
 
-from tokensleuth import stats
+from tokensleuth.analysis import stats
 
 # name -> extra llama-bench flags (and a wrapper) for the "on" side
 CONTROLS: dict[str, tuple[list[str], list[str]]] = {

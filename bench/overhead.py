@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-
 from _common import default_engine, tiny_model, tokensleuth_cmd, tps_by_test
-from tokensleuth import stats
+
+from tokensleuth.analysis import stats
 
 FLAGS = ["-p", "128", "-n", "32", "-r", "5"]
 

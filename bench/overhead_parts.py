@@ -24,14 +24,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-
 from _common import default_engine, tiny_model, tokensleuth_cmd, tps_by_test
-from tokensleuth import stats
-from tokensleuth.bench import run_bench
+
+from tokensleuth.analysis import stats
+from tokensleuth.analysis.results import load_cells
+from tokensleuth.drivers.bench import run_bench
 from tokensleuth.engines.proc import run_process
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import probe_sources
-from tokensleuth.results import load_cells
 from tokensleuth.store import Store
 
 

@@ -13,7 +13,7 @@ for each design, workload and arm pair:
 It prints the spread of the per-pair log ratio, its split into between- and within-process
 parts, the engine seconds a pair costs, and then runs the tool's own sequential procedure
 (first round of 5 pairs, doubling to 40, the 99% paired interval, the futility stop: the
-functions of tokensleuth.stats that compare uses) on thousands of simulated studies drawn from
+functions of tokensleuth.analysis.stats that compare uses) on thousands of simulated studies drawn from
 the measured spread (normal, and resampled from the real per-pair ratios): A/A false alarms,
 detection of a 3% slowdown (--effect), engine seconds per correct verdict at a ±2% band (--band). The real
 processes are also replayed as back-to-back sequential studies, and each flag A/B's ratio is
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth import stats
+from tokensleuth.analysis import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST, MAX = 5, 40  # compare's defaults: --min-pairs 5, --max-pairs 40

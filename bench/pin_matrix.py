@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 from golden_help import SOURCES, label  # beside this script (python puts bench/ on the path)
+
+from tokensleuth.core.errors import EngineError
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.engines.llamabench import probe_settings
-from tokensleuth.errors import EngineError
 from tokensleuth.sources.build import BuildCache
 
 MODEL = Path("/tmp/golden-help-llama-tiny.gguf")  # written by bench/golden_help.py

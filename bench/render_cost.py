@@ -66,6 +66,7 @@ def main() -> None:
     print(f"made 1 compare (40 pairs) and {a.studies - 1} bench studies in {time.perf_counter() - t0:.0f} s")
     if a.bisect24:
         from bisect_cost import NAMES
+
         from tests.planted import bisect_history
 
         moe = tiny_model(default_engine(), "qwen3moe")

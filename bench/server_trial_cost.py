@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import httpx
-
 from _common import tiny_model
+
 from tokensleuth.commands.common import targets_for
 from tokensleuth.engines.serving import free_port
 from tokensleuth.sources import DEFAULT_ENGINE

@@ -36,14 +36,14 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth.compare import run_compare
+from tokensleuth.core.records import ResultRow, SampleRow, TrialOutcome
+from tokensleuth.core.workloads import parse
+from tokensleuth.drivers.compare import run_compare
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.executors.base import Delivery, Done, Handout, Unit
-from tokensleuth.records import ResultRow, SampleRow, TrialOutcome
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.spec import build_compare_spec
 from tokensleuth.store import Store
-from tokensleuth.workloads import parse
+from tokensleuth.trials.spec import build_compare_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 H200 = ROOT / "bench/results/h200-pairing/pairing.jsonl"

@@ -6,7 +6,7 @@ kind registered for this script): a trial of release i is a real process drawn w
 measured ones (its level, its repetitions with the cold first one, its tails: the H200's A/A
 processes of the 30B shape, or this machine's, bench/inprocess_aa.py) times the release's true
 level. Builds come from a cache that makes none (a release's "build" is its index). Everything
-else is the real code: ``tokensleuth.scan.run_scan`` — its sample, level rounds, step fit,
+else is the real code: ``tokensleuth.drivers.scan.run_scan`` — its sample, level rounds, step fit,
 verdicts by the real compare driver, splits, bisects and budget — in a real store.
 
 A planted step is found when a step of the scan names its release (first_bad); a false step is
@@ -31,14 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from sim_compare import H200, Processes, _outcome, _reps
 
+import tokensleuth.drivers.judge as judge_mod
 import tokensleuth.engines as engines
-import tokensleuth.judge as judge_mod
-from tokensleuth.bisect import Candidate
+from tokensleuth.sources.history import Candidate
+from tokensleuth.drivers.scan import run_scan
 from tokensleuth.engines.base import ArmRuntime, EngineRun
-from tokensleuth.scan import run_scan
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 

@@ -24,17 +24,17 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-
-import numpy as np
 from typing import Any
 
+import numpy as np
 from _common import default_engine, tiny_model
+
 from tests.planted import planted_engine
-from tokensleuth import stats
-from tokensleuth.compare import run_compare
-from tokensleuth.workloads import workload_flags
-from tokensleuth.spec import build_compare_spec
+from tokensleuth.analysis import stats
+from tokensleuth.core.workloads import workload_flags
+from tokensleuth.drivers.compare import run_compare
 from tokensleuth.store import Store
+from tokensleuth.trials.spec import build_compare_spec
 
 
 def tps(bench: Path, model: Path, flags: list[str], spin: int) -> tuple[float, float]:

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from tokensleuth.analysis.results import load_cells  # noqa: E402
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, edge_error  # noqa: E402
-from tokensleuth.results import load_cells  # noqa: E402
 from tokensleuth.store import Store  # noqa: E402
 
 FIGURES = ("busy_cores", "cpu_ms_per_token", "joules_per_token")

@@ -11,7 +11,6 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-
 ARTIFACTS = Path(os.environ.get("TOKENSLEUTH_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
 
 

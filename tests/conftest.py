@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tokensleuth.paths import cache_dir
+from tokensleuth.core.paths import cache_dir
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache, EngineBuild
 
@@ -31,9 +31,8 @@ TEST_VOCAB = "llama-spm"
 
 
 def _model(engine: EngineBuild, tree: Path, arch: str) -> Path:
-    from tokensleuth.models.synth import synth
-
     from tests import workers
+    from tokensleuth.models.synth import synth
 
     d = cache_dir() / "test-models"
     # Both tiny models carry llama-spm's 32,000 tokens: the tiny MoE's own qwen2 tokenizer (151,936)

@@ -13,10 +13,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.paths import cache_dir
+from tests.workers import cache_lock
+from tokensleuth.core.paths import cache_dir
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache, EngineBuild
-from tests.workers import cache_lock
 
 SPIN = '''
 #include <chrono>

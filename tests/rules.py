@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as st
 
-from tokensleuth import stats
-from tokensleuth.results import load_cells
+from tokensleuth.analysis import stats
+from tokensleuth.analysis.results import load_cells
+from tokensleuth.core.workloads import trial_workloads
 from tokensleuth.store import Store
-from tokensleuth.workloads import trial_workloads
 
 CONFIDENCE = 0.99  # the tool's interval (stats.ratio_interval's default)
 

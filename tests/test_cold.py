@@ -14,9 +14,9 @@ import pytest
 
 from tests import rules
 from tests.conftest import tokensleuth_bin
-from tokensleuth.results import load_cells
+from tokensleuth.analysis.results import load_cells
+from tokensleuth.analysis.stats import cold_leading
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.stats import cold_leading
 from tokensleuth.store import Store
 
 
@@ -75,10 +75,10 @@ def test_a_faster_first_repetition_is_not_cold() -> None:
 
 
 def test_the_statistic_leaves_cold_repetitions_out(tmp_path: Path) -> None:
-    from tokensleuth.comparisons import analyze, summary_sentence
-    from tokensleuth.noise import estimate
-    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.analysis.noise import estimate
+    from tokensleuth.drivers.comparisons import analyze, summary_sentence
     from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
+    from tokensleuth.trials.spec import build_compare_spec
 
     rng = np.random.default_rng(5)
     spec = build_compare_spec({"arms": [{"name": "a", "source": "pypi:x==1"}, {"name": "b", "source": "pypi:x==1"}],

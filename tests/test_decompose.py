@@ -14,10 +14,10 @@ import pytest
 
 from tests import rules
 from tests.conftest import tokensleuth_bin
-from tokensleuth.decompose import classify, headline
-from tokensleuth.patches import Patch, PatchFailed, apply_error, build_error, parse_patch
+from tokensleuth.drivers.decompose import classify, headline
 from tokensleuth.report.markdown import render_decompose
 from tokensleuth.sources.build import EngineBuild
+from tokensleuth.sources.patches import Patch, PatchFailed, apply_error, build_error, parse_patch
 from tokensleuth.store import Store
 
 
@@ -38,9 +38,9 @@ def test_classify_keeps_only_what_is_faster_and_never_guesses() -> None:
 
 
 def test_a_cell_unresolved_above_the_lower_band_edge_is_not_slower() -> None:
-    from tokensleuth.comparisons import Comparison
-    from tokensleuth.decompose import answer
-    from tokensleuth.stats import RatioEstimate
+    from tokensleuth.analysis.stats import RatioEstimate
+    from tokensleuth.drivers.comparisons import Comparison
+    from tokensleuth.drivers.decompose import answer
 
     def cell(lo: float, hi: float, verdict: str = "unresolved") -> Comparison:
         return Comparison("m", "pp64", "A", "B", 20, [], [], RatioEstimate(20, (lo * hi) ** 0.5, lo, hi, 0.99), verdict)
@@ -298,8 +298,8 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
 def test_a_pypi_base_becomes_a_private_repo(engine: EngineBuild, llama_tree: Path, tmp_path: Path) -> None:
     """--base pypi:…: the sdist's llama.cpp tree is committed into a private repo; patches apply there."""
     from tests.planted import decompose_series
-    from tokensleuth.decompose import prepare
-    from tokensleuth.paths import cache_dir
+    from tokensleuth.core.paths import cache_dir
+    from tokensleuth.drivers.decompose import prepare
     from tokensleuth.sources import DEFAULT_ENGINE
     from tokensleuth.studies import kind_of
 
@@ -318,9 +318,9 @@ def test_a_pypi_base_becomes_a_private_repo(engine: EngineBuild, llama_tree: Pat
 
 def test_a_patch_taken_upstream_and_edited_since_is_skipped(tmp_path: Path) -> None:
     """git cherry's test: the reverse no longer applies, the patch id still matches."""
-    from tokensleuth.decompose import Decomposer
-    from tokensleuth.judge import Judge
-    from tokensleuth.patches import PrivateRepo
+    from tokensleuth.drivers.decompose import Decomposer
+    from tokensleuth.drivers.judge import Judge
+    from tokensleuth.sources.patches import PrivateRepo
     from tokensleuth.store import Store
 
     repo = tmp_path / "r"
@@ -392,9 +392,9 @@ class _TableJudge:
 
     def compare(self, a: str, b: str, models: list[str], band: float, max_pairs: int, fresh: str = "",
                 until: object = None) -> object:
-        from tokensleuth import stats
-        from tokensleuth.comparisons import Comparison
-        from tokensleuth.judge import Judgement
+        from tokensleuth.analysis import stats
+        from tokensleuth.drivers.comparisons import Comparison
+        from tokensleuth.drivers.judge import Judgement
 
         sha = b.rsplit("@", 1)[1]
         self.asked.append((sha, max_pairs))
@@ -425,8 +425,8 @@ def _series_repo(tmp_path: Path, n: int) -> tuple[Path, str, list[Path]]:
 
 def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outputs: dict[int, str],
                allow: bool, diagnose: Any = None) -> tuple[dict[str, Any], _TableJudge]:
-    from tokensleuth.decompose import Decomposer
-    from tokensleuth.patches import PrivateRepo, read_patch_files
+    from tokensleuth.drivers.decompose import Decomposer
+    from tokensleuth.sources.patches import PrivateRepo, read_patch_files
     from tokensleuth.store import Store
 
     repo, base, files = _series_repo(tmp_path, len(verdicts))

@@ -7,8 +7,17 @@ import math
 import numpy as np
 import pytest
 
-from tokensleuth.diagnose import (Diagnosis, Finding, Probe, Proc, busy_names, classify, prescribe, rerun_command,
-                                  with_threads)
+from tokensleuth.drivers.diagnose import (
+    Diagnosis,
+    Finding,
+    Probe,
+    Proc,
+    busy_names,
+    classify,
+    prescribe,
+    rerun_command,
+    with_threads,
+)
 
 LEVEL = math.log(100.0)
 

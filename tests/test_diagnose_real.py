@@ -13,7 +13,7 @@ import pytest
 
 from tests import rules
 from tests.conftest import tokensleuth_bin
-from tokensleuth.diagnose import allowed_cpus, classify, load_procs
+from tokensleuth.drivers.diagnose import allowed_cpus, classify, load_procs
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth import doctor, stats
-from tokensleuth.diagnose import allowed_cpus
+from tokensleuth.analysis import stats
+from tokensleuth.drivers import doctor
+from tokensleuth.drivers.diagnose import allowed_cpus
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -75,7 +76,7 @@ class _NoNVML:
 
 def test_the_engines_own_devices_are_checked(dense_model: Path) -> None:
     from tests.monitor.fakes import FakeNVML
-    from tokensleuth.memory import Free
+    from tokensleuth.trials.memory import Free
 
     (gpu,) = doctor.engine_checks(["CUDA"], [], [], nvml=_NoNVML())
     assert not gpu.ok and "built for CUDA but NVML answers nothing" in gpu.seen and "libnvidia-ml" in gpu.fix

@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth.bisect import probe_points, search, search_parallel
-from tokensleuth.errors import UserError
-from tokensleuth.fleet import Node, check_address, parse_selectors, select
-from tokensleuth.paths import cache_dir
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.paths import cache_dir
+from tokensleuth.drivers.bisect import probe_points, search, search_parallel
 from tokensleuth.executors import units_of
-from tokensleuth.runner import TrialJob
+from tokensleuth.fleet import Node, check_address, parse_selectors, select
 from tokensleuth.sources.build import EngineBuild
+from tokensleuth.trials.runner import TrialJob
 
 # -- pure parts ---------------------------------------------------------------------------
 

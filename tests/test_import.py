@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GOLDEN
+from tokensleuth.analysis.results import load_cells
 from tokensleuth.cli import main
+from tokensleuth.core.errors import UserError
 from tokensleuth.engines.llamabench import result_row
-from tokensleuth.engines.llamabench_sql import parse_sql
-from tokensleuth.errors import UserError
 from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
-from tokensleuth.results import load_cells
+from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store, TrialOutcome
 

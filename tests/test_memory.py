@@ -12,11 +12,20 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tests.monitor.fakes import FakeNVML
+from tokensleuth.core.errors import UserError
 from tokensleuth.engines.placement import parse_load_log
-from tokensleuth.errors import UserError
-from tokensleuth.memory import MIB, Free, Settings, gpu_free, guard, host_free, predict, settings_from_flags
 from tokensleuth.models.shapes import REAL_SHAPES, write_shape
 from tokensleuth.sources.build import EngineBuild
+from tokensleuth.trials.memory import (
+    MIB,
+    Free,
+    Settings,
+    gpu_free,
+    guard,
+    host_free,
+    predict,
+    settings_from_flags,
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +65,7 @@ def test_the_prediction_is_the_engines_own_figures(engine: EngineBuild, dense_mo
 
 
 def test_the_repacked_types_follow_the_cpu(tmp_path: Path) -> None:
-    from tokensleuth.memory import repack_types
+    from tokensleuth.trials.memory import repack_types
 
     x86 = tmp_path / "x86"
     x86.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
@@ -232,7 +241,7 @@ def test_the_cli_refuses_before_anything_runs(engine: EngineBuild, llama_tree: P
         assert line.startswith("error: huge.gguf needs ") and "of host memory" in line and "would not fit" in line
         assert "Traceback" not in p.stderr
     assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()  # refused before a study was opened
-    # bisect (and decompose: both judge through tokensleuth.judge) refuse before the first trial
+    # bisect (and decompose: both judge through tokensleuth.drivers.judge) refuse before the first trial
     dirs = []
     for name in ("good", "bad"):
         (tmp_path / name).symlink_to(engine.bin_dir, target_is_directory=True)
@@ -254,7 +263,7 @@ def test_the_judge_refuses_a_load_that_cannot_fit_before_its_first_trial(engine:
     (UserError) before either arm runs, on the prediction for its own flags."""
     import sqlite3
 
-    from tokensleuth.judge import Judge
+    from tokensleuth.drivers.judge import Judge
     from tokensleuth.store import Store
 
     huge = dataclasses.replace(REAL_SHAPES["qwen3-30b-a3b"], n_expert=4096, n_layer=96)
@@ -270,7 +279,7 @@ def test_the_judge_refuses_a_load_that_cannot_fit_before_its_first_trial(engine:
 def test_the_host_side_errs_on_the_safe_side() -> None:
     """A load whose buffers alone would fit the host's free memory, but not with the runtime's
     share and 5% beside them, is refused: a missed refusal is a frozen machine."""
-    from tokensleuth.memory import HOST_MARGIN, HOST_RUNTIME_GPU, Free, Need, judge
+    from tokensleuth.trials.memory import HOST_MARGIN, HOST_RUNTIME_GPU, Free, Need, judge
 
     need = Need(weights={"host": 10e9, "gpu": 20e9}, kv={"gpu": 1e9}, compute={"host": 0.1e9, "gpu": 1e9})
     assert need.guarded("host", True) == pytest.approx(10.1e9 * (1 + HOST_MARGIN) + HOST_RUNTIME_GPU)

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth.compare import damped
-from tokensleuth.noise import Noise, Process, components
+from tokensleuth.analysis.noise import Noise, Process, components
+from tokensleuth.drivers.compare import damped
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -92,7 +92,7 @@ def test_the_repetitions_move_at_most_double_or_half_a_round() -> None:
 def test_the_estimate_keeps_workloads_apart(tmp_path: Path) -> None:
     """Two workloads 50x apart in speed, each process at test_idx 0 (as compare stores them):
     their levels are two cells, not one cell's between-process spread (205.9% was reported)."""
-    from tokensleuth.noise import estimate
+    from tokensleuth.analysis.noise import estimate
     from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
 
     rng = np.random.default_rng(3)

@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 
 from tests.conftest import GOLDEN, tokensleuth_bin
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.engines.perplexity import KldSettings, parse_kld
 from tokensleuth.engines.proc import Line, ProcResult
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.outputs import (
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import BuildCache, EngineBuild
+from tokensleuth.trials.outputs import (
     ArmOutputCheck,
     OutputChecker,
     Tolerance,
@@ -26,8 +28,6 @@ from tokensleuth.outputs import (
     corpus_text,
     render_output_checks,
 )
-from tokensleuth.sources import DEFAULT_ENGINE
-from tokensleuth.sources.build import BuildCache, EngineBuild
 
 PPL_TARGETS = ("llama-bench", "llama-quantize", "llama-perplexity")
 
@@ -104,8 +104,8 @@ class CountingRunner:
         self.lost: list[bool] = []  # the run lost its statistics (llama.cpp#22142) and was run again
 
     def __call__(self, argv: list[str], **kw: Any) -> ProcResult:
+        from tokensleuth.core.errors import EngineError
         from tokensleuth.engines import perplexity as ppl
-        from tokensleuth.errors import EngineError
 
         self.calls.append(list(argv))
         res = self.real(argv, **kw)

@@ -15,11 +15,20 @@ from typing import Any
 import pytest
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth.errors import UserError
-from tokensleuth.profile import Profile, analyze, check_flags, diff, engine_names, parse_rows, profiles, workload_args
-from tokensleuth.studies.profile import headline
+from tokensleuth.core.errors import UserError
+from tokensleuth.drivers.profile import (
+    Profile,
+    analyze,
+    check_flags,
+    diff,
+    engine_names,
+    parse_rows,
+    profiles,
+    workload_args,
+)
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.profiler import api_defines
+from tokensleuth.studies.profile import headline
 
 LINE = ('{"rep": 0, "test": "tg16", "tokens": 16, "wall_ns": 48000000, "graph_ns": 44800000, "ops": ['
         '["MUL_MAT", "q8_0 [256,151936] x f32 [256]", 16, 38400000], '
@@ -263,8 +272,8 @@ def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys
     """`report` renders a profile study from the store alone: Markdown, JSON and the page's
     per-op chart (no engine runs)."""
     from tokensleuth import cli
-    from tokensleuth.profile import BENCH_STATE, RUNS_STATE
-    from tokensleuth.records import spec_hash
+    from tokensleuth.core.records import spec_hash
+    from tokensleuth.drivers.profile import BENCH_STATE, RUNS_STATE
     from tokensleuth.store import Store
 
     jitter = [1.0, 1.01, 0.99]
@@ -290,7 +299,13 @@ def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys
 
 def test_compare_profile_names_the_op_beside_the_verdict(engine: EngineBuild, moe_model: Path,
                                                          cli_env: dict[str, str], tmp_path: Path) -> None:
-    from tests.planted import SCAN_HISTORY, SCAN_MOE_US, SCAN_SPIN_US, assert_only_the_plant, bisect_history
+    from tests.planted import (
+        SCAN_HISTORY,
+        SCAN_MOE_US,
+        SCAN_SPIN_US,
+        assert_only_the_plant,
+        bisect_history,
+    )
 
     # the scan's plant (1 ms per MoE layer: the tiny MoE model at about 0.12 of its speed): the
     # bisect's 0.4 ms one came out at 0.854 [0.727, 1.003] after 10 pairs on a machine whose
@@ -318,7 +333,7 @@ def test_a_killed_profile_resumes_without_losing_or_repeating_a_process(
     import sqlite3
     import time
 
-    from tokensleuth.profile import RUNS_STATE
+    from tokensleuth.drivers.profile import RUNS_STATE
 
     args = [tokensleuth_bin(), "profile", "--model", str(dense_model), "-w", "tg16", "--processes", "3", "--",
             "-t", "1"]

@@ -18,13 +18,13 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tests.monitor.fakes import FakeNVML
-from tokensleuth import stats
-from tokensleuth.bench import run_bench
+from tokensleuth.analysis import stats
+from tokensleuth.analysis.results import load_cells
+from tokensleuth.drivers.bench import run_bench
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT
 from tokensleuth.monitor.nvidia import NvidiaSource
 from tokensleuth.monitor.sources import NullSource
 from tokensleuth.report.markdown import render_warnings
-from tokensleuth.results import load_cells
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import json
-
 import signal
 import sqlite3
 import subprocess
 import time
 from pathlib import Path
 
-from tokensleuth.bench import asked_reps
 from tests.conftest import tokensleuth_bin
+from tokensleuth.drivers.bench import asked_reps
 from tokensleuth.sources.build import EngineBuild
 
 ARGS = ["-p", "64", "-n", "16", "-r", "3", "-t", "1"]

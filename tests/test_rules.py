@@ -59,8 +59,8 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EngineBuild:
 
 
 def _study(store: Store, fake: EngineBuild, data: dict[str, Any], **kw: Any) -> str:
-    from tokensleuth.compare import run_compare
-    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.trials.spec import build_compare_spec
 
     spec = build_compare_spec({"arms": [{"name": "A", "source": fake.source}, {"name": "B", "source": fake.source}],
                                "models": [MODEL], "common_flags": ["-r", "3"], **data}, "t")
@@ -72,7 +72,7 @@ def _study(store: Store, fake: EngineBuild, data: dict[str, Any], **kw: Any) -> 
 def test_the_replay_stops_where_the_driver_did(fake: EngineBuild, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                sd: float) -> None:
     """Two-sided (futility included, joined cells parting), one-sided, and a forced round."""
-    from tokensleuth.comparisons import analyze, stored_spec
+    from tokensleuth.drivers.comparisons import analyze, stored_spec
 
     monkeypatch.setenv("FAKE_SD", str(sd))
     with Store(tmp_path / "s.db") as store:
@@ -107,7 +107,7 @@ def test_as_of_is_the_study_after_a_round(fake: EngineBuild, tmp_path: Path, mon
     second round is the user's and those the first round showed."""
     import json
 
-    from tokensleuth.results import load_cells
+    from tokensleuth.analysis.results import load_cells
 
     monkeypatch.setenv("FAKE_COLD", "1")
     with Store(tmp_path / "s.db") as store:

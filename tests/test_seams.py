@@ -44,7 +44,7 @@ def test_workload_names_and_model_facts_import_no_engine() -> None:
     engines/ (workload names were llama-bench's module's; the core's now)."""
     found = []
     for rel, tree in _modules():
-        if rel == "workloads.py" or rel.startswith("models/"):
+        if rel == "core/workloads.py" or rel.startswith("models/"):
             for node in ast.walk(tree):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
@@ -189,43 +189,72 @@ def test_report_never_branches_on_a_study_kind() -> None:
     assert found == [], "\n".join(found)
 
 
-# The pipeline's layers, lowest first: a module imports only from its own layer or lower ones
-# (DESIGN.md: spec -> plan -> run -> store -> analyze -> report, with the CLI on top). The
-# study kinds sit with the renderers: they use report's tables and figures, and report's pages
-# ask them what to show.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("tokensleuth", "errors", "limits", "paths", "hostenv", "records", "workloads", "cliargs", "stats"),
-    ("models", "monitor", "sources", "store", "patches", "plan"),
-    ("results", "noise", "confounders"),
-    ("engines",),
-    ("runner", "memory", "spec", "outputs", "fleet", "executors", "comparisons"),
-    ("bench", "compare", "judge", "bisect", "decompose", "crosshost", "diagnose", "doctor", "profile", "scan"),
-    ("report", "studies"),
-    ("commands",),
-    ("cli",),
-)
-
-
-def layer_of(module: str) -> int | None:
-    parts = module.split(".")
-    top = parts[1] if len(parts) > 1 else parts[0]
-    return next((i for i, names in enumerate(LAYERS) if top in names), None)
-
-
-def back_arrows(graph: dict[str, set[str]]) -> list[str]:
-    out = []
-    for mod, deps in sorted(graph.items()):
-        for d in sorted(deps):
-            lm, ld = layer_of(mod), layer_of(d)
-            if lm is not None and ld is not None and ld > lm:
-                out.append(f"{mod} (layer {lm}) imports {d} (layer {ld})")
+def floors(src: Path = SRC) -> dict[str, int]:
+    """Each folder's floor, read from its ``__init__.py`` (``FLOOR = n``, with ast): the layers are
+    the folders. The package root's own modules: ``tokensleuth`` (its version) is the ground, the
+    CLI the top."""
+    out = {}
+    for init in sorted(src.glob("*/__init__.py")):
+        tree = ast.parse(init.read_text(), str(init))
+        found = [_const(n.value) for n in tree.body if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "FLOOR" for t in n.targets)]
+        if found and isinstance(found[0], int):
+            out[init.parent.name] = found[0]
+    out["tokensleuth"] = -1
+    out["cli"] = max(out.values()) + 1
     return out
 
 
-def test_every_module_has_a_layer_and_no_import_runs_back_up() -> None:
+FLOORS = floors()
+
+
+def layer_of(module: str, table: dict[str, int] | None = None) -> int | None:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else parts[0]
+    return (FLOORS if table is None else table).get(top)
+
+
+def folder_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def back_arrows(graph: dict[str, set[str]], table: dict[str, int] | None = None) -> list[str]:
+    """Imports of a folder on the same floor or higher (its own folder aside)."""
+    out = []
+    for mod, deps in sorted(graph.items()):
+        for d in sorted(deps):
+            lm, ld = layer_of(mod, table), layer_of(d, table)
+            if folder_of(mod) != folder_of(d) and lm is not None and ld is not None and ld >= lm and ld >= 0:
+                out.append(f"{mod} (floor {lm}) imports {d} (floor {ld})")
+    return out
+
+
+def folder_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    folders: dict[str, set[str]] = {}
+    for mod, deps in graph.items():
+        folders.setdefault(folder_of(mod), set()).update(folder_of(d) for d in deps if folder_of(d) != folder_of(mod))
+    for deps in list(folders.values()):
+        for d in deps:
+            folders.setdefault(d, set())
+    return cycles(folders)
+
+
+def test_every_folder_is_a_floor_and_no_import_runs_back_up() -> None:
     graph = import_graph(_package_modules())
-    assert [m for m in graph if layer_of(m) is None] == [], "give the new module's package a layer in LAYERS"
+    loose = sorted(p.name for p in SRC.glob("*.py") if p.stem not in ("__init__", "cli"))
+    assert loose == [], f"a module belongs in a floor's folder: {loose}"
+    assert [m for m in graph if layer_of(m) is None] == [], "give the new folder's __init__.py a FLOOR"
     assert back_arrows(graph) == []
+    assert folder_cycles(graph) == []
+
+
+def test_every_folder_says_what_it_may_import() -> None:
+    """Each folder's docstring names its floor, the way a newcomer reads it."""
+    for name, n in FLOORS.items():
+        if name not in ("tokensleuth", "cli"):
+            doc = ast.get_docstring(ast.parse((SRC / name / "__init__.py").read_text())) or ""
+            assert f"Floor {n}: imports" in " ".join(doc.split()), name
 
 
 def test_the_seam_guards_see_what_they_look_for() -> None:
@@ -235,5 +264,11 @@ def test_the_seam_guards_see_what_they_look_for() -> None:
     assert _kind_branches("r.py", ast.parse('if row["kind"] != "bisect" or k in ("bench",): pass'),
                           {"bench", "bisect"}) == ["r.py:1 compares with 'bisect'", "r.py:1 compares with 'bench'"]
     assert back_arrows({"tokensleuth.store": {"tokensleuth.report.markdown"}, "tokensleuth.report.markdown": set()}) == [
-        "tokensleuth.store (layer 1) imports tokensleuth.report.markdown (layer 6)"]
-    assert layer_of("tokensleuth.commands.compare") == layer_of("tokensleuth.commands") == 7
+        f"tokensleuth.store (floor 1) imports tokensleuth.report.markdown (floor {FLOORS['report']})"]
+    # a peer on the same floor is a back-arrow too; the own folder is not
+    assert back_arrows({"tokensleuth.store.a": {"tokensleuth.models.info", "tokensleuth.store.b"}}) == [
+        "tokensleuth.store.a (floor 1) imports tokensleuth.models.info (floor 1)"]
+    assert folder_cycles({"tokensleuth.a.x": {"tokensleuth.b.y"}, "tokensleuth.b.y": {"tokensleuth.a.z"}}) == [["a", "b"]]
+    assert layer_of("tokensleuth.commands.compare") == layer_of("tokensleuth.commands") == FLOORS["commands"]
+    tmp = floors(SRC)  # read from the folders: drivers sit above the trials
+    assert tmp["drivers"] > tmp["trials"] > tmp["engines"] > tmp["analysis"] > tmp["store"] > tmp["core"] == 0

@@ -18,12 +18,12 @@ import pytest
 
 from tests import workers
 from tests.conftest import tokensleuth_bin
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.workloads import canonical, parse
 from tokensleuth.engines.llamaserver import parse_sse
 from tokensleuth.engines.serving import RequestFailed, Stream, split_flags
-from tokensleuth.errors import UserError
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.workloads import canonical, parse
 
 FAKE = Path(__file__).parent / "fakes" / "fake_llama_server.py"
 

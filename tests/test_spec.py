@@ -7,8 +7,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from tokensleuth.errors import UserError
-from tokensleuth.spec import CompareSpec, load_compare_toml, parse_compare_toml, parse_duration, parse_percent
+from tokensleuth.core.errors import UserError
+from tokensleuth.trials.spec import (
+    CompareSpec,
+    load_compare_toml,
+    parse_compare_toml,
+    parse_duration,
+    parse_percent,
+)
 
 
 def test_durations() -> None:
@@ -93,7 +99,7 @@ def test_unreadable_study_file(tmp_path: Path) -> None:
 
 
 def test_study_file_arms_name_their_engine_kind(tmp_path: Path) -> None:
-    from tokensleuth.compare import spec_dump
+    from tokensleuth.drivers.compare import spec_dump
 
     m = tmp_path / "m.gguf"
     m.write_bytes(b"GGUF")

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from tokensleuth import stats
-from tokensleuth.plan import pair_order, pair_round
+from tokensleuth.analysis import stats
+from tokensleuth.core.plan import pair_order, pair_round
 
 
 def _pairs(rng: np.random.Generator, n: int, ratio: float, cv: float) -> tuple[list[float], list[float]]:
@@ -147,7 +147,7 @@ def test_futility_rarely_costs_detection() -> None:
 
 
 def test_unresolved_summary_says_how_many_pairs_the_band_needs() -> None:
-    from tokensleuth.comparisons import Comparison, summary_sentence
+    from tokensleuth.drivers.comparisons import Comparison, summary_sentence
 
     rng = np.random.default_rng(2)
     b, c = _pairs(rng, 20, 1.0, 0.02)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tokensleuth.errors import Interrupted, UserError
+from tokensleuth.core.errors import Interrupted, UserError
 from tokensleuth.store import (
     MACHINE_LOST,
     SCHEMA_VERSION,

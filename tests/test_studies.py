@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 from tokensleuth.studies import _MODULES, kind_of
 
 

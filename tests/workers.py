@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tokensleuth.paths import cache_dir, file_lock
+from tokensleuth.core.paths import cache_dir, file_lock
 
 
 def name() -> str:
@@ -23,7 +23,7 @@ def name() -> str:
 
 @contextlib.contextmanager
 def cache_lock(what: str) -> Iterator[None]:
-    """Hold the suite-wide lock ``what`` (``tokensleuth.paths.file_lock``: not re-entrant)."""
+    """Hold the suite-wide lock ``what`` (``tokensleuth.core.paths.file_lock``: not re-entrant)."""
     d = cache_dir() / "test-locks"
     d.mkdir(parents=True, exist_ok=True)
     with file_lock(d / f"{what}.lock"):

@@ -19,7 +19,7 @@ from typer._click import exceptions as click_exc
 from tokensleuth import __version__
 from tokensleuth.commands import COMMANDS, GROUPS
 from tokensleuth.commands.common import err, out
-from tokensleuth.errors import EngineError, Interrupted, UserError
+from tokensleuth.core.errors import EngineError, Interrupted, UserError
 
 app = typer.Typer(
     help="Find out where an LLM inference engine's speed went, and prove it.",
@@ -107,7 +107,7 @@ def debug_trace(exc: BaseException) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; errors become one line on stderr and their exit code (2 input, 1 engine)."""
-    from tokensleuth.cliargs import EngineArgs, expand_list_options, split_engine_args
+    from tokensleuth.core.cliargs import EngineArgs, expand_list_options, split_engine_args
 
     args = list(argv if argv is not None else sys.argv[1:])
     own, tail = split_engine_args(args)
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         err.print(exc.ctx.get_help() if exc.ctx else str(exc), markup=False)
         return 2
     except click_exc.NoSuchOption as exc:
-        from tokensleuth.cliargs import no_such_option_message
+        from tokensleuth.core.cliargs import no_such_option_message
 
         takes = bool(exc.ctx and exc.ctx.allow_extra_args)  # a measuring command: engine flags after --
         name = (exc.ctx.info_name if exc.ctx else None) or "tokensleuth"

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-import pytest
 from typing import Any
 
+import pytest
+
 from tests.conftest import GOLDEN
-from tokensleuth.engines.llamabench import MalformedOutput, check_flags, extract_windows, known_flags, outcome_from, parse_jsonl, parse_progress
-from tokensleuth.workloads import workload_flags
-from tokensleuth.workloads import parse_workload, bench_test_name
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.workloads import bench_test_name, parse_workload, workload_flags
+from tokensleuth.engines.llamabench import (
+    MalformedOutput,
+    check_flags,
+    extract_windows,
+    known_flags,
+    outcome_from,
+    parse_jsonl,
+    parse_progress,
+)
 from tokensleuth.engines.proc import Line, ProcResult
-from tokensleuth.errors import UserError
 
 
 def test_progress_lines_parse() -> None:
@@ -141,7 +149,7 @@ def test_workloads() -> None:
 
 
 def test_workload_grammar_and_canonical_names() -> None:
-    from tokensleuth.workloads import canonical_workload
+    from tokensleuth.core.workloads import canonical_workload
 
     forms = {"pp512": "pp512", "tg128": "tg128", "pp512+tg128": "pp512+tg128", "pp2048@d4096": "pp2048@d4096",
              "tg128@d0": "tg128", "pp512@d0": "pp512", "pp512+tg128@d0": "pp512+tg128",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import GOLDEN
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.engines.perplexity import (
     KldSettings,
     KldStats,
@@ -15,7 +16,6 @@ from tokensleuth.engines.perplexity import (
     parse_kld,
     perplexity_flags,
 )
-from tokensleuth.errors import EngineError, UserError
 
 
 def golden(name: str) -> str:

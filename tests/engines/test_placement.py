@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tokensleuth.engines.placement import Placement, check_devices, difference, listed_devices, parse_load_log
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
+from tokensleuth.engines.placement import (
+    Placement,
+    check_devices,
+    difference,
+    listed_devices,
+    parse_load_log,
+)
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "llamacpp" / "load"
 

@@ -14,8 +14,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tokensleuth.core.errors import Interrupted
 from tokensleuth.engines.proc import run_process
-from tokensleuth.errors import Interrupted
 
 
 def _wait_for(path: Path, timeout_s: float = 10.0) -> str:

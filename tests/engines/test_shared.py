@@ -6,8 +6,8 @@ from pathlib import Path
 
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.engines.shared import differing_setting, per_instance, shared_unit, split
-from tokensleuth.runner import TrialJob
 from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
+from tokensleuth.trials.runner import TrialJob
 
 BIN = Path("/builds/x/bin")
 

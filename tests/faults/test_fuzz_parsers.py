@@ -22,13 +22,21 @@ from hypothesis import strategies as st
 
 from tests.conftest import GOLDEN
 from tests.faults.gguf_tiny import write_tiny_gguf
-from tokensleuth.engines.llamabench import INT64_MAX, MalformedOutput, Progress, outcome_from, parse_json, parse_jsonl, parse_progress, result_row
-from tokensleuth.workloads import workload_flags
-from tokensleuth.workloads import INT32_MAX, canonical_workload, parse_workload
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.workloads import INT32_MAX, canonical_workload, parse_workload, workload_flags
+from tokensleuth.engines.llamabench import (
+    INT64_MAX,
+    MalformedOutput,
+    Progress,
+    outcome_from,
+    parse_json,
+    parse_jsonl,
+    parse_progress,
+    result_row,
+)
+from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
 from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.engines.proc import Line, ProcResult
-from tokensleuth.errors import UserError
-from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
 from tokensleuth.models.info import ModelInfo, check_gguf, model_info
 from tokensleuth.store import Store
 

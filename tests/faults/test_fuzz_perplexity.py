@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import GOLDEN
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.engines.perplexity import KldStats, parse_base_ppl, parse_kld, perplexity_flags
-from tokensleuth.errors import EngineError, UserError
 
 EXAMPLES = int(os.environ.get("TOKENSLEUTH_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, database=None,

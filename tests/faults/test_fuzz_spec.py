@@ -17,11 +17,17 @@ from typing import Any
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from tokensleuth.workloads import INT32_MAX, parse_workload
-from tokensleuth.errors import UserError
-from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
+from tokensleuth.core.workloads import INT32_MAX, parse_workload
 from tokensleuth.sources import Source, parse_source
-from tokensleuth.spec import CompareSpec, load_compare_toml, parse_compare_toml, parse_duration, parse_percent
+from tokensleuth.trials.spec import (
+    CompareSpec,
+    load_compare_toml,
+    parse_compare_toml,
+    parse_duration,
+    parse_percent,
+)
 
 EXAMPLES = int(os.environ.get("TOKENSLEUTH_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,7 +4,6 @@ left running, the study marked interrupted, and --resume finishes it with nothin
 from __future__ import annotations
 
 import json
-
 import signal
 import sqlite3
 import subprocess
@@ -14,8 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tokensleuth.bench import asked_reps
 from tests.conftest import tokensleuth_bin
+from tokensleuth.drivers.bench import asked_reps
 from tokensleuth.sources.build import EngineBuild
 
 REPS = 200  # a trial of ~0.5 s on a quiet machine (model load + repetitions): the signal lands in it

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 from tokensleuth.models.info import model_info
 from tokensleuth.models.synth import SHAPES, synth
 

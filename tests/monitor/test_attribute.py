@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tokensleuth.confounders import REMEDY, outcome_warnings
+from tokensleuth.analysis.confounders import REMEDY, outcome_warnings
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error
 from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
 
@@ -91,7 +91,7 @@ def test_many_stalls_are_counted_not_listed() -> None:
 def test_a_power_p95_is_never_below_the_mean_of_the_same_windows() -> None:
     """Windows of 0.15 s whose samples read NVML's lagging average (148 W) while the energy
     counter says 324 W: a p95 below the mean is no percentile of the real power — not reported."""
-    from tokensleuth.results import Cell
+    from tokensleuth.analysis.results import Cell
 
     def cell(p95: float) -> dict[str, Any]:
         c = Cell("a", "m.gguf", "pp2048", 0, {})
@@ -109,10 +109,10 @@ def test_a_power_p95_is_never_below_the_mean_of_the_same_windows() -> None:
 def test_a_trial_whose_windows_are_all_off_gives_the_cpu_verdict_nothing(tmp_path: Path) -> None:
     """The CPU verdict's pairs are load_cells': a trial whose every window is off by more than the
     edge limit has no CPU there, and the stored sum of its windows' CPU is not taken instead."""
-    from tokensleuth.comparisons import analyze
-    from tokensleuth.records import WindowRow
-    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.core.records import WindowRow
+    from tokensleuth.drivers.comparisons import analyze
     from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
+    from tokensleuth.trials.spec import build_compare_spec
 
     spec = build_compare_spec({"arms": [{"name": "a", "source": "pypi:x==1"}, {"name": "b", "source": "pypi:x==1"}],
                                "models": ["/m.gguf"], "workloads": ["tg32"], "band": 0.05}, "test")

@@ -253,7 +253,7 @@ def test_a_healthy_monitor_has_no_failure_notes() -> None:
 
 
 def test_doctor_says_when_the_gpu_processes_could_not_be_listed() -> None:
-    from tokensleuth import doctor
+    from tokensleuth.drivers import doctor
 
     def unlisted(nvml: FakeNVML) -> list[doctor.Finding]:
         return [f for f in doctor.gpu_checks(nvml) if f.seen.startswith("could not be listed")]
@@ -265,7 +265,7 @@ def test_doctor_says_when_the_gpu_processes_could_not_be_listed() -> None:
 
 
 def test_a_cpu_package_energy_total_with_a_window_missing_is_withheld() -> None:
-    from tokensleuth.results import Cell
+    from tokensleuth.analysis.results import Cell
 
     c = Cell("a", "m.gguf", "tg16", 0, {})
     c.windows = [{"window_s": 1.0, "tokens": 16, "cpu_pkg_energy_j": 5.0}, {"window_s": 1.0, "tokens": 16}]

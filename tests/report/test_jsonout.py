@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 from tokensleuth.report.jsonout import check_json_target, write_json
 
 

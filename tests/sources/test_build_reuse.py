@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tokensleuth.paths import cache_dir
+from tokensleuth.core.paths import cache_dir
 from tokensleuth.sources.build import BuildCache, EngineBuild, sync_tree
 
 

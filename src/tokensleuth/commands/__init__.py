@@ -2,6 +2,8 @@
 
 A command module parses its options into a spec and hands one request to a driver; it never
 imports ``tokensleuth.cli``. A new command is one module plus one line in ``COMMANDS``.
+
+Floor 11: imports everything below; never the CLI.
 """
 
 from __future__ import annotations
@@ -10,7 +12,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokensleuth.commands import bench, bisect, compare, decompose, doctor, engine, model, profile, report, scan, studies
+from tokensleuth.commands import (
+    bench,
+    bisect,
+    compare,
+    decompose,
+    doctor,
+    engine,
+    model,
+    profile,
+    report,
+    scan,
+    studies,
+)
+
+FLOOR = 11  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
 
 
 @dataclass(frozen=True)

@@ -8,16 +8,30 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.limits import MAX_TIMEOUT_S, MAX_TRIALS
+from tokensleuth.commands import common
+from tokensleuth.commands.common import (
+    ClusterOpt,
+    CmakeOpt,
+    DbOpt,
+    OnOpt,
+    SampleIntervalOpt,
+    engine_flags,
+    err,
+    fleet_paths,
+    json_target,
+    open_fleet,
+    out,
+    parse_env,
+    save_json,
+    seconds_option,
+    targets_for,
+    trial_printer,
+)
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.limits import MAX_TIMEOUT_S, MAX_TRIALS
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.engines.checks import check_arm
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
-from tokensleuth.commands import common
-from tokensleuth.commands.common import (
-    err, out, DbOpt, CmakeOpt, seconds_option, SampleIntervalOpt, ClusterOpt, OnOpt, open_fleet, fleet_paths,
-    engine_flags, trial_printer, targets_for, json_target, save_json, parse_env,
-)
 
 
 def bench(
@@ -46,19 +60,19 @@ def bench(
     `tokensleuth bench --model m.gguf -- -p 512 -n 128 -r 5 -d 0,4096`, or
     `tokensleuth bench --kind llama-server --model m.gguf -w pp512 -w tg128xc4 -- -r 5 -ngl 99`.
     """
-    from tokensleuth.bench import run_bench
+    from tokensleuth.analysis.results import load_cells
+    from tokensleuth.drivers.bench import run_bench
     from tokensleuth.report.jsonout import bench_json
     from tokensleuth.report.markdown import render_bench, render_warnings
-    from tokensleuth.results import load_cells
-    from tokensleuth.spec import model_paths
+    from tokensleuth.trials.spec import model_paths
 
     flags = engine_flags(ctx)
     json_target(json_out)
     models = model_paths(model)
     env_map = parse_env(env)
+    from tokensleuth.core.workloads import canonical
     from tokensleuth.engines import engine_for, kind_for, served
-    from tokensleuth.spec import WORKLOAD_FLAGS
-    from tokensleuth.workloads import canonical
+    from tokensleuth.trials.spec import WORKLOAD_FLAGS
 
     if served(engine) and kind == DEFAULT_KIND:
         kind = kind_for(engine, None)  # the kind its source's prefix is measured with
@@ -89,7 +103,7 @@ def bench(
         b = common.get_build(engine, cmake, targets_for([kind]))
         check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
         if engine_for(kind).bench_flags:  # a load that cannot fit is refused before it starts
-            from tokensleuth.memory import guard
+            from tokensleuth.trials.memory import guard
 
             guard(models, flags, workloads, b.backends, warn=lambda line: err.print(line, markup=False))
     with common.open_store(db) as store:

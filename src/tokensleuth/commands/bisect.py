@@ -7,17 +7,33 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.errors import UserError
-from tokensleuth.limits import MAX_TIMEOUT_S
+from tokensleuth.commands import common
+from tokensleuth.commands.common import (
+    ClusterOpt,
+    CmakeOpt,
+    DbOpt,
+    NoProbeOpt,
+    OnOpt,
+    build_compare_spec_check,
+    diagnoser,
+    doctor_line,
+    engine_flags,
+    err,
+    fleet_paths,
+    json_target,
+    open_fleet,
+    out,
+    profiler,
+    refuse_on_fleet,
+    save_json,
+    seconds_option,
+    set_kind,
+)
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.limits import MAX_TIMEOUT_S
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import BuildCache
-from tokensleuth.commands import common
-from tokensleuth.commands.common import (
-    err, out, DbOpt, CmakeOpt, seconds_option, ClusterOpt, OnOpt, open_fleet, fleet_paths, refuse_on_fleet,
-    engine_flags, NoProbeOpt, doctor_line, json_target, save_json, diagnoser, profiler, set_kind,
-    build_compare_spec_check,
-)
 
 
 def bisect(
@@ -49,9 +65,10 @@ def bisect(
     """Find the first commit (or release) that made it slower, and verify it against its parent.
 
     With --cluster and k machines (--on a label they share), k candidates are judged a round."""
-    from tokensleuth import bisect as bis
+    from tokensleuth.drivers import bisect as bis
+    from tokensleuth.sources import history
     from tokensleuth.studies import driver_kind
-    from tokensleuth.spec import model_paths, parse_percent
+    from tokensleuth.trials.spec import model_paths, parse_percent
 
     flags = engine_flags(ctx)
     json_target(json_out)
@@ -59,18 +76,18 @@ def bisect(
         if not good or not bad:
             raise UserError("bisect needs --good REV and --bad REV — name the last good and first bad revisions")
         parse_source(f"git:{repo}@{good}")
-        cands = bis.git_candidates(str(repo), good, bad)
+        cands = history.git_candidates(str(repo), good, bad)
     elif source is not None:
         prefix, _, name = source.partition(":")  # not `kind`: that is the --kind option's
         if prefix != "pypi" or not name or "==" in name:
             raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --good/--bad)")
-        cands = bis.pypi_candidates(name, good, bad)
+        cands = history.pypi_candidates(name, good, bad)
     elif bin_dir:
         for d in bin_dir:
             b = BuildCache().get(f"bin:{d}")  # each folder's llama-bench can run, before any trial
             if check_outputs:
                 b.binary("llama-perplexity")
-        cands = bis.bin_candidates([str(Path(d).resolve()) for d in bin_dir])
+        cands = history.bin_candidates([str(Path(d).resolve()) for d in bin_dir])
     else:
         raise UserError("nothing to bisect — pass --repo PATH, --source pypi:NAME or --bin DIR (twice or more)")
     spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],

@@ -11,18 +11,16 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.paths import default_db
+from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.paths import default_db
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.store import Store
-from tokensleuth.records import TrialOutcome
-
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -79,7 +77,7 @@ def refuse_on_fleet(fleet: Any, **flags: bool) -> None:
 def engine_flags(ctx: typer.Context) -> list[str]:
     """The engine's flags: what came after `--`. A word before it that no option took is
     refused (one line), before anything is built, measured or stored."""
-    from tokensleuth.cliargs import EngineArgs, stray_message
+    from tokensleuth.core.cliargs import EngineArgs, stray_message
 
     given = ctx.obj if isinstance(ctx.obj, EngineArgs) else EngineArgs()
     tail = list(given.engine)
@@ -92,7 +90,7 @@ def engine_flags(ctx: typer.Context) -> list[str]:
 
 def command_line(ctx: typer.Context) -> list[str] | None:
     """The words this command was run with (for the command to run next), when known."""
-    from tokensleuth.cliargs import EngineArgs
+    from tokensleuth.core.cliargs import EngineArgs
 
     if not isinstance(ctx.obj, EngineArgs) or not ctx.obj.own:
         return None
@@ -162,7 +160,7 @@ def trial_printer(total_hint: str = "") -> Any:
 
 def doctor_line() -> None:
     """The doctor's one line on stderr when a quick check finds something that adds noise."""
-    from tokensleuth import doctor
+    from tokensleuth.drivers import doctor
 
     line = doctor.summary_line(doctor.quick_checks())
     if line:
@@ -199,7 +197,7 @@ def save_json(path: Path, obj: dict[str, Any], study: str) -> None:
 
 def save_text(path: Path, text: str) -> None:
     """Write a page whole or not at all (paths.write_atomic)."""
-    from tokensleuth.paths import write_atomic
+    from tokensleuth.core.paths import write_atomic
 
     try:
         write_atomic(path, text)
@@ -221,7 +219,7 @@ def diagnoser(store: Any, ctx: typer.Context, probe: bool) -> Any:
     """A driver's diagnose callback (diagnose.Diagnoser): why a comparison stayed open, with the
     threads probe where ``probe`` (it runs here: not when a fleet's machines measured)."""
     def why(study_id: str, builds: Mapping[str, EngineBuild]) -> dict[str, Any] | None:
-        from tokensleuth.diagnose import diagnose
+        from tokensleuth.drivers.diagnose import diagnose
 
         rx = diagnose(store, study_id, builds, probe=probe, argv=command_line(ctx),
                       log=lambda line: err.print(line, markup=False))
@@ -234,7 +232,7 @@ def profiler(store: Any, cmake: list[str], flags: list[str], timeout_s: float) -
     """A driver's profile callback (bisect.Profiler): the per-op diff of two sources, each
     built with the profiler, on one model and workload; stored as a profile study."""
     def run(parent: str, culprit: str, model: str, workload: str) -> dict[str, Any]:
-        from tokensleuth.profile import flags_from, run_profile, workload_args
+        from tokensleuth.drivers.profile import flags_from, run_profile, workload_args
         from tokensleuth.sources.profiler import TARGET
         from tokensleuth.studies.profile import summary
 
@@ -260,7 +258,7 @@ def set_kind(spec: dict[str, Any], kind: str) -> None:
 
 def build_compare_spec_check(spec: dict[str, Any]) -> None:
     """Validate the parts of a bisect that each comparison will use, before any build."""
-    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.trials.spec import build_compare_spec
 
     kind = spec.get("kind", DEFAULT_KIND)
     build_compare_spec({"arms": [{"name": "A", "source": DEFAULT_ENGINE, "kind": kind},

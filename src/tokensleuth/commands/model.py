@@ -8,11 +8,11 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.errors import UserError
+from tokensleuth.commands import common
+from tokensleuth.commands.common import CmakeOpt, engine_flags, out
+from tokensleuth.core.errors import UserError
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import BuildCache
-from tokensleuth.commands import common
-from tokensleuth.commands.common import out, CmakeOpt, engine_flags
 
 
 def model_synth(
@@ -66,7 +66,15 @@ def model_fit(
 ) -> None:
     """What a llama-bench run of MODEL with the flags after `--` will need in memory, per
     device, against what is free here — nothing is run."""
-    from tokensleuth.memory import Free, gpu_free, host_free, judge, predict, settings_from_flags, tests_of
+    from tokensleuth.trials.memory import (
+        Free,
+        gpu_free,
+        host_free,
+        judge,
+        predict,
+        settings_from_flags,
+        tests_of,
+    )
 
     flags = engine_flags(ctx)
     h, hs = host_free()

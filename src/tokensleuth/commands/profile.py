@@ -7,10 +7,19 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.limits import MAX_TIMEOUT_S
-from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.commands import common
-from tokensleuth.commands.common import CmakeOpt, DbOpt, engine_flags, err, json_target, out, save_json, seconds_option
+from tokensleuth.commands.common import (
+    CmakeOpt,
+    DbOpt,
+    engine_flags,
+    err,
+    json_target,
+    out,
+    save_json,
+    seconds_option,
+)
+from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.sources import DEFAULT_ENGINE
 
 
 def profile(
@@ -39,14 +48,14 @@ def profile(
     One build two ways: --engine fused=SOURCE --engine split=SOURCE
     --env split:GGML_CUDA_DISABLE_FUSION=1 --groups
     """
-    from tokensleuth.errors import EngineError
-    from tokensleuth.memory import guard
-    from tokensleuth.profile import check_flags, engine_names, run_profile, workload_args
+    from tokensleuth.core.errors import EngineError
+    from tokensleuth.core.workloads import canonical
+    from tokensleuth.drivers.profile import check_flags, engine_names, run_profile, workload_args
     from tokensleuth.sources.build import DEFAULT_TARGETS
     from tokensleuth.sources.profiler import TARGET
-    from tokensleuth.spec import model_paths, parse_percent
     from tokensleuth.studies import kind_of
-    from tokensleuth.workloads import canonical
+    from tokensleuth.trials.memory import guard
+    from tokensleuth.trials.spec import model_paths, parse_percent
 
     flags = check_flags(engine_flags(ctx))
     json_target(json_out)

@@ -7,9 +7,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.errors import UserError
 from tokensleuth.commands import common
-from tokensleuth.commands.common import err, out, DbOpt, json_target, save_json, save_text
+from tokensleuth.commands.common import DbOpt, err, json_target, out, save_json, save_text
+from tokensleuth.core.errors import UserError
 
 
 def report(
@@ -32,7 +32,7 @@ def report(
     with common.open_store(db) as store:
         row = store.study(study)
         sid = row["id"]
-        from tokensleuth.report.explain import explain, markdown
+        from tokensleuth.pages.explain import explain, markdown
 
         text, obj = kind_of(row["kind"]).render_stored(store, sid)
         if step is not None:
@@ -42,12 +42,12 @@ def report(
         why = markdown(explained)
         md = text + render_warnings(store.warnings(sid)) + (f"\n\n{why}" if why else "")
         if issue:
-            from tokensleuth.report.issue import render_issue
+            from tokensleuth.pages.issue import render_issue
 
             md = render_issue(store, sid, (text, obj), why)
         page = None
         if html_out:
-            from tokensleuth.report.html import render_html
+            from tokensleuth.pages.html import render_html
 
             page = render_html(store, sid, sections=[sec for sec, _ in explained], rendered=(text, obj))
     out.print(md, markup=False, highlight=False)
@@ -63,7 +63,7 @@ def site(
     db: DbOpt = None,
 ) -> None:
     """Write a static site of every study: an index, a page per study, t/s history per model and test."""
-    from tokensleuth.report.site import build_site
+    from tokensleuth.pages.site import build_site
 
     if dest.exists() and not dest.is_dir():
         raise UserError(f"{dest} is a file — give a folder for the site")

@@ -7,16 +7,30 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from tokensleuth.errors import UserError
-from tokensleuth.limits import MAX_TIMEOUT_S
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
-    CmakeOpt, ClusterOpt, DbOpt, OnOpt, build_compare_spec_check, doctor_line, engine_flags, err, fleet_paths,
-    json_target, open_fleet, out, profiler, refuse_on_fleet, save_json, seconds_option,
+    ClusterOpt,
+    CmakeOpt,
+    DbOpt,
+    OnOpt,
+    build_compare_spec_check,
+    doctor_line,
+    engine_flags,
+    err,
+    fleet_paths,
+    json_target,
+    open_fleet,
+    out,
+    profiler,
+    refuse_on_fleet,
+    save_json,
+    seconds_option,
 )
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.limits import MAX_TIMEOUT_S
 
 if TYPE_CHECKING:
-    from tokensleuth.bisect import Candidate
+    from tokensleuth.sources.history import Candidate
 
 
 def scan(
@@ -57,15 +71,15 @@ def scan(
     The same from a file: tokensleuth scan --study scan.toml (and nightly: --study scan.toml
     --resume --to NEWER)
     """
-    from tokensleuth import bisect as bis
-    from tokensleuth.scan import parse_budget, run_scan
-    from tokensleuth.spec import model_paths, parse_percent
+    from tokensleuth.sources import history
+    from tokensleuth.drivers.scan import parse_budget, run_scan
     from tokensleuth.studies import driver_kind
+    from tokensleuth.trials.spec import model_paths, parse_percent
 
     flags = engine_flags(ctx)
     json_target(json_out)
     if study is not None:  # the file fills what the command line left out
-        from tokensleuth.spec import load_scan_toml
+        from tokensleuth.trials.spec import load_scan_toml
 
         f = load_scan_toml(study)
 
@@ -103,12 +117,12 @@ def scan(
     fleet = open_fleet(cluster, on)  # (an address that cannot be read, or answers not, is one line now)
     refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
     if repo is not None:
-        cands = bis.git_candidates(str(repo), from_, to, ("--from", "--to"))
+        cands = history.git_candidates(str(repo), from_, to, ("--from", "--to"))
     elif source is not None:
         prefix, _, name = source.partition(":")
         if prefix != "pypi" or not name or "==" in name:
             raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --from/--to)")
-        cands = bis.pypi_candidates(name, from_, to, within=True, names=("--from", "--to"))
+        cands = history.pypi_candidates(name, from_, to, within=True, names=("--from", "--to"))
         _say_ends(cands, from_, to)
     else:
         raise UserError("nothing to scan — pass --repo PATH or --source pypi:NAME")

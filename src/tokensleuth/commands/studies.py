@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from tokensleuth.errors import UserError
 from tokensleuth.commands import common
-from tokensleuth.commands.common import out, DbOpt
+from tokensleuth.commands.common import DbOpt, out
+from tokensleuth.core.errors import UserError
 
 
 def import_cmd(

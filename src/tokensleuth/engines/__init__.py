@@ -3,6 +3,8 @@
 Engine kinds are looked up by name (:func:`engine_for`); a kind is one module of this
 package that defines ``ENGINE`` (see :class:`tokensleuth.engines.base.Engine`), plus its
 line in ``KINDS``.
+
+Floor 3: imports analysis and the floors below; never trials, a driver or a renderer.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 
 if TYPE_CHECKING:
     from tokensleuth.engines.base import Engine
     from tokensleuth.store import Store
+
+FLOOR = 3  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
 
 # kind name -> module of this package (imported on first use)
 KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "openai",

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines.proc import Probe
-from tokensleuth.records import TrialOutcome
 
 DEFAULT_KIND = "llama-bench"
 

@@ -32,7 +32,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from tokensleuth.paths import cache_dir
+from tokensleuth.core.paths import cache_dir
 
 WAIT_MS = 5000
 

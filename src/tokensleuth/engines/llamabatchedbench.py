@@ -21,12 +21,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.core.errors import UserError, show
+from tokensleuth.core.records import ResultRow, SampleRow, TrialOutcome
+from tokensleuth.core.workloads import parse
 from tokensleuth.engines import exitdrain
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.engines.proc import Probe, ProcResult, run_process
-from tokensleuth.errors import UserError, show
-from tokensleuth.records import ResultRow, SampleRow, TrialOutcome
-from tokensleuth.workloads import parse
 
 BINARY = "llama-batched-bench"
 # flags tokensleuth sets itself for a planned workload (the arm may not set them too)

@@ -19,16 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.core.errors import EngineError, UserError, show
+from tokensleuth.core.records import ResultRow, SampleRow, TrialOutcome, WindowRow
+from tokensleuth.core.workloads import (  # llama-bench's workload names, the core's since every kind uses them
+    INT32_MAX,
+    bench_test_name,
+)
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.engines.proc import Probe, ProcResult, run_process
 from tokensleuth.monitor.attribute import counter_deltas
-from tokensleuth.errors import EngineError, UserError, show
-from tokensleuth.workloads import (  # llama-bench's workload names, the core's since every kind uses them
-    INT32_MAX,
-    bench_test_name,
-)
-from tokensleuth.records import ResultRow, SampleRow, TrialOutcome, WindowRow
 
 # Flags tokensleuth sets itself; a user passing them would break parsing.
 OWNED_FLAGS = {"-o", "--output", "-oe", "--output-err", "--progress", "-m", "--model"}
@@ -511,7 +511,7 @@ class LlamaBench:
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         for w in workloads:
-            if re.search(r"xc[0-9]+$", w):  # concurrent streams (tokensleuth.workloads)
+            if re.search(r"xc[0-9]+$", w):  # concurrent streams (tokensleuth.core.workloads)
                 raise UserError(f"arm {arm.name}: llama-bench runs one stream; workload {show(w)} needs a server "
                                 "— give the arm --kind llama-server")
 

@@ -13,11 +13,16 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.engines.llamabench import MalformedOutput, parse_json, parse_jsonl, result_row, summary_row
-from tokensleuth.errors import show
+from tokensleuth.core.errors import UserError, show
+from tokensleuth.core.records import ResultRow, TrialOutcome, spec_hash
+from tokensleuth.engines.llamabench import (
+    MalformedOutput,
+    parse_json,
+    parse_jsonl,
+    result_row,
+    summary_row,
+)
 from tokensleuth.engines.llamabench_sql import parse_sql
-from tokensleuth.errors import UserError
-from tokensleuth.records import ResultRow, TrialOutcome, spec_hash
 
 if TYPE_CHECKING:
     from tokensleuth.store import Store

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.core.errors import EngineError
 from tokensleuth.engines.base import ParamDiff
-from tokensleuth.errors import EngineError
 
 __all__ = ["ParamDiff"]  # the record a diff returns (engines.base)
 

@@ -15,8 +15,8 @@ import math
 import re
 from typing import Any
 
+from tokensleuth.core.errors import show
 from tokensleuth.engines.llamabench import INT64_MAX, MalformedOutput, check_text
-from tokensleuth.errors import show
 
 _TOKEN = re.compile(
     r"(?P<str>'(?:[^']|'')*')"  # SQL string literal; '' is an escaped quote

@@ -37,23 +37,32 @@ interval that spans k tokens counts as k intervals of 1/k of it.
 from __future__ import annotations
 
 import random
-from contextlib import closing
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import closing
 from typing import Any
 
 import httpx
 
+from tokensleuth.core.errors import UserError, show
+from tokensleuth.core.records import SampleRow, TrialOutcome, WindowRow
+from tokensleuth.core.workloads import Workload, parse
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
-from tokensleuth.errors import show
 from tokensleuth.engines.proc import Probe
-from tokensleuth.engines.serving import (STALL_S, RequestFailed, Served, Stream, http_client, model_meta, post_stream,
-                                         result_of,
-                                         sample_of, split_flags, sse_events)
-from tokensleuth.errors import UserError
-from tokensleuth.records import SampleRow, TrialOutcome, WindowRow
-from tokensleuth.workloads import Workload, parse
+from tokensleuth.engines.serving import (
+    STALL_S,
+    RequestFailed,
+    Served,
+    Stream,
+    http_client,
+    model_meta,
+    post_stream,
+    result_of,
+    sample_of,
+    split_flags,
+    sse_events,
+)
 
 BINARY = "llama-server"
 # Flags tokensleuth sets itself: the model, where it listens, how many streams.

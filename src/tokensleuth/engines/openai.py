@@ -25,23 +25,31 @@ from __future__ import annotations
 
 import os
 import random
-from contextlib import closing
 import threading
 import time
 from collections.abc import Iterable, Sequence
+from contextlib import closing
 from typing import Any
 
 import httpx
 
+from tokensleuth.core.errors import UserError, show
+from tokensleuth.core.records import SampleRow, TrialOutcome, WindowRow
+from tokensleuth.core.workloads import Workload, parse
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
-from tokensleuth.errors import show
-from tokensleuth.engines.serving import (RequestFailed, Served, Stream, http_client, model_meta, post_stream, result_of,
-                                         sample_of,
-                                         split_flags, sse_events)
 from tokensleuth.engines.proc import Probe
-from tokensleuth.errors import UserError
-from tokensleuth.records import SampleRow, TrialOutcome, WindowRow
-from tokensleuth.workloads import Workload, parse
+from tokensleuth.engines.serving import (
+    RequestFailed,
+    Served,
+    Stream,
+    http_client,
+    model_meta,
+    post_stream,
+    result_of,
+    sample_of,
+    split_flags,
+    sse_events,
+)
 
 STALL_S = 120.0
 TOLERANCE = 0.02  # a prompt this far off the workload's token count is refused

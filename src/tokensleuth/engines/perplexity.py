@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import EngineError, UserError
+from tokensleuth.core.errors import EngineError, UserError
 
 BINARY = "llama-perplexity"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 
 # the backends that put work on an accelerator (BLAS is a CPU library)
 GPU_BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "OpenCL")

@@ -25,14 +25,13 @@ from typing import Any
 import httpx
 import psutil
 
+from tokensleuth.analysis.results import percentiles
+from tokensleuth.core.errors import UserError, show
+from tokensleuth.core.records import ResultRow, SampleRow, WindowRow
+from tokensleuth.core.workloads import Workload
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.errors import show
 from tokensleuth.engines.proc import Background
-from tokensleuth.errors import UserError
 from tokensleuth.monitor.attribute import counter_deltas
-from tokensleuth.results import percentiles
-from tokensleuth.records import ResultRow, SampleRow, WindowRow
-from tokensleuth.workloads import Workload
 
 DEFAULT_REPS = 5
 HEALTH_POLL_S = 0.05

@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from tokensleuth.core.records import ResultRow, TrialOutcome, WindowRow
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.records import ResultRow, TrialOutcome, WindowRow
 
 
 class TrialJob(Protocol):

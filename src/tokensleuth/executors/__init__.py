@@ -5,19 +5,23 @@ machine, or one trial) and delivers each :class:`Done` or :class:`Lost`.
 :mod:`~tokensleuth.executors.local` runs them in this process, one at a time (the
 default); :mod:`~tokensleuth.executors.ray` on the machines of a fleet. :func:`execute`
 marks what it hands out, writes what comes back, and puts lost units back.
+
+Floor 6: imports fleet, trials and below.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from tokensleuth.core.records import NODE_LOST, TrialOutcome
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.executors.base import Delivery, Done, Executor, Handout, Lost, Unit, units_of
 from tokensleuth.executors.local import LocalExecutor
 from tokensleuth.monitor.sources import Source
-from tokensleuth.runner import TrialCallback, TrialJob
 from tokensleuth.store import Store
-from tokensleuth.records import NODE_LOST, TrialOutcome
+from tokensleuth.trials.runner import TrialCallback, TrialJob
+
+FLOOR = 6  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
 
 __all__ = ["Delivery", "Done", "Executor", "Handout", "LocalExecutor", "Lost", "Unit", "execute", "units_of"]
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.runner import TrialJob
-from tokensleuth.records import TrialOutcome
+from tokensleuth.trials.runner import TrialJob
 
 __all__ = ["Delivery", "Done", "Executor", "Handout", "Lost", "Unit", "units_of"]
 

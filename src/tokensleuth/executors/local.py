@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tokensleuth.engines.base import ArmRuntime
+from tokensleuth.engines.shared import shared_unit
 from tokensleuth.executors.base import Delivery, Done, Handout, Unit
 from tokensleuth.monitor.sources import Source, probe_sources
-from tokensleuth.engines.shared import shared_unit
-from tokensleuth.runner import run_shared, run_trial
+from tokensleuth.trials.runner import run_shared, run_trial
 
 
 class LocalExecutor:

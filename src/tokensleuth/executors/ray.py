@@ -14,10 +14,10 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.errors import EngineError, UserError
 from tokensleuth.executors.base import Delivery, Done, Handout, Lost, Unit
-from tokensleuth.runner import failed_outcome
+from tokensleuth.trials.runner import failed_outcome
 
 if TYPE_CHECKING:
     from tokensleuth.fleet import Fleet, Node

@@ -7,6 +7,8 @@ them units of work through :class:`~tokensleuth.executors.ray.RayExecutor` (``on
 machine builds its own engines in its own cache (:meth:`Fleet.build`); samples come
 back to the driver, the store's only writer. Nothing here imports Ray until a fleet is
 asked for, so the single-machine path pays nothing for it.
+
+Floor 5: imports trials (the runner a worker calls) and below.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.paths import cache_dir
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.paths import cache_dir
 from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
+
+FLOOR = 5  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
 
 INSTALL = "pip install 'tokensleuth[fleet]'"
 Recipe = tuple[str, tuple[str, ...], tuple[str, ...]]  # (source, the user's cmake flags, targets)

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 
 SHIP_REF = "refs/tokensleuth/ship"
 

@@ -2,7 +2,7 @@
 
 It builds the engines it is asked to run in its own build cache (its own compiler and
 backend flags; a build-cache key it has seen is reused), runs units of trials with the
-same :func:`~tokensleuth.runner.run_trial` the driver uses alone, and returns the
+same :func:`~tokensleuth.trials.runner.run_trial` the driver uses alone, and returns the
 outcomes. The driver writes them.
 """
 
@@ -12,13 +12,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.hostenv import host_environment
+from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.hostenv import host_environment
 from tokensleuth.engines.shared import shared_unit
-from tokensleuth.runner import TrialJob, failed_outcome, run_shared, run_trial
 from tokensleuth.sources.build import BuildCache, EngineBuild
-from tokensleuth.records import TrialOutcome
+from tokensleuth.trials.runner import TrialJob, failed_outcome, run_shared, run_trial
 
 
 class TrialWorker:

@@ -13,8 +13,7 @@ from typing import Any
 
 import gguf
 
-from tokensleuth.errors import show
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError, show
 
 
 @dataclass(frozen=True, slots=True)

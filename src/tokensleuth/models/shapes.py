@@ -31,7 +31,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 
 DIRECT_QUANTS = ("Q8_0", "Q4_0", "F16", "MXFP4")
 _FILE_TYPE = {"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,

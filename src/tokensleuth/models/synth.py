@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tokensleuth.errors import EngineError, UserError
+from tokensleuth.core.errors import EngineError, UserError
 
 QUANTS = ("F16", "Q8_0", "Q4_K_M")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokensleuth.paths import write_atomic
+from tokensleuth.core.paths import write_atomic
 
 BUFFER_BYTES = 512 << 20  # far beyond any L3 cache
 
@@ -46,7 +46,7 @@ def probe_gbs(buffer_bytes: int = BUFFER_BYTES, passes: int = 3, threads: int | 
 
 def cpu_peak_gbs(cache: Path) -> float:
     """The probe's figure for this machine, from ``cache`` when it was measured before."""
-    from tokensleuth.hostenv import host_environment
+    from tokensleuth.core.hostenv import host_environment
 
     env = host_environment()
     key = f"{env.get('cpu_model')}|{env.get('cpu_count')}|{len(os.sched_getaffinity(0))}"

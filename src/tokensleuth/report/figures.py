@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokensleuth import stats
+from tokensleuth.analysis import stats
 from tokensleuth.store import Store
 
 
@@ -48,7 +48,7 @@ def cell_label(model: str, workload: str, candidate: str | None = None) -> str:
 
 
 def compare_figures(store: Store, study_id: str) -> list[Figure]:
-    from tokensleuth.comparisons import analyze, stored_spec
+    from tokensleuth.drivers.comparisons import analyze, stored_spec
     from tokensleuth.report import plots
 
     spec = stored_spec(store, study_id)

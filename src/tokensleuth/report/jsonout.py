@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import UserError
-from tokensleuth.paths import write_atomic
-from tokensleuth.results import Cell
-from tokensleuth.stats import summarize
+from tokensleuth.analysis.results import Cell
+from tokensleuth.analysis.stats import summarize
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.paths import write_atomic
 
 JSON_SCHEMA_VERSION = 1
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.analysis.results import PARAM_FIELDS, Cell
+from tokensleuth.analysis.stats import summarize
 from tokensleuth.engines import show_setting
-from tokensleuth.results import PARAM_FIELDS, Cell
-from tokensleuth.stats import summarize
 
 _SHORT = {"n_threads": "threads", "n_gpu_layers": "ngl", "n_batch": "n_batch",
           "n_ubatch": "n_ubatch", "flash_attn": "fa", "type_k": "type_k", "type_v": "type_v",
@@ -112,7 +112,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
 
 def bench_cold_sentence(cells: Sequence[Cell]) -> str:
     """compare's sentence on cold repetitions, for a bench's cells (stats.cold_leading)."""
-    from tokensleuth.comparisons import cold_words
+    from tokensleuth.drivers.comparisons import cold_words
 
     seen = {c.test: c.cold for c in cells if c.cold is not None and c.cold.count}
     return cold_words(seen, added=any(len(c.trial_means) > 1 for c in cells)) if seen else ""
@@ -165,7 +165,7 @@ def lat_cell(lat: dict[str, Any], key: str) -> str:
 
 def render_warnings(rows: Sequence[Any]) -> str:
     """Confounder warnings, once each: what was seen, where, and the remedy."""
-    from tokensleuth.confounders import REMEDY
+    from tokensleuth.analysis.confounders import REMEDY
 
     if not rows:
         return ""

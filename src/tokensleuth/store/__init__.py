@@ -8,12 +8,14 @@ when the lease is taken belonged to a holder that died: it is put back to
 rebooted) it is first recorded as ``machine-lost``. That is the whole resume story:
 rerunning a study executes the trials still planned.
 
-The package: the records in tokensleuth.records (plain data, no store), the schema and its
+The package: the records in tokensleuth.core.records (plain data, no store), the schema and its
 migrations (schema.py), what a store file may be and its faults (files.py), the lease holder
 (leases.py), the live timeline (timeline.py); reads and writes here.
 
 SQLite's own errors (full disk, read-only or damaged file) become one-line
 UserError/EngineError in one place, :func:`store_errors`.
+
+Floor 1: imports core only.
 """
 
 
@@ -30,19 +32,42 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import Interrupted, UserError
-from tokensleuth.records import (
-    HANDED_OUT, MACHINE_LOST, NODE_LOST, STUDY_STATUSES, TRIAL_STATUSES, UNFINISHED, ArmRow, Lease, LostTrial,
-    PlannedTrial, ResultRow, SampleRow, StudyHandle, StudyRow, TrialOutcome, WindowRow,
+from tokensleuth.core.errors import Interrupted, UserError
+from tokensleuth.core.records import (
+    HANDED_OUT,
+    MACHINE_LOST,
+    NODE_LOST,
+    STUDY_STATUSES,
+    TRIAL_STATUSES,
+    UNFINISHED,
+    ArmRow,
+    Lease,
+    LostTrial,
+    PlannedTrial,
+    ResultRow,
+    SampleRow,
+    StudyHandle,
+    StudyRow,
+    TrialOutcome,
+    WindowRow,
 )
 from tokensleuth.store.files import (
-    OPEN_HERE, OPEN_LOCK, SQLITE_IOERR, check_path, disk_full, store_errors, translate, unwritable,
+    OPEN_HERE,
+    OPEN_LOCK,
+    SQLITE_IOERR,
+    check_path,
+    disk_full,
+    store_errors,
+    translate,
+    unwritable,
 )
 from tokensleuth.store.leases import Holder, alive, holder_of, this_process
 from tokensleuth.store.schema import APPLICATION_ID, CORE_TABLES, MIGRATIONS, SCHEMA_VERSION
 from tokensleuth.store.timeline import LiveTimeline
 
-# what `from tokensleuth.store import …` gives (the records also come from tokensleuth.records)
+FLOOR = 1  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
+
+# what `from tokensleuth.store import …` gives (the records also come from tokensleuth.core.records)
 __all__ = [
     "APPLICATION_ID", "ArmRow", "StudyRow", "CORE_TABLES", "HANDED_OUT", "MACHINE_LOST", "MIGRATIONS", "NODE_LOST", "SCHEMA_VERSION",
     "STUDY_STATUSES", "TRIAL_STATUSES", "UNFINISHED", "Holder", "Lease", "LiveTimeline", "LostTrial",

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from tokensleuth.errors import EngineError, UserError
+from tokensleuth.core.errors import EngineError, UserError
 
 # SQLite primary result codes (sqlite3.h) that say something about the file or the disk,
 # not about tokensleuth's SQL; anything else (a constraint, a misuse) is a bug and keeps

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-
-
 SCHEMA_VERSION = 4
 # PRAGMA application_id of a tokensleuth store ("tksl"); set from schema 2 on.
 APPLICATION_ID = 1953198956

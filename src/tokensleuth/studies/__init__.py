@@ -3,6 +3,8 @@
 The commands, ``report``, its HTML page, its issue Markdown and the site ask the kind;
 they never branch on its name. A new kind is one module here with a ``KIND`` object
 (a :class:`KindBase`), plus its line in ``_MODULES``.
+
+Floor 9: imports report, drivers and below; pages ask the kinds, never the other way.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import importlib
 import json
 from typing import Any, Protocol
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
+
+FLOOR = 9  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
 
 # kind name -> (module of this package that defines it, its object there); imported on first use
 _MODULES = {"bench": ("bench", "KIND"), "import": ("bench", "IMPORT"), "compare": ("compare", "KIND"),

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokensleuth.analysis.results import load_cells
+from tokensleuth.report.figures import Figure, bench_figures
 from tokensleuth.report.jsonout import bench_json
 from tokensleuth.report.markdown import render_bench
-from tokensleuth.results import load_cells
-from tokensleuth.report.figures import Figure, bench_figures
 from tokensleuth.store import Store
 from tokensleuth.studies import KindBase
 

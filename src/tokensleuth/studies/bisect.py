@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.report.markdown import render_bisect
 from tokensleuth.report.figures import Figure, bisect_figures
+from tokensleuth.report.markdown import render_bisect
 from tokensleuth.store import Store
 from tokensleuth.studies import KindBase, stored_result
 

@@ -4,15 +4,22 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from tokensleuth.comparisons import OUTPUTS_STATE, Comparison, analyze, noise_of, stored_spec, summary_sentence
+from tokensleuth.drivers.comparisons import (
+    OUTPUTS_STATE,
+    Comparison,
+    analyze,
+    noise_of,
+    stored_spec,
+    summary_sentence,
+)
 from tokensleuth.report.figures import Figure, compare_figures
-from tokensleuth.spec import CompareSpec
 from tokensleuth.store import Store
 from tokensleuth.studies import DROP_KEYS, KindBase
+from tokensleuth.trials.spec import CompareSpec
 
 
 def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
@@ -37,8 +44,8 @@ def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
 
 
 def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-    from tokensleuth.outputs import render_output_checks
     from tokensleuth.report.markdown import render_compare
+    from tokensleuth.trials.outputs import render_output_checks
 
     spec = stored_spec(store, study_id)
     comps = analyze(store, study_id, spec)
@@ -48,7 +55,7 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     if checks:
         md += "\n\n" + render_output_checks(checks)
     obj = compare_json(study_id, spec, comps, engines, checks)
-    from tokensleuth.profile import PROFILES_STATE
+    from tokensleuth.drivers.profile import PROFILES_STATE
 
     profiled = store.get_state(study_id, PROFILES_STATE)  # compare --profile: which op
     if profiled is not None:

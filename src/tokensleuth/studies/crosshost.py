@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.crosshost import HOSTS_STATE
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
+from tokensleuth.drivers.crosshost import HOSTS_STATE
 from tokensleuth.report.figures import Figure
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tokensleuth.report.markdown import render_decompose
 from tokensleuth.report.figures import Figure, decompose_figures
+from tokensleuth.report.markdown import render_decompose
 from tokensleuth.store import Store
 from tokensleuth.studies import KindBase, stored_result
 

@@ -7,8 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import UserError
-from tokensleuth.profile import BENCH_STATE, RUNS_STATE, analyze
+from tokensleuth.core.errors import UserError
+from tokensleuth.drivers.profile import BENCH_STATE, RUNS_STATE, analyze
 from tokensleuth.report.figures import Figure
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 from tokensleuth.report.figures import Figure
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
@@ -156,7 +156,7 @@ class ScanKind(KindBase):
 
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         if store.get_state(study_id, "result") is None:  # under way: what it has so far
-            from tokensleuth.scan import partial
+            from tokensleuth.drivers.scan import partial
 
             obj = partial(store, study_id)
         else:

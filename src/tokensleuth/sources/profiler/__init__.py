@@ -13,7 +13,7 @@ import hashlib
 import re
 from pathlib import Path
 
-from tokensleuth.errors import UserError
+from tokensleuth.core.errors import UserError
 
 TARGET = "tokensleuth-profile"
 HERE = Path(__file__).resolve().parent

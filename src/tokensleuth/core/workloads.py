@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tokensleuth.errors import UserError, show
+from tokensleuth.core.errors import UserError, show
 
 # llama-bench's counts (tokens, depth) are C ints.
 INT32_MAX = 2**31 - 1

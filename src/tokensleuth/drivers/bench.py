@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tokensleuth.core.records import PlannedTrial, StudyHandle
+from tokensleuth.core.workloads import cell_of, planned_argv
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.monitor.sources import Source
 from tokensleuth.executors import Executor, execute
-from tokensleuth.runner import TrialCallback, arm_runtime
+from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.spec import spec_hash
 from tokensleuth.store import Store
-from tokensleuth.records import PlannedTrial, StudyHandle
-from tokensleuth.workloads import cell_of, planned_argv
+from tokensleuth.trials.runner import TrialCallback, arm_runtime
+from tokensleuth.trials.spec import spec_hash
 
 ARM = "engine"
 
@@ -103,7 +103,7 @@ def asked_reps(flags: Sequence[str]) -> int:
 def cold_reps(store: Store, study_id: str) -> dict[tuple[str, str], int]:
     """Cold leading repetitions per (model, workload) over the stored trials (the most of any test
     a process runs: one -r serves them all)."""
-    from tokensleuth.results import cold_by_test
+    from tokensleuth.analysis.results import cold_by_test
 
     rows = list(store.results(study_id))
     found = cold_by_test(rows, {int(r["id"]): list(store.samples(int(r["id"]))) for r in rows})

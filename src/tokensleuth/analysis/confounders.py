@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from tokensleuth.analysis.stats import STALL_FACTOR, stalled_reps
+from tokensleuth.core.records import TrialOutcome
 from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error
 from tokensleuth.monitor.sampler import engine_cpus
-from tokensleuth.stats import STALL_FACTOR, stalled_reps
-from tokensleuth.records import TrialOutcome
 
 BUSY_CORE_FRACTION = 0.10  # another process using >10% of a core during the trial
 

@@ -37,13 +37,13 @@ from typing import Any
 
 from scipy import stats as sps
 
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.records import spec_hash
+from tokensleuth.core.workloads import parse
 from tokensleuth.engines.proc import run_process
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.records import spec_hash
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.profiler import TARGET
 from tokensleuth.store import Store
-from tokensleuth.workloads import parse
 
 # the engine flags a profile takes (after `--`), as the profiler and llama-bench both spell them
 FLAGS = ("-t", "-ngl", "-b", "-ub")
@@ -323,9 +323,9 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
 def bench_ms_per_token(build: EngineBuild, model: str, workload: str, flags: Sequence[str],
                        timeout_s: float, env: Mapping[str, str] | None = None) -> float | None:
     """llama-bench's own ms/token of this build, model and workload (3 repetitions)."""
+    from tokensleuth.core.workloads import planned_argv
     from tokensleuth.engines import engine_for
     from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
-    from tokensleuth.workloads import planned_argv
 
     engine = engine_for(DEFAULT_KIND)
     arm = ArmRuntime("bench", Path(build.bin_dir), tuple(flags), dict(env or {}))

@@ -16,7 +16,7 @@ from typing import Any
 
 import psutil
 
-from tokensleuth.hostenv import read_value
+from tokensleuth.core.hostenv import read_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,9 +160,9 @@ def engine_checks(backends: Sequence[str], models: Sequence[Path], flags: Sequen
                   nvml: Any | None = None, free: Any = None) -> list[Finding]:
     """The devices the engine being measured runs on: a GPU build whose GPU cannot be read is a
     finding, and each model's memory headroom, as the memory guard predicts it for these flags."""
-    from tokensleuth import memory
     from tokensleuth.engines.placement import GPU_BACKENDS
     from tokensleuth.monitor.nvidia import NvidiaSource
+    from tokensleuth.trials import memory
 
     out: list[Finding] = []
     gpu = [b for b in backends if b in GPU_BACKENDS]
@@ -268,10 +268,11 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
 
     import numpy as np
 
-    from tokensleuth import diagnose, noise, stats
-    from tokensleuth.compare import run_compare
-    from tokensleuth.spec import build_compare_spec, model_paths
+    from tokensleuth.analysis import noise, stats
+    from tokensleuth.drivers import diagnose
+    from tokensleuth.drivers.compare import run_compare
     from tokensleuth.store import Store
+    from tokensleuth.trials.spec import build_compare_spec, model_paths
 
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source}, {"name": "b", "source": build.source}],
                                "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": AA_PAIRS,

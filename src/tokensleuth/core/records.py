@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
-
-import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any

@@ -43,8 +43,8 @@ and the cheapest.
 from __future__ import annotations
 
 import math
-import statistics
 import re
+import statistics
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -55,17 +55,24 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats as sps
 
-from tokensleuth.bisect import ANSWERED, Bisector, Candidate, Profiler, bisect_outputs, run_bisect
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.drivers.bisect import (
+    ANSWERED,
+    Bisector,
+    Profiler,
+    bisect_outputs,
+    run_bisect,
+)
+from tokensleuth.drivers.judge import Judge
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.judge import Judge
-from tokensleuth.outputs import CHECK_TARGETS
+from tokensleuth.sources.history import Candidate
 from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
-from tokensleuth.spec import spec_hash
+from tokensleuth.trials.outputs import CHECK_TARGETS
+from tokensleuth.trials.spec import spec_hash
 
 if TYPE_CHECKING:
+    from tokensleuth.core.records import TrialOutcome
     from tokensleuth.fleet import Fleet, Node
-    from tokensleuth.records import TrialOutcome
     from tokensleuth.store import Store
 
 Log = Callable[[str], None]
@@ -443,9 +450,9 @@ class Scan:
         """Rounds over every sampled point of the block not yet measured that often (one trial
         per cell), on this lane's machine: a level carries its machine's label, and levels of
         different machines are never put in one sequence (:meth:`fit`)."""
+        from tokensleuth.core.workloads import JOINED, canonical, joined_flags, planned_argv
         from tokensleuth.engines import engine_for
         from tokensleuth.engines.base import ArmRuntime
-        from tokensleuth.workloads import JOINED, canonical, joined_flags, planned_argv
 
         engine = engine_for(self.spec.get("kind", DEFAULT_KIND))
         have = {(x["label"], x["round"], x["model"], x["workload"]) for x in self.get(LEVELS, [])
@@ -487,7 +494,7 @@ class Scan:
 
     def _level_trials(self) -> list[list[str]]:
         """The workloads each level trial of a model runs: all in one, or one each."""
-        from tokensleuth.workloads import joined_flags
+        from tokensleuth.core.workloads import joined_flags
 
         ws = list(self.spec["workloads"])
         one = self.spec.get("kind", DEFAULT_KIND) == DEFAULT_KIND and joined_flags(ws) is not None
@@ -499,7 +506,7 @@ class Scan:
     def _remote_level(self, arm: Any, model: str, workload: str, argv: Sequence[str]) -> TrialOutcome:
         """One level trial on this lane's machine (its build made there first)."""
         from tokensleuth.executors import Done
-        from tokensleuth.runner import TrialJob
+        from tokensleuth.trials.runner import TrialJob
 
         assert self.judge.executor is not None
         job = TrialJob(-1, 0, "level", model, workload, tuple(argv))

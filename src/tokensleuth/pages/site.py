@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.paths import write_atomic
+from tokensleuth.core.paths import write_atomic
+from tokensleuth.pages.html import TEMPLATES
 from tokensleuth.report import plots
-from tokensleuth.report.html import TEMPLATES
 from tokensleuth.store import Store
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +94,8 @@ def _changed_versions(store: Store) -> set[tuple[str, str, str]]:
 
 
 def build_site(store: Store, dest: Path) -> SiteStats:
-    from tokensleuth.report.explain import explain
-    from tokensleuth.report.html import render_html
+    from tokensleuth.pages.explain import explain
+    from tokensleuth.pages.html import render_html
     from tokensleuth.studies import kind_of
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -124,7 +123,7 @@ def build_site(store: Store, dest: Path) -> SiteStats:
                 html = render_html(store, sid, nav="../index.html", rendered=(md, obj),
                                    sections=[sec for sec, _ in explain(store, sid, obj)])
             except Exception as exc:  # noqa: BLE001 - one unreadable study must not take the site down
-                from tokensleuth.errors import UserError
+                from tokensleuth.core.errors import UserError
 
                 if not isinstance(exc, UserError):
                     raise

@@ -15,6 +15,7 @@ from typing import Any
 
 from tokensleuth.store import Store
 
+
 def _engine_commands(store: Store, study_id: str) -> list[str]:
     """One engine command line per arm (the first finished trial's argv), as a user types it."""
     seen: dict[str, str] = {}
@@ -44,7 +45,7 @@ def _log_tail(store: Store, study_id: str) -> str:
 
 def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any]], why: str = "") -> str:
     """``rendered``: the kind's (Markdown, JSON); ``why``: the explanations' Markdown."""
-    from tokensleuth.report.html import first_env
+    from tokensleuth.pages.html import first_env
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
 

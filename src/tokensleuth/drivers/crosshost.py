@@ -14,15 +14,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.compare import run_compare, spec_dump
-from tokensleuth.errors import EngineError, UserError
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.drivers.compare import run_compare, spec_dump
 from tokensleuth.executors.ray import on_fleet
-from tokensleuth.spec import ArmSpec, CompareSpec, spec_hash
 from tokensleuth.store import Store
+from tokensleuth.trials.spec import ArmSpec, CompareSpec, spec_hash
 
 if TYPE_CHECKING:
     from tokensleuth.fleet import Fleet, Node
-    from tokensleuth.runner import TrialCallback
+    from tokensleuth.trials.runner import TrialCallback
 
 HOSTS_STATE = "hosts"  # [{node, study, hardware, backends} or {node, error, lost_at}]
 Log = Callable[[str], None]

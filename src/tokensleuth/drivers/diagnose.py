@@ -3,7 +3,7 @@ the cheapest fix, measured by a short probe rather than guessed.
 
 A comparison ends ``unresolved`` when its pairs' log ratios spread too much for the band.
 Each engine process is one draw of a per-process level plus repetition noise (see
-:mod:`tokensleuth.noise`); which of those dominates, and what shape the levels take, says
+:mod:`tokensleuth.analysis.noise`); which of those dominates, and what shape the levels take, says
 why:
 
 - **busy-process**: the confounder check saw another process use a core beside the engine;
@@ -40,11 +40,11 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from tokensleuth.analysis import stats
+from tokensleuth.core.workloads import cell_of
 from tokensleuth.engines import engine_for
-from tokensleuth import stats
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
-from tokensleuth.workloads import cell_of
 
 BUSY_SHARE = 0.2  # a busy neighbour beside at least this share of the processes
 STALL_SHARE = 0.1  # stalled repetitions in at least this share of the processes
@@ -117,7 +117,7 @@ def _groups(procs: Sequence[Proc]) -> dict[tuple[str, str], list[Proc]]:
 def _components(groups: Mapping[tuple[str, str], list[Proc]]) -> tuple[float, float, float]:
     """(between CV, within CV, mean repetitions per process): noise.components' one-way random
     effects, each arm x cell a group (zeros until a group has two processes)."""
-    from tokensleuth import noise
+    from tokensleuth.analysis import noise
 
     n = noise.components([noise.Process((arm, cell, 0), p.log_tps, None, 0.0)
                           for (arm, cell), ps in groups.items() for p in ps])
@@ -352,8 +352,8 @@ def run_probe(store: Store, build: EngineBuild, model: str, workload: str, flags
               threads: int, band: float, timeout_s: float = 600) -> Probe:
     """The engine against itself at ``threads``, PROBE_PAIRS pairs, as a study of its own
     (resumed, not repeated, when the same probe was stored before)."""
-    from tokensleuth.compare import run_compare
-    from tokensleuth.spec import build_compare_spec
+    from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.trials.spec import build_compare_spec
 
     probe_env = {"TOKENSLEUTH_MEASUREMENT": "threads-probe"}
     spec = build_compare_spec({
@@ -425,7 +425,7 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
              cpus: int | None = None) -> Prescription | None:
     """The diagnosis and prescription of a study with an unresolved comparison (None when
     every comparison has a verdict); stored under DIAGNOSIS_STATE."""
-    from tokensleuth.comparisons import analyze, stored_spec
+    from tokensleuth.drivers.comparisons import analyze, stored_spec
 
     spec = stored_spec(store, study_id)
     comps = [c for c in analyze(store, study_id, spec) if c.verdict == "unresolved" and c.estimate is not None]

@@ -1,6 +1,6 @@
 """Compare studies read back: the comparisons a study's stored trials give, and their sentences.
 
-Pure reads of the store: no driver, no renderer. The driver (:mod:`tokensleuth.compare`) writes
+Pure reads of the store: no driver, no renderer. The driver (:mod:`tokensleuth.drivers.compare`) writes
 trials and asks this module which cells are still open; ``report`` and the study kind
 (:mod:`tokensleuth.studies.compare`) render what it returns.
 """
@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth import noise, stats
+from tokensleuth.analysis import noise, stats
+from tokensleuth.analysis.results import load_cells
+from tokensleuth.core.workloads import cell_of
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
 from tokensleuth.engines.shared import per_instance
-from tokensleuth.results import load_cells
-from tokensleuth.spec import CompareSpec
 from tokensleuth.store import Store
-from tokensleuth.workloads import cell_of
+from tokensleuth.trials.spec import CompareSpec
 
 
 @dataclass(slots=True)

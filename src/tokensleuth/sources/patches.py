@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokensleuth.errors import UserError
-from tokensleuth.paths import cache_dir, file_lock
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.paths import cache_dir, file_lock
 from tokensleuth.sources.build import BuildCache
 
 FIXED_DATE = "2000-01-01T00:00:00Z"

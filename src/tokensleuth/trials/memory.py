@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.errors import UserError, show
+from tokensleuth.core.errors import UserError, show
 from tokensleuth.models.info import _read_header
 
 MIB = 1 << 20
@@ -470,7 +470,7 @@ def judge(model: Path, need: Need, free: Free, s: Settings) -> Verdict:
 
 def tests_of(workloads: Sequence[str]) -> list[tuple[int, int, int]]:
     """(prompt, generated, depth) of each workload; llama-bench's defaults when there are none."""
-    from tokensleuth.workloads import parse
+    from tokensleuth.core.workloads import parse
 
     return [(w.n_prompt, w.n_gen, w.n_depth) for w in map(parse, workloads)] or [(512, 0, 0), (0, 128, 0)]
 

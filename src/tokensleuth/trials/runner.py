@@ -16,15 +16,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tokensleuth import confounders
+from tokensleuth.analysis import confounders
+from tokensleuth.core.hostenv import host_environment
+from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.engines.shared import Shared, split
-from tokensleuth.hostenv import host_environment
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.records import TrialOutcome
 
 __all__ = ["ArmRuntime", "TrialCallback", "TrialJob", "arm_runtime", "failed_outcome", "run_shared", "run_trial"]
 

@@ -8,15 +8,24 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
+from tokensleuth.core.records import spec_hash as spec_hash  # where it was
+from tokensleuth.core.workloads import canonical as canonical_workload
+from tokensleuth.core.workloads import parse as parse_workload
 from tokensleuth.engines import KINDS, engine_for, kind_for, served
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.records import spec_hash as spec_hash  # where it was
-from tokensleuth.errors import UserError
-from tokensleuth.limits import MAX_BAND, MAX_BUDGET_S, MAX_TIMEOUT_S, MIN_BAND
 from tokensleuth.models.info import check_gguf
-from tokensleuth.workloads import canonical as canonical_workload, parse as parse_workload
 
 
 def model_paths(models: list[str] | list[Path]) -> list[str]:

@@ -1,7 +1,7 @@
 """The compare driver: sequential, paired A/B(/C…) verdicts per (model, workload).
 
-Orchestration only: the plan comes from :mod:`tokensleuth.plan`, trials run in
-:mod:`tokensleuth.runner`, verdicts come from :mod:`tokensleuth.stats`.
+Orchestration only: the plan comes from :mod:`tokensleuth.core.plan`, trials run in
+:mod:`tokensleuth.trials.runner`, verdicts come from :mod:`tokensleuth.analysis.stats`.
 """
 
 from __future__ import annotations
@@ -12,24 +12,30 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth import stats
-from tokensleuth.comparisons import JOINED_DESIGN, NOISE_STATE, PLACEMENT_STATE, SHARED_DESIGN, Comparison, analyze
+from tokensleuth.analysis import noise, stats
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.plan import pair_round
+from tokensleuth.core.records import PlannedTrial, StudyHandle
+from tokensleuth.core.workloads import JOINED, joined_flags, planned_argv, trial_workloads
+from tokensleuth.drivers.comparisons import (
+    JOINED_DESIGN,
+    NOISE_STATE,
+    PLACEMENT_STATE,
+    SHARED_DESIGN,
+    Comparison,
+    analyze,
+)
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.engines.shared import differing_setting, per_instance
-from tokensleuth import noise
-from tokensleuth.plan import pair_round
 from tokensleuth.executors import Executor, execute
-from tokensleuth.runner import TrialCallback, arm_runtime
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.spec import CompareSpec, spec_hash
-from tokensleuth.errors import UserError
-from tokensleuth.records import PlannedTrial, StudyHandle
 from tokensleuth.store import Store
-from tokensleuth.workloads import JOINED, joined_flags, planned_argv, trial_workloads
+from tokensleuth.trials.runner import TrialCallback, arm_runtime
+from tokensleuth.trials.spec import CompareSpec, spec_hash
 
 if TYPE_CHECKING:
-    from tokensleuth.outputs import PlannedCheck
+    from tokensleuth.trials.outputs import PlannedCheck
 
 CellKey = tuple[str, str]  # (model, workload)
 
@@ -437,7 +443,7 @@ def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:
     Flags are translated here, before any measuring, so a sweep is refused up front.
     """
     from tokensleuth.engines.perplexity import perplexity_flags
-    from tokensleuth.outputs import PlannedCheck
+    from tokensleuth.trials.outputs import PlannedCheck
 
     base = spec.baseline_name()
     flags = {a.name: perplexity_flags([*spec.common_flags, *a.flags]) for a in spec.arms}

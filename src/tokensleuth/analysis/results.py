@@ -8,10 +8,15 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokensleuth.monitor.attribute import EDGE_ERROR_LIMIT, attributed_cpu_ms, edge_error, window_resources
-from tokensleuth.stats import STALL_FACTOR, Cold, cold_leading, trial_tokens_per_s
+from tokensleuth.analysis.stats import STALL_FACTOR, Cold, cold_leading, trial_tokens_per_s
+from tokensleuth.core.workloads import cell_of
+from tokensleuth.monitor.attribute import (
+    EDGE_ERROR_LIMIT,
+    attributed_cpu_ms,
+    edge_error,
+    window_resources,
+)
 from tokensleuth.store import Store
-from tokensleuth.workloads import cell_of
 
 # llama-bench result fields that tell two rows of one test apart.
 PARAM_FIELDS = ("n_threads", "n_gpu_layers", "n_batch", "n_ubatch", "flash_attn", "type_k",

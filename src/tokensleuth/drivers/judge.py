@@ -15,19 +15,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.compare import run_compare, still_open
-
-from tokensleuth.comparisons import Comparison
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.drivers.compare import run_compare, still_open
+from tokensleuth.drivers.comparisons import Comparison
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
-from tokensleuth.errors import EngineError, UserError
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
-from tokensleuth.spec import build_compare_spec
 from tokensleuth.store import Store
+from tokensleuth.trials.spec import build_compare_spec
 
 if TYPE_CHECKING:
-    from tokensleuth.fleet import RemoteCache
     from tokensleuth.executors import Executor
+    from tokensleuth.fleet import RemoteCache
 
 Log = Callable[[str], None]
 FAILED_STATUSES = ("failed", "crashed", "timeout", "garbage")
@@ -185,7 +184,7 @@ class Judge:
         key = (build.key, tuple(models), tuple(extra))
         if not engine_for(self.kind).bench_flags or key in self._guarded or getattr(self.cache, "check_arm", None):
             return
-        from tokensleuth.memory import guard
+        from tokensleuth.trials.memory import guard
 
         guard(models, [*self.flags, *extra], self.workloads, build.backends, warn=self.log)
         self._guarded.add(key)

@@ -21,7 +21,7 @@ from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
 
-TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.report", "templates"),
+TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.pages", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth import stats
+from tokensleuth.analysis import stats
+from tokensleuth.core.workloads import cell_of
 from tokensleuth.store import Store
-from tokensleuth.workloads import cell_of
 
 R_MIN, R_MAX = 2, 20  # two repetitions keep a within estimate and stall detection; 20 bounds a trial
 

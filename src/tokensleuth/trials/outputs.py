@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from tokensleuth.paths import write_atomic
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.paths import write_atomic
 from tokensleuth.engines import exitdrain
 from tokensleuth.engines import perplexity as ppl
 from tokensleuth.engines.proc import ProcResult, run_process
-from tokensleuth.errors import EngineError, UserError
 from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
 
 # Build targets of a source whose outputs are checked: llama-perplexity from the same

@@ -1,9 +1,9 @@
 """The decompose driver: measure a patch series one patch at a time, keep what pays.
 
 State 0 is the base. Each patch is applied on top of the last *kept* state in a private
-repository (:mod:`tokensleuth.patches`); a patch already contained there is ``skipped``
+repository (:mod:`tokensleuth.sources.patches`); a patch already contained there is ``skipped``
 (never built), one that does not apply or build is ``failed``, and otherwise the new
-state is judged against the last kept one (:class:`tokensleuth.judge.Judge`, all models
+state is judged against the last kept one (:class:`tokensleuth.drivers.judge.Judge`, all models
 x workloads) and ``kept`` or ``dropped``. Every step is persisted in the study's state,
 keyed by the state it was applied to, so a killed decompose resumes without rebuilding
 or re-measuring, and a step is only reused while the kept chain before it is unchanged.
@@ -17,17 +17,24 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.comparisons import Comparison
-from tokensleuth.diagnose import Diagnoser
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.drivers.comparisons import Comparison
+from tokensleuth.drivers.diagnose import Diagnoser
+from tokensleuth.drivers.judge import Judge, Judgement
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.errors import EngineError, UserError
-from tokensleuth.judge import Judge, Judgement
-from tokensleuth.patches import Patch, PatchFailed, PrivateRepo, build_error, read_patch_files, series_patches
 from tokensleuth.sources import parse_source
-from tokensleuth.outputs import CHECK_TARGETS
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
-from tokensleuth.spec import spec_hash
+from tokensleuth.sources.patches import (
+    Patch,
+    PatchFailed,
+    PrivateRepo,
+    build_error,
+    read_patch_files,
+    series_patches,
+)
 from tokensleuth.store import Store
+from tokensleuth.trials.outputs import CHECK_TARGETS
+from tokensleuth.trials.spec import spec_hash
 
 DECISIONS = ("kept", "dropped", "skipped", "failed")
 Log = Callable[[str], None]
@@ -366,7 +373,7 @@ def perplexity_check(models: Sequence[str], flags: Sequence[str], workdir: Path,
     verdict stands for the step, with that model's figures.
     """
     from tokensleuth.engines import perplexity as ppl
-    from tokensleuth.outputs import OutputChecker
+    from tokensleuth.trials.outputs import OutputChecker
 
     checker = OutputChecker(workdir, timeout_s=timeout_s)
     pflags = ppl.perplexity_flags(flags)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tokensleuth.records import PlannedTrial
+from tokensleuth.core.records import PlannedTrial
 
 
 def pair_order(arms: Sequence[str], pair: int) -> list[str]:

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from tokensleuth.report.html import Section
+from tokensleuth.core.workloads import parse as parse_workload
+from tokensleuth.pages.html import Section
 from tokensleuth.store import Store
-from tokensleuth.workloads import parse as parse_workload
 
 # -- depth: per-token constant vs depth-dependent cost --------------------------------------
 
@@ -74,7 +74,7 @@ def _diff(b: Line, c: Line, which: str, confidence: float = 0.99) -> tuple[float
 def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
     """For a compare with the same test at several depths: each arm's line and where the
     change is (the per-token constant, the depth-dependent slope, or both)."""
-    from tokensleuth.comparisons import analyze, stored_spec
+    from tokensleuth.drivers.comparisons import analyze, stored_spec
     from tokensleuth.studies import kind_of
 
     if not kind_of(str(store.study(study_id)["kind"])).paired:
@@ -131,7 +131,7 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
     """Per arm and model: buffers per device, offloaded layers, named tensors; and for each
     candidate one sentence on how its placement differs from the baseline's, beside the
     measured ratios of that model."""
-    from tokensleuth.comparisons import PLACEMENT_STATE
+    from tokensleuth.drivers.comparisons import PLACEMENT_STATE
     from tokensleuth.engines.placement import Placement, difference
     from tokensleuth.studies import kind_of
 
@@ -183,8 +183,8 @@ def bytes_per_token(model: Path) -> int | None:
     """The model's active weight bytes per generated token (models.info), remembered in the
     user cache by (path, size, mtime): reading a GGUF's header takes seconds for a 150k vocab.
     None when the file is gone (a study copied from another machine)."""
+    from tokensleuth.core.paths import cache_dir, write_atomic
     from tokensleuth.models.info import model_info
-    from tokensleuth.paths import cache_dir, write_atomic
 
     try:
         st = model.stat()
@@ -212,9 +212,8 @@ def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
     bytes per token x tokens/s. Against the GPU's peak (NVML: bus width x memory clock x 2)
     when the arm ran on a GPU build on a host with one, else against this machine's CPU read
     bandwidth (monitor.membw, probed once and cached). ``cpu_peak_gbs`` replaces the probe."""
+    from tokensleuth.analysis.results import load_cells
     from tokensleuth.engines.placement import GPU_BACKENDS
-    from tokensleuth.results import load_cells
-
     from tokensleuth.studies import kind_of
 
     if not kind_of(str(store.study(study_id)["kind"])).bandwidth:
@@ -253,8 +252,8 @@ def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
             peak, source = gpu_peak[c.arm], "GPU (NVML)"
         else:
             if cpu_peak_gbs is None:
+                from tokensleuth.core.paths import cache_dir
                 from tokensleuth.monitor.membw import cpu_peak_gbs as probe
-                from tokensleuth.paths import cache_dir
 
                 cpu_peak_gbs = probe(cache_dir() / "membw.json")
             peak, source = cpu_peak_gbs, "CPU (probe)"
