@@ -15,7 +15,7 @@ import pytest
 from tests import rules
 from tests.conftest import tokensleuth_bin
 from tokensleuth.drivers.decompose import classify, headline
-from tokensleuth.report.markdown import render_decompose
+from tokensleuth.studies.decompose import render_decompose
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.patches import Patch, PatchFailed, apply_error, build_error, parse_patch
 from tokensleuth.store import Store
@@ -494,7 +494,7 @@ def test_the_first_undecided_step_is_diagnosed(tmp_path: Path) -> None:
     first = result["steps"][0]
     assert len(asked) == 1 and asked[0] == first["study"]  # one diagnosis (one probe at most)
     assert result["diagnosis"] == {"cause": "threads", "advice": ["2 engine threads on 2 CPUs"], "patch": "0001.patch"}
-    from tokensleuth.report.markdown import render_decompose
+    from tokensleuth.studies.decompose import render_decompose
 
     assert "Why 0001.patch is unresolved:\n  - 2 engine threads on 2 CPUs" in render_decompose(result)
     decided, _ = _decompose(tmp_path / "d", {1: [(10, "faster")]}, {}, allow=False, diagnose=why)

@@ -62,8 +62,8 @@ def bench(
     """
     from tokensleuth.analysis.results import load_cells
     from tokensleuth.drivers.bench import run_bench
-    from tokensleuth.report.jsonout import bench_json
-    from tokensleuth.report.markdown import render_bench, render_warnings
+    from tokensleuth.report.markdown import render_warnings
+    from tokensleuth.studies.bench import bench_json, render_bench
     from tokensleuth.trials.spec import model_paths
 
     flags = engine_flags(ctx)

@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 
+JSON_SCHEMA_VERSION = 1  # every JSON export carries it (pyperf's _JSON_VERSION); bumped when a key changes meaning
+
+
 def spec_hash(spec: dict[str, Any]) -> str:
     """A study's identity in the store: the hash of what it measures (its spec)."""
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]

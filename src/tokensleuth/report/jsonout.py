@@ -4,55 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.analysis.results import Cell
-from tokensleuth.analysis.stats import summarize
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.paths import write_atomic
-
-JSON_SCHEMA_VERSION = 1
-
-
-def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> dict[str, Any]:
-    results = []
-    for c in cells:
-        tps: dict[str, float | None]
-        if c.kept_tokens_per_s:  # stalled repetitions left out, as in the table; "samples" keeps them
-            s = summarize(c.kept_tokens_per_s)
-            tps = {"mean": s.mean, "sd": s.sd}
-        else:
-            tps = {"mean": c.avg_ts, "sd": c.stddev_ts}
-        results.append({
-            "model": c.model,
-            "model_type": c.meta.get("model_type"),
-            "workload": c.test,
-            "params": {k: v for k, v in c.meta.items() if k not in ("model_type",)},
-            "tokens_per_s": tps,
-            "samples": list(c.tokens_per_s),
-            # leading repetitions left out of every trial's t/s and resources (stats.cold_leading)
-            "cold_repetitions": {"per_trial": c.cold.count if c.cold else 0,
-                                 "ratio": c.cold.ratio if c.cold else None,
-                                 "processes": c.cold.processes if c.cold else len(c.trial_means)},
-            "resources": c.resources(),
-            **({"latency": lat} if (lat := c.latency()) is not None else {}),
-        })
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "study": study_id,
-        "engine": {
-            "source": engine.get("source"),
-            "commit": engine.get("commit"),
-            "build_number": engine.get("build_number"),
-            "backends": list(engine.get("backends") or []),
-            "cmake_flags": list(engine.get("cmake_flags") or []),
-            "compiler": engine.get("compiler"),
-        },
-        "results": results,
-    }
-
 
 def check_json_target(path: Path, option: str = "--json") -> None:
     """Refuse a ``--json`` path that cannot be written, before any engine time is spent.

@@ -14,6 +14,7 @@ import json
 from typing import Any, Protocol
 
 from tokensleuth.core.errors import UserError
+from tokensleuth.core.records import JSON_SCHEMA_VERSION
 from tokensleuth.report.figures import Figure
 from tokensleuth.store import Store
 
@@ -110,6 +111,27 @@ class KindBase:
     def step_study(self, obj: dict[str, Any], n: int) -> str:
         """The study that found its step ``n`` (1-based; `report ID --step N`)."""
         raise UserError(f"--step: a {self.name} study has no steps — drop --step")
+
+
+class ResultKind(KindBase):
+    """A kind whose driver ends with one result object (bisect, decompose, scan): the command
+    prints and exports it through these, and `report` renders the stored one through the same."""
+
+    def render(self, result: dict[str, Any]) -> str:
+        """The driver's result as Markdown (the command's output and `report`'s)."""
+        raise NotImplementedError
+
+    def to_json(self, result: dict[str, Any]) -> dict[str, Any]:
+        """The driver's result as its JSON object (--json, and `report --json`)."""
+        return dict(result, schema_version=JSON_SCHEMA_VERSION)
+
+    def stored(self, store: Store, study_id: str) -> dict[str, Any]:
+        """The result the driver stored when it ended."""
+        return stored_result(store, study_id, self.name)
+
+    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+        obj = self.stored(store, study_id)
+        return self.render(obj), self.to_json(obj)
 
 
 class DriverKind(StudyKind, Protocol):

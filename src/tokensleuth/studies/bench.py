@@ -3,14 +3,119 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from tokensleuth.analysis.results import load_cells
-from tokensleuth.report.figures import Figure, bench_figures
-from tokensleuth.report.jsonout import bench_json
-from tokensleuth.report.markdown import render_bench
+from tokensleuth.analysis.results import Cell, load_cells
+from tokensleuth.analysis.stats import summarize
+from tokensleuth.core.records import JSON_SCHEMA_VERSION
+from tokensleuth.report.figures import Figure, timeline_figure
+from tokensleuth.report.markdown import (
+    fmt_ts,
+    flags_label,
+    lat_cell,
+    model_label,
+    params_label,
+    size_label,
+    table,
+    varying_params,
+)
 from tokensleuth.store import Store
 from tokensleuth.studies import KindBase
+
+_SHORT = {"n_threads": "threads", "n_gpu_layers": "ngl", "n_batch": "n_batch",
+          "n_ubatch": "n_ubatch", "flash_attn": "fa", "type_k": "type_k", "type_v": "type_v",
+          "poll": "poll", "n_cpu_moe": "n_cpu_moe", "cpu_mask": "cpu_mask", "split_mode": "sm"}
+
+
+def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
+                 resources: bool = False) -> str:
+    params = varying_params(cells)
+    all_res = [c.resources() for c in cells]
+    gpu = resources or any(r["power_w"] is not None or r["gpu_busy_pct"] is not None for r in all_res)
+    gpu_cols = [("GPU %", "gpu_busy_pct", "{:.0f}"), ("clock MHz", "gpu_clock_mhz", "{:.0f}"),
+                ("power W", "power_w", "{:.1f}"), ("J/tok", "joules_per_token", "{:.4f}"),
+                ("tok/J", "tokens_per_joule", "{:.2f}")] if gpu else []
+    # confounders the cells' own samples show (stall, short-window, impossible-figure): a column
+    # only when some cell has one, so a clean table keeps llama-bench's shape
+    flagged = any(r["flags"] for r in all_res)
+    lats = [c.latency() for c in cells]
+    lat_cols = ["TTFT ms p50/p90/p99", "ITL ms p50/p90/p99"] if any(lats) else []
+    headers = ["model", "size", "params", "backend", *(_SHORT[p] for p in params), "test", "t/s",
+               "n", "CPU ms/tok", "busy cores", *(h for h, _, _ in gpu_cols), *lat_cols,
+               *(["flags"] if flagged else [])]
+    right = [False, True, True, False, *([True] * len(params)), True, True, True, True, True,
+             *([True] * len(gpu_cols)), *([True] * len(lat_cols)), *([False] if flagged else [])]
+    rows = []
+    for c, res, lat in zip(cells, all_res, lats, strict=False):
+        cpu = res["cpu_ms_per_token"]
+        busy = res["busy_cores"]
+        rows.append([
+            model_label(c.meta, c.model), size_label(c.meta), params_label(c.meta),
+            str(c.meta.get("backends") or "?"), *(str(c.meta.get(p, "")) for p in params),
+            c.test, fmt_ts(c.kept_tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.kept_tokens_per_s)),
+            "—" if cpu is None else f"{cpu:.3f}", "—" if busy is None else f"{busy:.2f}",
+            *("—" if res[k] is None else f.format(res[k]) for _, k, f in gpu_cols),
+            *([lat_cell(lat or {}, "ttft_ms"), lat_cell(lat or {}, "itl_ms")] if lat_cols else []),
+            *([flags_label(res)] if flagged else []),
+        ])
+    commit = engine.get("commit") or "unknown"
+    number = engine.get("build_number")
+    foot = f"build: {commit[:9]} ({number if number is not None else '?'}) · engine {engine.get('source')}"
+    cold = bench_cold_sentence(cells)
+    return "\n".join([table(headers, rows, right), "", *([cold.strip(), ""] if cold else []), foot,
+                      f"study: {study_id}"])
+
+
+def bench_cold_sentence(cells: Sequence[Cell]) -> str:
+    """compare's sentence on cold repetitions, for a bench's cells (stats.cold_leading)."""
+    from tokensleuth.drivers.comparisons import cold_words
+
+    seen = {c.test: c.cold for c in cells if c.cold is not None and c.cold.count}
+    return cold_words(seen, added=any(len(c.trial_means) > 1 for c in cells)) if seen else ""
+
+
+def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> dict[str, Any]:
+    results = []
+    for c in cells:
+        tps: dict[str, float | None]
+        if c.kept_tokens_per_s:  # stalled repetitions left out, as in the table; "samples" keeps them
+            s = summarize(c.kept_tokens_per_s)
+            tps = {"mean": s.mean, "sd": s.sd}
+        else:
+            tps = {"mean": c.avg_ts, "sd": c.stddev_ts}
+        results.append({
+            "model": c.model,
+            "model_type": c.meta.get("model_type"),
+            "workload": c.test,
+            "params": {k: v for k, v in c.meta.items() if k not in ("model_type",)},
+            "tokens_per_s": tps,
+            "samples": list(c.tokens_per_s),
+            # leading repetitions left out of every trial's t/s and resources (stats.cold_leading)
+            "cold_repetitions": {"per_trial": c.cold.count if c.cold else 0,
+                                 "ratio": c.cold.ratio if c.cold else None,
+                                 "processes": c.cold.processes if c.cold else len(c.trial_means)},
+            "resources": c.resources(),
+            **({"latency": lat} if (lat := c.latency()) is not None else {}),
+        })
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "study": study_id,
+        "engine": {
+            "source": engine.get("source"),
+            "commit": engine.get("commit"),
+            "build_number": engine.get("build_number"),
+            "backends": list(engine.get("backends") or []),
+            "cmake_flags": list(engine.get("cmake_flags") or []),
+            "compiler": engine.get("compiler"),
+        },
+        "results": results,
+    }
+
+
+def bench_figures(store: Store, study_id: str) -> list[Figure]:
+    tl = timeline_figure(store, study_id)
+    return [tl] if tl else []
 
 
 class BenchKind(KindBase):

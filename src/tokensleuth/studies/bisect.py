@@ -4,15 +4,148 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
-from tokensleuth.report.figures import Figure, bisect_figures
-from tokensleuth.report.markdown import render_bisect
+from tokensleuth.engines import show_setting
+from tokensleuth.report.figures import Figure, num
+from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
-from tokensleuth.studies import KindBase, stored_result
+from tokensleuth.studies import ResultKind
 
 
-class BisectKind(KindBase):
+def kld_figures(o: dict[str, Any]) -> str:
+    floor = o.get("floor") or {}
+    return (f"mean KLD {o['mean_kld']:.6f} (floor {floor.get('mean_kld', 0.0):.6f}), 99% KLD {o['kld_99']:.6f}, "
+            f"same top p {o['same_top_p']:.3f}%")
+
+
+def outputs_line(o: dict[str, Any], good: str, bad: str) -> str:
+    """A bisect's outputs answer: the first commit whose outputs changed, beside the speed one."""
+    end = o.get("endpoint")
+    if not end:
+        return f"Outputs: not checked ({bad} did not build with llama-perplexity)."
+    if end["verdict"] != "changed":
+        return f"Outputs: {end['verdict']} between {good} and {bad} ({kld_figures(end)})."
+    if o.get("first_changed"):
+        c = o.get("culprit") or {}
+        who = f" — {c['subject']}" if c.get("subject") else ""
+        return f"Outputs first changed at: {c.get('sha') or o['first_changed']}{who} ({kld_figures(c)})."
+    return (f"Outputs changed between {good} and {bad}; first changed within "
+            f"{', '.join(o.get('culprit_range') or [])} (commits between did not build).")
+
+
+def render_bisect(r: dict[str, Any]) -> str:
+    """Culprit, evidence table, controls and the step log of a bisect result."""
+    out = []
+    status = r.get("status") or ("no-regression" if r.get("reason") else None)  # results stored before 0.2
+    if status == "no-regression":
+        out.append(f"No bisect: {r['reason']} ({r['good']} vs {r['bad']}).")
+    elif status == "crash":
+        out.append(f"Bisect stopped, endpoint crashed: {r['reason']}.")
+    elif status == "unresolved":
+        out.append(f"UNRESOLVED ({r['good']} vs {r['bad']}): {r.get('reason') or 'no answer yet'}.")
+        if (d := r.get("diagnosis")) and d.get("advice"):
+            out.append("Why unresolved:\n" + "\n".join(f"  - {line}" for line in d["advice"]))
+    elif r.get("first_bad"):
+        c = r.get("culprit") or {}
+        who = f" — {c.get('subject')} ({c.get('author')}, {c.get('date')})" if c.get("subject") else ""
+        ok = "verified against its parent" if r.get("verified") else "NOT confirmed against its parent"
+        out.append(f"First bad: {c.get('sha') or r['first_bad']}{who}; {ok}.")
+    else:
+        out.append(f"Culprit range (skipped or undecided commits border it): {', '.join(r['culprit_range'])}.")
+    if "specific_to_model" in r:
+        half = f" (within ±{r['control_band']:.1%}, half the regression)" if r.get("control_band") else ""
+        out.append({True: f"Control models did not move at the culprit{half}: the regression is specific to"
+                          " the measured model.",
+                    False: "Control models moved at the culprit too: not model-specific.",
+                    None: "Control models were too noisy to say whether the regression is model-specific."}
+                   [r["specific_to_model"]])
+    for key, where in (("culprit_param_diffs", "at the culprit"), ("param_diffs", "between the endpoints")):
+        if r.get(key):
+            changed = ", ".join(f"{d['field']}: {show_setting(d['field'], d['baseline'])} → "
+                                f"{show_setting(d['field'], d['candidate'])}" for d in r[key])
+            out.append(f"llama-bench's own settings changed {where} ({changed}): likely the cause, not the "
+                       "engine — rerun with --pin-params to hold them at the good side's values.")
+            break
+    if (pr := r.get("profile")) is not None:
+        where = f"{Path(str(pr.get('model', ''))).stem} {pr.get('workload', '')}".strip()
+        if pr.get("headline"):
+            out.append(f"Which op: the culprit's per-op profile against its parent ({where}; `tokensleuth report "
+                       f"{pr['study']}` has it all): {pr['headline']}.")
+        else:
+            out.append(f"Which op: not profiled ({pr.get('skipped', 'no profile')}).")
+    if (o := r.get("outputs")) is not None:
+        out.append(outputs_line(o, r["good"], r["bad"]))
+    if r.get("skipped"):
+        out.append(f"Skipped (did not build): {', '.join(r['skipped'])}.")
+    if r.get("crashed"):
+        out.append(f"Crashed or hung on the workload: {', '.join(r['crashed'])}.")
+    if (ch := r.get("changes")) and ch.get("files"):
+        from tokensleuth.sources.changes import render_changes
+
+        out += ["", render_changes(ch)]
+    ev_rows = []
+    for name, comps in (("good → bad", r.get("endpoints", [])), ("parent → culprit", r.get("verification", [])),
+                        *(((f"control {k.replace('_vs_', ' → ')}", v) for k, v in (r.get("controls") or {}).items()))):
+        for c in comps:
+            ci = c.get("ci")
+            ev_rows.append([name, Path(c["model"]).stem, c["workload"],
+                            "—" if c["ratio"] is None else f"{c['ratio']:.4f}",
+                            "—" if not ci else f"[{ci[0]:.4f}, {ci[1]:.4f}]", c["verdict"], str(c["pairs"])])
+    if ev_rows:
+        out += ["", table(["evidence", "model", "test", "ratio", "99% CI", "verdict", "pairs"], ev_rows,
+                          [False, False, True, True, True, False, True])]
+    if r.get("steps"):
+        rows = [[s["commit"], s["outcome"], "—" if s["ratio"] is None else f"{s['ratio']:.4f}",
+                 "—" if not s["ci"] else f"[{s['ci'][0]:.4f}, {s['ci'][1]:.4f}]", str(s["pairs"]),
+                 "—" if s.get("build_s") is None else f"{s['build_s']:.0f}"] for s in r["steps"]]
+        out += ["", "Steps:", table(["commit", "outcome", "ratio vs good", "99% CI", "pairs", "build s"], rows,
+                                    [False, False, True, True, True, True])]
+    out.append(f"\nstudy: {r['study']}")
+    return "\n".join(out)
+
+
+def bisect_figures(result: dict[str, Any], band: float, history: Sequence[str]) -> list[Figure]:
+    """history: the candidates' labels, good first (the study's spec). Good is drawn at 1 (it
+    is the reference), bad at the endpoints' ratio, each probed commit at its own."""
+    good, bad = str(result.get("good") or ""), str(result.get("bad") or "")
+    ends = [c for c in result.get("endpoints") or [] if c.get("ratio") is not None]
+    worst = max(ends, key=lambda c: abs(1 - c["ratio"]), default=None)
+    steps = [dict(s) for s in result.get("steps") or []]
+    probed = {str(s["commit"]) for s in steps}
+    if good and good not in probed:
+        steps.append({"commit": good, "outcome": "good", "ratio": 1.0, "ci": None, "pairs": 0, "note": "reference"})
+    if bad and bad not in probed and worst is not None:
+        steps.append({"commit": bad, "outcome": "bad" if worst["verdict"] in ("slower", "faster") else worst["verdict"],
+                      "ratio": worst["ratio"], "ci": worst.get("ci"), "pairs": worst.get("pairs", 0),
+                      "note": f"endpoint ({Path(worst['model']).stem} {worst['workload']})"})
+    if len(steps) < 2:
+        return []
+    from tokensleuth.report import plots
+
+    order = {str(c): i for i, c in enumerate(history)}
+    steps.sort(key=lambda s: order.get(str(s["commit"]), len(order)))
+    culprit = str(result.get("first_bad") or "")[:9] or None
+    c = result.get("culprit") or {}
+
+    def subject(step: dict[str, Any]) -> str:
+        # the culprit's subject is known (git bisects); other steps carry a note at most
+        if c.get("subject") and str(step["commit"]) == str(result.get("first_bad")):
+            return str(c["subject"])
+        return str(step.get("note") or "")
+
+    pts = [(str(s["commit"])[:9], s.get("ratio"), (s.get("ci") or [None, None])[0], (s.get("ci") or [None, None])[1],
+            str(s.get("outcome"))) for s in steps]
+    return [Figure(
+        "bisect", "Ratio at each probed commit", "each probed commit against good, in history order, with its "
+        "outcome; the dashed line is the first bad commit.", plots.bisect_steps(pts, culprit, band),
+        ("commit", "subject", "outcome", "ratio", "99% CI low", "99% CI high", "pairs"),
+        tuple((str(s["commit"])[:12], subject(s), str(s.get("outcome")), num(p[1]), num(p[2]),
+               num(p[3]), str(s.get("pairs", ""))) for s, p in zip(steps, pts, strict=True)))]
+
+
+class BisectKind(ResultKind):
     name = "bisect"
 
     def describe(self, spec: dict[str, Any]) -> str:
@@ -20,16 +153,7 @@ class BisectKind(KindBase):
         return f"{cands[0]} .. {cands[-1]}" if cands else ""
 
     def render(self, result: dict[str, Any]) -> str:
-        """The driver's result as Markdown (the command's output and `report`'s)."""
         return render_bisect(result)
-
-    def to_json(self, result: dict[str, Any]) -> dict[str, Any]:
-        """The driver's result as the DESIGN.md JSON object (--json, and `report --json`)."""
-        return dict(result, schema_version=1)
-
-    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-        obj = stored_result(store, study_id, self.name)
-        return self.render(obj), self.to_json(obj)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
         spec = json.loads(store.study(study_id)["spec_json"])

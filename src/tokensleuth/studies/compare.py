@@ -16,7 +16,10 @@ from tokensleuth.drivers.comparisons import (
     stored_spec,
     summary_sentence,
 )
-from tokensleuth.report.figures import Figure, compare_figures
+from tokensleuth.analysis import stats
+from tokensleuth.core.records import JSON_SCHEMA_VERSION
+from tokensleuth.report.figures import Figure, cell_label, num, timeline_figure
+from tokensleuth.report.markdown import flags_label, fmt_ts, lat_cell, table
 from tokensleuth.store import Store
 from tokensleuth.studies import DROP_KEYS, KindBase
 from tokensleuth.trials.spec import CompareSpec
@@ -25,8 +28,6 @@ from tokensleuth.trials.spec import CompareSpec
 def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
                  builds: Mapping[str, dict[str, Any]],
                  outputs: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    from tokensleuth.report.jsonout import JSON_SCHEMA_VERSION
-
     # "outputs" only when --check-outputs ran: absent means "not checked", never "no change"
     extra = {} if outputs is None else {"outputs": [dict(o) for o in outputs]}
     return {
@@ -44,7 +45,6 @@ def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
 
 
 def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-    from tokensleuth.report.markdown import render_compare
     from tokensleuth.trials.outputs import render_output_checks
 
     spec = stored_spec(store, study_id)
@@ -92,6 +92,91 @@ def compare_study_toml(spec: dict[str, Any]) -> str:
     for arm in spec.get("arms", []):
         lines += ["", "[[arms]]"] + [f"{k} = {toml_value(v)}" for k, v in arm.items() if v not in (None, [], {})]
     return "\n".join(lines)
+
+
+def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: str) -> str:
+    """Compare table: per model x workload, both arms' t/s, ratio, 99% CI, verdict, pairs."""
+    flagged = any(c.base_res.get("flags") or c.cand_res.get("flags") for c in comps)
+    headers = ["model", "test", "baseline", "t/s", "candidate", "t/s", "ratio", "99% CI", "verdict",
+               "pairs", "CPU ms/tok", "CPU verdict", *(["flags"] if flagged else [])]
+    right = [False, True, False, True, False, True, True, True, False, True, True, False,
+             *([False] if flagged else [])]
+    rows = []
+    for c in comps:
+        e = c.estimate
+        bcpu = c.base_res.get("cpu_ms_per_token")
+        ccpu = c.cand_res.get("cpu_ms_per_token")
+        cpu = "—" if bcpu is None or ccpu is None else f"{bcpu:.3f} → {ccpu:.3f}"
+        rows.append([
+            Path(c.model).stem, c.workload, c.baseline, fmt_ts(c.base_ts), c.candidate, fmt_ts(c.cand_ts),
+            "—" if e is None else f"{e.ratio:.4f}",
+            "—" if e is None else f"[{e.lo:.4f}, {e.hi:.4f}]",
+            f"**{c.verdict}**" if c.verdict in ("faster", "slower") else c.verdict,
+            str(c.pairs), cpu, c.cpu_verdict,
+            *(["; ".join(f"{arm}: {flags_label(r)}" for arm, r in ((c.baseline, c.base_res),
+                                                                   (c.candidate, c.cand_res)) if r.get("flags"))]
+              if flagged else []),
+        ])
+    drift = [w for c in comps for w in c.warnings()]
+    tail = ["", "Warnings:", *(f"- {w}" for w in drift)] if drift else []
+    lat_rows = [[Path(c.model).stem, c.workload, arm, lat_cell(lat, "ttft_ms"), lat_cell(lat, "itl_ms")]
+                for c in comps for arm, lat in ((c.baseline, c.base_latency), (c.candidate, c.cand_latency))
+                if lat]
+    if lat_rows:
+        tail = ["", "Latency (client side, every request; ms p50 / p90 / p99):",
+                table(["model", "test", "arm", "TTFT", "inter-token"], lat_rows, [False, True, False, True, True]),
+                *tail]
+    design = ("one pair = one engine process, A, B, B, A on one load, order-balanced"
+              if any(getattr(c, "shared", False) for c in comps) else
+              "one pair = one engine process per arm, order-balanced")
+    return "\n".join([summary, "", table(headers, rows, right), "",
+                      f"band ±{band * 100:g}% · {design}"
+                      f" · study: {study_id}", *tail])
+
+
+def compare_figures(store: Store, study_id: str) -> list[Figure]:
+    from tokensleuth.drivers.comparisons import analyze, stored_spec
+    from tokensleuth.report import plots
+
+    spec = stored_spec(store, study_id)
+    comps = analyze(store, study_id, spec)
+    many = len({c.candidate for c in comps}) > 1
+    label = {id(c): cell_label(c.model, c.workload, c.candidate if many else None) for c in comps}
+    band = spec.band
+
+    forest_rows = [(label[id(c)], c.estimate.ratio if c.estimate else None, c.estimate.lo if c.estimate else None,
+                    c.estimate.hi if c.estimate else None, c.verdict) for c in comps]
+    out = [Figure(
+        "forest", "Ratio per cell", f"candidate / baseline tokens/s with its 99% interval; shaded: the ±{band:.0%} "
+        "band inside which two arms count as the same.", plots.forest(forest_rows, band),
+        ("cell", "baseline", "candidate", "ratio", "99% CI low", "99% CI high", "verdict", "pairs"),
+        tuple((label[id(c)], c.baseline, c.candidate, num(r[1]), num(r[2]), num(r[3]), c.verdict, str(c.pairs))
+              for c, r in zip(comps, forest_rows, strict=True)))]
+
+    per_pair = [(label[id(c)], [ct / bt for bt, ct in zip(c.base_ts, c.cand_ts, strict=True)]) for c in comps]
+    out.append(Figure(
+        "pairs", "Per-pair ratios", "each dot is one pair: the candidate's engine process over the baseline's, "
+        "run back to back in alternating order.", plots.pair_strip(per_pair, band),
+        ("cell", "pair", "baseline t/s", "candidate t/s", "ratio"),
+        tuple((label[id(c)], str(i + 1), num(bt, "{:.2f}"), num(ct, "{:.2f}"), num(ct / bt))
+              for c in comps for i, (bt, ct) in enumerate(zip(c.base_ts, c.cand_ts, strict=True)))))
+
+    hist = []
+    for c in comps:
+        steps = []
+        for k in range(2, len(c.base_ts) + 1):
+            e = stats.ratio_interval(c.base_ts[:k], c.cand_ts[:k])
+            steps.append((k, e.ratio, e.lo, e.hi))
+        hist.append((label[id(c)], steps))
+    out.append(Figure(
+        "sequential", "The interval as pairs were added", "the estimate and its 99% interval after each pair; "
+        "the study stops a cell once its interval settles it against the band.", plots.sequential(hist, band),
+        ("cell", "pairs", "ratio", "99% CI low", "99% CI high"),
+        tuple((lab, str(k), num(r), num(lo), num(hi)) for lab, steps in hist for k, r, lo, hi in steps)))
+    tl = timeline_figure(store, study_id)
+    if tl:
+        out.append(tl)
+    return out
 
 
 class CompareKind(KindBase):

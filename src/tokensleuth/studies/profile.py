@@ -9,7 +9,7 @@ from typing import Any
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.drivers.profile import BENCH_STATE, RUNS_STATE, analyze
-from tokensleuth.report.figures import Figure
+from tokensleuth.report.figures import Figure, cell_label, num
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
 from tokensleuth.studies import KindBase
@@ -112,6 +112,29 @@ def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
             "rows": [r for r in d["rows"] if r["verdict"] != "same"][:most]}
 
 
+def profile_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
+    """Per diff: the two builds' ms/token of each op, side by side, the largest changes first."""
+    from tokensleuth.report import plots
+
+    out: list[Figure] = []
+    for d in obj.get("diffs") or []:
+        rows = d["rows"][:most]
+        if not rows:
+            continue
+        a, b = d["engines"]
+        label = cell_label(d["model"], d["workload"])
+        bars = [(f"{r['op']} {r['signature'][:28]}", r["ms_per_token"][0], r["ms_per_token"][1]) for r in rows]
+        out.append(Figure(
+            f"ops-{len(out)}", f"Per-op time, {label}",
+            f"ms per token of each op signature in the two builds, the {len(rows)} largest changes first.",
+            plots.op_bars(bars, ("A", "B")),
+            ("op", "signature", f"A: {a}", f"B: {b}", "Δ ms/token", "Δ nodes/token", "verdict"),
+            tuple((r["op"], r["signature"], num(r["ms_per_token"][0]), num(r["ms_per_token"][1]),
+                   num(r["delta_ms_per_token"], "{:+.4f}"), f"{r['delta_nodes_per_token']:+g}", r["verdict"])
+                  for r in rows)))
+    return out
+
+
 class ProfileKind(KindBase):
     name = "profile"
 
@@ -123,8 +146,6 @@ class ProfileKind(KindBase):
         return render(study_id, obj), dict(obj, study=study_id)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
-        from tokensleuth.report.figures import profile_figures
-
         return profile_figures(obj)
 
     def headline(self, obj: dict[str, Any], md: str) -> str:

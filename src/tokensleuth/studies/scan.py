@@ -10,7 +10,7 @@ from tokensleuth.core.errors import UserError
 from tokensleuth.report.figures import Figure
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
-from tokensleuth.studies import KindBase, stored_result
+from tokensleuth.studies import ResultKind
 
 
 def _ratio(c: dict[str, Any]) -> str:
@@ -142,7 +142,7 @@ def history_figures(r: dict[str, Any]) -> list[Figure]:
     return figs
 
 
-class ScanKind(KindBase):
+class ScanKind(ResultKind):
     name = "scan"
 
     def describe(self, spec: dict[str, Any]) -> str:
@@ -151,17 +151,12 @@ class ScanKind(KindBase):
     def render(self, result: dict[str, Any]) -> str:
         return render(result)
 
-    def to_json(self, result: dict[str, Any]) -> dict[str, Any]:
-        return dict(result, schema_version=1)
-
-    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+    def stored(self, store: Store, study_id: str) -> dict[str, Any]:
         if store.get_state(study_id, "result") is None:  # under way: what it has so far
             from tokensleuth.drivers.scan import partial
 
-            obj = partial(store, study_id)
-        else:
-            obj = stored_result(store, study_id, self.name)
-        return self.render(obj), self.to_json(obj)
+            return partial(store, study_id)
+        return super().stored(store, study_id)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
         return history_figures(obj)
