@@ -37,6 +37,7 @@ import tokensleuth.drivers.judge as judge_mod
 import tokensleuth.engines as engines
 from tokensleuth.sources.history import Candidate
 from tokensleuth.drivers.scan import run_scan
+from tokensleuth.engines import llamabench_argv as bench_argv
 from tokensleuth.engines.base import ArmRuntime, EngineRun
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
@@ -56,6 +57,14 @@ class SimEngine:
     load_log_flag = None
     default_workloads: tuple[str, ...] = ()
     settings = None
+    # its argv is llama-bench's (the plan's -r is what _reps reads)
+    default_repetitions = bench_argv.DEFAULT_REPETITIONS
+    workload_flags = bench_argv.WORKLOAD_FLAGS
+    profiles = False
+    argv_for = staticmethod(bench_argv.argv_for)
+    repetitions = staticmethod(bench_argv.repetitions)
+    sets_repetitions = staticmethod(bench_argv.sets_repetitions)
+    flag_tests = staticmethod(bench_argv.flag_tests)
 
     def __init__(self) -> None:
         self.procs: Processes | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +29,16 @@ def compare(args: list[str], env: dict[str, str], tmp_path: Path, timeout: float
 
 
 def test_workloads_one_process_can_run_are_joined() -> None:
-    from tokensleuth.core.workloads import joined_flags, trial_workloads
+    from tokensleuth.core.workloads import trial_workloads
+    from tokensleuth.engines import engine_for
+
+    joined_flags = engine_for("llama-bench").argv_for
 
     assert joined_flags(["tg32", "pp512"]) == ["-p", "512", "-n", "32", "-d", "0"]
     assert joined_flags(["pp512@d4096", "tg32@d4096", "pp512+tg32@d4096"]) == [
         "-p", "512", "-n", "32", "-pg", "512,32", "-d", "4096"]
     assert joined_flags(["pp64", "pp512", "tg16"]) == ["-p", "64,512", "-n", "16", "-d", "0"]
-    assert joined_flags(["tg32"]) is None  # one workload: a process of its own, as ever
+    assert joined_flags(["tg32"]) == ["-p", "0", "-n", "32", "-d", "0"]  # one workload: a process of its own
     assert joined_flags(["tg32", "pp512@d4096"]) is None  # two depths would cross
     assert joined_flags(["pp512+tg32", "pp64+tg8"]) is None
     assert joined_flags(["tg32", "tg32xc4"]) is None  # a concurrent workload is a server's
@@ -43,23 +47,27 @@ def test_workloads_one_process_can_run_are_joined() -> None:
 
 def test_a_round_joins_the_open_workloads_of_a_model_and_leaves_decided_ones_out() -> None:
     from tokensleuth.drivers.compare import round_trials
+    from tokensleuth.engines import engine_for
+
+    def joins(ws: Sequence[str]) -> bool:
+        return engine_for("llama-bench").argv_for(ws) is not None
 
     m, d = "moe.gguf", "dense.gguf"
     # the first round: every cell open at pair 0, one trial per model for both workloads
     first = round_trials({(m, "tg32"): 5, (m, "pp512"): 5, (d, "tg32"): 5, (d, "pp512"): 5}, {}, {(m, "pp512"): 1},
-                         joined=True)
-    assert first == [(m, "tg32,pp512", ["-p", "512", "-n", "32", "-d", "0"], 1, 0, 5),
-                     (d, "tg32,pp512", ["-p", "512", "-n", "32", "-d", "0"], 0, 0, 5)]
+                         joins)
+    assert first == [(m, "tg32,pp512", ["tg32", "pp512"], 1, 0, 5),
+                     (d, "tg32,pp512", ["tg32", "pp512"], 0, 0, 5)]
     # tg32 decided on the MoE model: its next trials run pp512 alone; the dense model's stay joined
     have = {(m, "tg32"): 5, (m, "pp512"): 5, (d, "tg32"): 5, (d, "pp512"): 5}
-    nxt = round_trials({(m, "pp512"): 10, (d, "tg32"): 10, (d, "pp512"): 10}, have, {}, joined=True)
-    assert nxt == [(m, "pp512", ["-p", "512", "-n", "0", "-d", "0"], 0, 5, 10),
-                   (d, "tg32,pp512", ["-p", "512", "-n", "32", "-d", "0"], 0, 5, 10)]
+    nxt = round_trials({(m, "pp512"): 10, (d, "tg32"): 10, (d, "pp512"): 10}, have, {}, joins)
+    assert nxt == [(m, "pp512", ["pp512"], 0, 5, 10),
+                   (d, "tg32,pp512", ["tg32", "pp512"], 0, 5, 10)]
     # cells at different pairs (one re-asked for more) are not joined
-    apart = round_trials({(m, "tg32"): 20, (m, "pp512"): 20}, {(m, "tg32"): 10, (m, "pp512"): 5}, {}, joined=True)
+    apart = round_trials({(m, "tg32"): 20, (m, "pp512"): 20}, {(m, "tg32"): 10, (m, "pp512"): 5}, {}, joins)
     assert [(r[1], r[4]) for r in apart] == [("tg32", 10), ("pp512", 5)]
     # a process per workload
-    assert [r[1] for r in round_trials({(m, "tg32"): 5, (m, "pp512"): 5}, {}, {}, joined=False)] == ["tg32", "pp512"]
+    assert [r[1] for r in round_trials({(m, "tg32"): 5, (m, "pp512"): 5}, {}, {}, None)] == ["tg32", "pp512"]
 
 
 def test_aa_gives_each_cell_the_rules_verdict(engine: EngineBuild, dense_model: Path, cli_env: dict[str, str],

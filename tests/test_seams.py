@@ -61,6 +61,78 @@ def test_the_guards_see_what_they_look_for() -> None:
     assert _const(divs[0].right) in BINARIES
 
 
+# llama-bench's flags that tokensleuth composes for a trial (engines/llamabench_argv.py: the tests,
+# the repetitions) or owns (engines/llamabench.py OWNED_FLAGS: the output). Only engines/ writes them.
+BENCH_FLAGS = frozenset({"-r", "--repetitions", "-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg",
+                         "-o", "--output", "-oe", "--output-err", "--progress"})
+# The same spellings in other programs' argv, each with its program: not llama-bench's.
+OTHER_PROGRAMS = {
+    ("drivers/decompose.py", "-o"): "git format-patch -o DIR",
+    ("report/plots.py", "-o"): "a matplotlib line style (line and dots)",
+    ("sources/build.py", "-d"): "pip download -d DIR",
+    ("sources/patches.py", "-p"): "git log -p, git commit-tree -p PARENT",
+}
+
+
+def _flag_literals(rel: str, tree: ast.Module) -> list[str]:
+    parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}  # f"-n{limit}"
+    return [f"{rel}:{n.lineno} {n.value!r}" for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and n.value in BENCH_FLAGS and id(n) not in parts and (rel, n.value) not in OTHER_PROGRAMS]
+
+
+def test_only_engines_spell_llama_benchs_trial_flags() -> None:
+    """The plan names workloads and repetitions; the engine composes its argv (Engine.argv_for,
+    repetitions, sets_repetitions, workload_flags). No module outside engines/ writes a test,
+    repetition or output flag of llama-bench (commands/ declares none of tokensleuth's own options
+    with these spellings, so it has no exception)."""
+    found = [f for rel, tree in _modules("engines/") for f in _flag_literals(rel, tree)]
+    assert found == [], "ask the engine (engine_for(kind).argv_for / repetitions) instead:\n" + "\n".join(found)
+
+
+# A comparison with the default kind that is not a capability: the default kind is left out of a
+# stored spec (a study keeps the identity it had before arms named a kind), or an option left at
+# its default lets the source's prefix pick the kind.
+DEFAULT_KIND_IDENTITY = {
+    ("drivers/bench.py", "bench_spec"), ("drivers/compare.py", "spec_dump"), ("drivers/judge.py", "compare"),
+    ("commands/common.py", "set_kind"), ("drivers/shared.py", "set_kind"), ("commands/bench.py", "bench"),
+    ("drivers/run/bench.py", "run"),
+}
+
+
+def _default_kind_tests(rel: str, tree: ast.Module) -> list[str]:
+    def visit(node: ast.AST, fn: str) -> list[str]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = node.name
+        found = []
+        if isinstance(node, ast.Compare) and (rel, fn) not in DEFAULT_KIND_IDENTITY and any(
+                (isinstance(x, ast.Name) and x.id == "DEFAULT_KIND") or
+                (isinstance(x, ast.Attribute) and x.attr == "DEFAULT_KIND") for x in (node.left, *node.comparators)):
+            found.append(f"{rel}:{node.lineno} compares a kind with DEFAULT_KIND")
+        return found + [f for child in ast.iter_child_nodes(node) for f in visit(child, fn)]
+
+    return visit(tree, "")
+
+
+def test_the_core_never_tests_for_the_default_kind() -> None:
+    """``kind == DEFAULT_KIND`` is a kind's name in disguise: ask the engine for the capability."""
+    found = [f for rel, tree in _modules("engines/") for f in _default_kind_tests(rel, tree)]
+    assert found == [], "ask the engine (engine_for(kind).<capability>) instead:\n" + "\n".join(found)
+
+
+def test_the_flag_and_default_kind_guards_see_what_they_look_for() -> None:
+    """Both guards find what they forbid (they can fail), and leave other programs' flags alone."""
+    t = ast.parse('argv = [*planned, "-r", str(n)]\nif a in ("-p", "--n-prompt"): pass\nx = ["git", "log", "-p"]')
+    assert sorted(_flag_literals("drivers/x.py", t)) == ["drivers/x.py:1 '-r'", "drivers/x.py:2 '--n-prompt'",
+                                                         "drivers/x.py:2 '-p'", "drivers/x.py:3 '-p'"]
+    assert _flag_literals("sources/patches.py", ast.parse('x = ["git", "log", "-p"]')) == []
+    t = ast.parse("def joins(spec):\n    return all(a.kind == DEFAULT_KIND for a in spec.arms)\n"
+                  "def f(s):\n    return base.DEFAULT_KIND != s.kind")
+    assert _default_kind_tests("drivers/x.py", t) == ["drivers/x.py:2 compares a kind with DEFAULT_KIND",
+                                                      "drivers/x.py:4 compares a kind with DEFAULT_KIND"]
+    assert _default_kind_tests("drivers/compare.py", ast.parse(
+        "def spec_dump(s):\n    if s.kind == DEFAULT_KIND: pass")) == []
+
+
 def import_graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
     """Module -> the tokensleuth modules it imports: at the top, inside functions, and for type
     checking alike (a lazy import still couples the two modules)."""
@@ -161,6 +233,42 @@ def test_only_engines_import_llamabench_modules() -> None:
     its own."""
     found = [f for rel, tree in _modules("engines/") for f in _llamabench_imports(rel, tree)]
     assert found == [], "\n".join(found)
+
+
+MAX_COMMAND_LINES = 40
+
+
+def long_functions(rel: str, tree: ast.Module, most: int = MAX_COMMAND_LINES) -> list[str]:
+    """Functions whose body (its docstring aside) runs over ``most`` lines."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body[1:] if ast.get_docstring(node) is not None else node.body
+            lines = body[-1].end_lineno - body[0].lineno + 1 if body and body[-1].end_lineno else 0
+            if lines > most:
+                found.append(f"{rel}:{node.lineno} {node.name} has {lines} lines")
+    return found
+
+
+def test_commands_parse_and_hand_one_request_down() -> None:
+    """A command function parses its options into a request and hands it to its driver
+    (drivers/run/): none runs over 40 lines."""
+    found = [f for rel, tree in _modules() if rel.startswith("commands/") for f in long_functions(rel, tree)]
+    assert found == [], "move the orchestration into the command's driver:\n" + "\n".join(found)
+
+
+def test_nothing_below_the_commands_calls_back_into_them() -> None:
+    """No module below commands/ imports it, at the top or inside a function."""
+    found = [f"{rel}:{line} imports {m}" for rel, tree in _modules("commands/", "cli.py")
+             for line, m in _imports(tree) if m == "tokensleuth.commands" or m.startswith("tokensleuth.commands.")]
+    assert found == [], "\n".join(found)
+
+
+def test_the_length_guard_sees_a_long_function() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(41))
+    tree = ast.parse(f'def f():\n    """Doc."""\n{body}\n\ndef g():\n    return 1\n')
+    assert long_functions("c.py", tree) == ["c.py:1 f has 41 lines"]
+    assert long_functions("c.py", tree, 41) == []
 
 
 def test_commands_never_import_the_cli() -> None:

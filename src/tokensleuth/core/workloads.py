@@ -2,7 +2,8 @@
 
 llama-bench's names (``pp512``, ``tg128``, ``pp512+tg128``, each optionally ``@d4096``)
 mean the same for every engine; a server adds concurrency: ``tg128xc4`` is four
-streams at once. An engine refuses what it cannot run (llama-bench: concurrency).
+streams at once. An engine refuses what it cannot run (llama-bench: concurrency). The plan
+names workloads only: each engine composes its own argv from the names (Engine.argv_for).
 """
 
 from __future__ import annotations
@@ -92,27 +93,7 @@ def canonical(name: str) -> str:
     return parse(name).name
 
 
-def planned_argv(name: str) -> list[str]:
-    """The argv a trial of this workload is planned with: llama-bench's flags for it.
-
-    Engines other than llama-bench read the trial's workload and ignore these; a
-    concurrent workload (which llama-bench cannot run) is planned with none.
-    """
-    w = parse(name)
-    return [] if w.concurrency > 1 else workload_flags(w.name)
-
-
-def workload_flags(name: str) -> list[str]:
-    """llama-bench flags that run exactly this one workload."""
-    n_prompt, n_gen, n_depth = parse_workload(name)
-    if n_prompt and n_gen:
-        flags = ["-p", "0", "-n", "0", "-pg", f"{n_prompt},{n_gen}"]
-    else:
-        flags = ["-p", str(n_prompt), "-n", str(n_gen)]
-    return flags + ["-d", str(n_depth)]
-
-
-# A trial that runs several workloads in one llama-bench process is stored under their names
+# A trial that runs several workloads in one engine process is stored under their names
 # joined by this (no workload name holds it); its results are matched to them by test name.
 JOINED = ","
 
@@ -125,28 +106,5 @@ def cell_of(workload: str, test: str, test_idx: int) -> tuple[str, int]:
 
 
 def trial_workloads(stored: str) -> list[str]:
-    """The workloads a stored trial ran: one name, or several joined (:func:`joined_flags`)."""
+    """The workloads a stored trial ran: one name, or several joined (one process ran them all)."""
     return stored.split(JOINED) if JOINED in stored else [stored]
-
-
-def joined_flags(names: list[str]) -> list[str] | None:
-    """llama-bench flags that run exactly these workloads in one process, each as its own test
-    (prompts, generations and at most one prompt+generation, all at one depth), or None when
-    one process cannot run them: a concurrent workload, two depths, two pp+tg or repeats.
-
-    One process per model instead of one per workload: the model is loaded once for all of a
-    pair's tests (at 30B the load is ~7 s of a 7.6 s tg32 trial)."""
-    ws = [parse(n) for n in names]
-    if len(ws) < 2 or len({w.name for w in ws}) != len(ws) or any(w.concurrency > 1 for w in ws):
-        return None
-    if len({w.n_depth for w in ws}) != 1:
-        return None
-    pg = [w for w in ws if w.n_prompt and w.n_gen]
-    pp = [str(w.n_prompt) for w in ws if w.n_prompt and not w.n_gen]
-    tg = [str(w.n_gen) for w in ws if w.n_gen and not w.n_prompt]
-    if len(pg) > 1 or len(pp) + len(tg) + len(pg) != len(ws):
-        return None
-    flags = ["-p", ",".join(pp) or "0", "-n", ",".join(tg) or "0"]
-    if pg:
-        flags += ["-pg", f"{pg[0].n_prompt},{pg[0].n_gen}"]
-    return flags + ["-d", str(ws[0].n_depth)]

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tokensleuth.core.records import PlannedTrial, StudyHandle
-from tokensleuth.core.workloads import cell_of, planned_argv
+from tokensleuth.core.workloads import cell_of
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.executors import Executor, execute
@@ -88,16 +88,11 @@ def run_bench(
     return handle.id
 
 
-LLAMA_BENCH_REPS = 5  # llama-bench's own -r
-
-
-def asked_reps(flags: Sequence[str]) -> int:
-    """The -r a bench's flags ask for (llama-bench's own 5 where they name none)."""
-    reps = LLAMA_BENCH_REPS
-    for i, a in enumerate(flags[:-1]):
-        if a in ("-r", "--repetitions") and flags[i + 1].isdigit():
-            reps = int(flags[i + 1])
-    return reps
+def asked_reps(flags: Sequence[str], kind: str = DEFAULT_KIND) -> int:
+    """The repetitions per process a bench's flags ask for (the engine's own where they name none)."""
+    engine = engine_for(kind)
+    reps = engine.repetitions(flags)
+    return reps if reps is not None else engine.default_repetitions or 1
 
 
 def cold_reps(store: Store, study_id: str) -> dict[tuple[str, str], int]:
@@ -119,10 +114,11 @@ def cold_reps(store: Store, study_id: str) -> dict[tuple[str, str], int]:
 def _round(cells: Sequence[tuple[str, str]], flags: Sequence[str], cold: dict[tuple[str, str], int],
            kind: str) -> list[PlannedTrial]:
     out = []
+    engine = engine_for(kind)
     for m, w in cells:
-        argv = list(planned_argv(w)) if w else []
-        n = cold.get((m, w), 0)
-        if n and engine_for(kind).reps_per_process:
-            argv += ["-r", str(asked_reps([*flags, *argv]) + n)]
-        out.append(PlannedTrial(ARM, m, w, tuple(argv)))
+        ws = [w] if w else []
+        n = cold.get((m, w), 0) if engine.reps_per_process else 0
+        # the cold leading repetitions are added to the ones asked for: the measured ones stay as many
+        reps = asked_reps([*flags, *(engine.argv_for(ws) or ())], kind) + n if n else None
+        out.append(PlannedTrial(ARM, m, w, tuple(engine.argv_for(ws, reps) or ())))
     return out

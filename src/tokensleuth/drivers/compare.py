@@ -9,14 +9,14 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth.analysis import noise, stats
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.plan import pair_round
 from tokensleuth.core.records import PlannedTrial, StudyHandle
-from tokensleuth.core.workloads import JOINED, joined_flags, planned_argv, trial_workloads
+from tokensleuth.core.workloads import JOINED, trial_workloads
 from tokensleuth.drivers.comparisons import (
     JOINED_DESIGN,
     NOISE_STATE,
@@ -122,12 +122,16 @@ def shares_process(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> bool
 
 
 def joins_workloads(spec: CompareSpec) -> bool:
-    """Whether each trial runs all of a model's workloads in one llama-bench process
-    (workloads.joined_flags): several workloads one process can run, every arm a llama-bench
-    one, and the user did not ask for a process per trial and workload."""
-    if spec.separate_processes or not all(a.kind == DEFAULT_KIND for a in spec.arms):
-        return False
-    return joined_flags(list(spec.workloads)) is not None
+    """Whether each trial runs all of a model's workloads in one process: several workloads that
+    every arm's engine can run in one (Engine.argv_for), and the user did not ask for a process
+    per trial and workload."""
+    return not spec.separate_processes and len(spec.workloads) > 1 and _joins(spec)(list(spec.workloads))
+
+
+def _joins(spec: CompareSpec) -> Callable[[Sequence[str]], bool]:
+    """Whether every arm's engine runs these workloads in one process."""
+    engines = [engine_for(a.kind) for a in spec.arms]
+    return lambda ws: all(e.argv_for(ws) is not None for e in engines)
 
 
 def _verbose_first(store: Store, study_id: str, spec: CompareSpec, plan: list[PlannedTrial]) -> list[PlannedTrial]:
@@ -224,15 +228,16 @@ def _run_rounds(
         chosen = FIRST_REPS if share and not user_reps(spec) else adaptive_reps(store, study_id, spec)
         asked = asked_reps(spec)
         cold = {(c.model, c.workload): c.cold.count for c in comps if c.cold is not None}
-        rounds = round_trials(open_cells, have, cold, joined)
-        for model, w, flags, n_cold, start, target in rounds:
+        rounds = round_trials(open_cells, have, cold, _joins(spec) if joined else None)
+        for model, w, ws, n_cold, start, target in rounds:
             # cold leading repetitions are left out, so they are added: the measured ones stay as many
             # (the user's own -r is only ever added to, never restated)
             if share:  # a shared trial's repetitions are its two instances', interleaved
                 n_cold = per_instance(n_cold)
-            extra: tuple[str, ...] = (("-r", str(chosen + n_cold)) if chosen is not None else
-                                      ("-r", str(asked + n_cold)) if asked is not None and n_cold else ())
-            plan += pair_round(names, model, w, (*flags, *extra), start, target)
+            reps = (chosen + n_cold if chosen is not None else
+                    asked + n_cold if asked is not None and n_cold else None)
+            argv = {a.name: tuple(engine_for(a.kind).argv_for(ws, reps) or ()) for a in spec.arms}
+            plan += [dataclasses.replace(t, argv=argv[t.arm]) for t in pair_round(names, model, w, (), start, target)]
         plan = _interleave_cells(plan)
         if chosen is not None and not share:  # the design's own -r, cold repetitions not counted
             store.put_state(study_id, REPS_STATE, [*store.get_state(study_id, REPS_STATE, []), chosen])
@@ -254,13 +259,14 @@ RoundTrials = list[tuple[str, str, list[str], int, int, int]]
 
 
 def round_trials(open_cells: Mapping[CellKey, int], have: Mapping[CellKey, int], cold: Mapping[CellKey, int],
-                 joined: bool) -> RoundTrials:
-    """What the next round runs: (model, the trial's workload(s), their flags, cold repetitions,
-    first pair, pairs to have) per kind of trial. ``joined``: one trial runs every open workload
-    of its model that is at the same pair (each a test of its own); a cell once decided is left
-    out of later trials, as it would be with a process each."""
-    if not joined:
-        return [(model, w, planned_argv(w), cold.get((model, w), 0), have.get((model, w), 0), target)
+                 joins: Callable[[Sequence[str]], bool] | None) -> RoundTrials:
+    """What the next round runs: (model, the trial's workload as stored, the workloads it runs,
+    cold repetitions, first pair, pairs to have) per kind of trial. ``joins`` (None: a process per
+    workload): one trial runs every open workload of its model that is at the same pair, where
+    the engines can (each a test of its own); a cell once decided is left out of later trials,
+    as it would be with a process each."""
+    if joins is None:
+        return [(model, w, [w], cold.get((model, w), 0), have.get((model, w), 0), target)
                 for (model, w), target in open_cells.items()]
     groups: dict[tuple[str, int], list[str]] = defaultdict(list)
     for model, w in open_cells:
@@ -268,11 +274,10 @@ def round_trials(open_cells: Mapping[CellKey, int], have: Mapping[CellKey, int],
     out: RoundTrials = []
     for (model, start), ws in groups.items():
         target = max(open_cells[(model, w)] for w in ws)
-        both = joined_flags(ws) if len(ws) > 1 else None
-        if both is not None:
-            out.append((model, JOINED.join(ws), both, max(cold.get((model, w), 0) for w in ws), start, target))
+        if len(ws) > 1 and joins(ws):
+            out.append((model, JOINED.join(ws), ws, max(cold.get((model, w), 0) for w in ws), start, target))
         else:
-            out += [(model, w, planned_argv(w), cold.get((model, w), 0), start, target) for w in ws]
+            out += [(model, w, [w], cold.get((model, w), 0), start, target) for w in ws]
     return out
 
 
@@ -281,7 +286,8 @@ FIRST_REPS = 3  # the first round's repetitions per process when the design is c
 
 
 def user_reps(spec: CompareSpec) -> bool:
-    return any(f in ("-r", "--repetitions") for f in [*spec.common_flags, *(f for a in spec.arms for f in a.flags)])
+    """Whether the user gave an arm its repetitions (``-r``): the design then keeps them."""
+    return any(engine_for(a.kind).sets_repetitions([*spec.common_flags, *a.flags]) for a in spec.arms)
 
 
 def asked_reps(spec: CompareSpec) -> int | None:
@@ -289,14 +295,7 @@ def asked_reps(spec: CompareSpec) -> int | None:
     none was, the arms differ or one is a server (its -r is requests per trial)."""
     if not all(engine_for(a.kind).reps_per_process for a in spec.arms):
         return None
-    got = set()
-    for a in spec.arms:
-        flags = [*spec.common_flags, *a.flags]
-        r = None
-        for i, f in enumerate(flags[:-1]):
-            if f in ("-r", "--repetitions") and flags[i + 1].isdigit():
-                r = int(flags[i + 1])
-        got.add(r)
+    got = {engine_for(a.kind).repetitions([*spec.common_flags, *a.flags]) for a in spec.arms}
     return got.pop() if len(got) == 1 else None
 
 
@@ -311,7 +310,8 @@ def adaptive_reps(store: Store, study_id: str, spec: CompareSpec) -> int | None:
         return FIRST_REPS
     # damped: at most double or halve per round. An early between-process estimate is noisy
     # (from 5 pairs it is often clipped at 0, which alone would send r to its bound)
-    prev = (store.get_state(study_id, REPS_STATE) or [None])[-1] or last_reps(store, study_id) or FIRST_REPS
+    prev = ((store.get_state(study_id, REPS_STATE) or [None])[-1]
+            or last_reps(store, study_id, engine_for(spec.arms[0].kind).repetitions) or FIRST_REPS)
     return damped(prev, n.best_reps())
 
 
@@ -320,18 +320,15 @@ def damped(prev: int, best: int) -> int:
     return max(noise.R_MIN, prev // 2, min(2 * prev, best))
 
 
-def last_reps(store: Store, study_id: str) -> int | None:
-    """The -r of the study's most recently planned trial (None: none planned with one): cold
-    repetitions included, so only for a study begun before REPS_STATE was kept."""
+def last_reps(store: Store, study_id: str, repetitions: Callable[[Sequence[str]], int | None]) -> int | None:
+    """The repetitions of the study's most recently planned trial (None: none planned with them),
+    as its engine reads its argv: cold repetitions included, so only for a study begun before
+    REPS_STATE was kept."""
     row = store.db.execute("SELECT argv_json FROM trials WHERE study_id=? ORDER BY seq DESC LIMIT 1",
                            (study_id,)).fetchone()
     if row is None:
         return None
-    argv = json.loads(row["argv_json"])
-    for i, a in enumerate(argv[:-1]):
-        if a in ("-r", "--repetitions") and argv[i + 1].isdigit():
-            return int(argv[i + 1])
-    return None
+    return repetitions(json.loads(row["argv_json"]))
 
 
 def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
@@ -449,4 +446,5 @@ def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:
     flags = {a.name: perplexity_flags([*spec.common_flags, *a.flags]) for a in spec.arms}
     return [PlannedCheck(base, a.name, m, flags[base], flags[a.name])
             for a in spec.arms if a.name != base for m in spec.models]
+
 

@@ -271,12 +271,15 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     from tokensleuth.analysis import noise, stats
     from tokensleuth.drivers import diagnose
     from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.engines import engine_for
+    from tokensleuth.engines.base import DEFAULT_KIND
     from tokensleuth.store import Store
     from tokensleuth.trials.spec import build_compare_spec, model_paths
 
+    three = engine_for(DEFAULT_KIND).argv_for([], 3) or []  # 3 repetitions per process
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source}, {"name": "b", "source": build.source}],
                                "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": AA_PAIRS,
-                               "max_pairs": AA_PAIRS, "band": 0.001, "common_flags": ["-r", "3", *flags]}, "doctor")
+                               "max_pairs": AA_PAIRS, "band": 0.001, "common_flags": [*three, *flags]}, "doctor")
     with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
         sid, comps = run_compare(store, spec, {"a": build, "b": build})
         n = noise.estimate(store, sid)

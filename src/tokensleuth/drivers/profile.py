@@ -39,7 +39,7 @@ from scipy import stats as sps
 
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import spec_hash
-from tokensleuth.core.workloads import parse
+from tokensleuth.engines import profiler
 from tokensleuth.engines.proc import run_process
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.profiler import TARGET
@@ -47,6 +47,7 @@ from tokensleuth.store import Store
 
 # the engine flags a profile takes (after `--`), as the profiler and llama-bench both spell them
 FLAGS = ("-t", "-ngl", "-b", "-ub")
+workload_args = profiler.workload_args  # the profiler's flags for a workload (commands check it before a build)
 PROFILES_STATE = "profiles"  # a compare's --profile: [{candidate, model, workload, study, headline, rows} | skipped]
 RUNS_STATE = "profile-runs"  # [{engine, model, workload, process, rows}], one entry per process
 BENCH_STATE = "profile-bench"  # [{engine, model, workload, ms_per_token}]
@@ -123,13 +124,6 @@ def profile_comparisons(comps: Sequence[Any], spec: Any, profiler: Callable[[str
         except (UserError, EngineError) as exc:
             out.append(dict(where, skipped=str(exc).splitlines()[0][:300]))
     return out
-
-
-def workload_args(workload: str) -> list[str]:
-    w = parse(workload)
-    if w.concurrency > 1 or w.n_depth or (w.n_prompt and w.n_gen) or not (w.n_prompt or w.n_gen):
-        raise UserError(f"profile runs ppN or tgN at depth 0, one sequence — not {workload}")
-    return ["-p", str(w.n_prompt)] if w.n_prompt else ["-n", str(w.n_gen)]
 
 
 def parse_rows(text: str) -> list[dict[str, Any]]:
@@ -323,13 +317,12 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
 def bench_ms_per_token(build: EngineBuild, model: str, workload: str, flags: Sequence[str],
                        timeout_s: float, env: Mapping[str, str] | None = None) -> float | None:
     """llama-bench's own ms/token of this build, model and workload (3 repetitions)."""
-    from tokensleuth.core.workloads import planned_argv
     from tokensleuth.engines import engine_for
     from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 
     engine = engine_for(DEFAULT_KIND)
     arm = ArmRuntime("bench", Path(build.bin_dir), tuple(flags), dict(env or {}))
-    run = engine.run_trial(arm, model, workload, [*planned_argv(workload), "-r", "3"], timeout_s=timeout_s,
+    run = engine.run_trial(arm, model, workload, engine.argv_for([workload], 3) or [], timeout_s=timeout_s,
                            probe=None, host_env={})
     ts = run.outcome.results[0].avg_ts if run.outcome.status == "done" and run.outcome.results else None
     return 1000.0 / float(ts) if ts else None
@@ -370,8 +363,7 @@ def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
                     for e in engines if i % 2 == 0 else engines[::-1]:
                         if (e, m, w, i) in done:
                             continue
-                        argv = [str(builds[e].binary(TARGET)), "-m", m, *workload_args(w), "-r", str(reps), *flags,
-                                *(["-g", "1"] if groups else [])]
+                        argv = profiler.argv(str(builds[e].binary(TARGET)), m, w, reps, flags, groups)
                         res = run_process(argv, env=env.get(e), timeout_s=timeout_s)
                         if res.returncode != 0 or res.timed_out:
                             tail = (res.tail("err").strip().splitlines() or ["no output"])[-1][:200]

@@ -101,12 +101,33 @@ class Engine(Protocol):
     # What the core asks of a kind instead of its name:
     attaches: bool  # it can measure a server the arm attaches to (a url:/cmd: source)
     builds: bool  # it can run from a build of a source (not only from a server)
-    reps_per_process: bool  # -r is repetitions inside one process: the design may choose it
+    reps_per_process: bool  # repetitions inside one process: the design may choose them
     bench_flags: bool  # its flags are llama-bench's: settings, memory guard, threads probe
     shares_process: bool  # arms differing in one context setting can run a pair in one process
     load_log_flag: str | None  # the flag that makes a trial print its load log (placement)
     default_workloads: tuple[str, ...]  # when none is given (empty: the engine's own defaults)
+    default_repetitions: int | None  # per process when its flags name none (None: it counts none in one)
     settings: Settings | None  # its reported settings, their diff and pinning (None: it reports none)
+    workload_flags: frozenset[str]  # its flags that name tests: a trial's workloads set them (refused beside them)
+    profiles: bool  # drivers.profile can time its workloads kernel by kernel (the profiler takes its flags)
+
+    def argv_for(self, workloads: Sequence[str], repetitions: int | None = None) -> list[str] | None:
+        """The argv a trial of these workloads is planned with, composed from their names (none:
+        the engine's own tests; several: one process, each a test of its own), with ``repetitions``
+        per process where it counts them there; None where one process cannot run them together."""
+        ...
+
+    def repetitions(self, flags: Sequence[str]) -> int | None:
+        """The repetitions per trial these flags ask for (the last counts), None where they name none."""
+        ...
+
+    def sets_repetitions(self, flags: Sequence[str]) -> bool:
+        """Whether these flags name the repetitions at all (the user chose them)."""
+        ...
+
+    def flag_tests(self, flags: Sequence[str]) -> list[tuple[int, int, int]]:
+        """The largest (prompt, generated, depth) tests the flags themselves name (memory guard)."""
+        ...
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         """Refuse, before any trial, what this engine cannot run (UserError, one line)."""

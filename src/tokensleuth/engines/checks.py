@@ -30,13 +30,14 @@ def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str],
     from tokensleuth.engines import engine_for
     from tokensleuth.engines.base import ArmRuntime
 
-    if kind == "llama-bench" and build is not None:
+    engine = engine_for(kind)
+    if engine.bench_flags and build is not None:  # its flags are llama-bench's: its --help knows them
         check_bench_flags(build, flags, help_cache)
     if build is not None and build.bin_dir and (Path(build.bin_dir) / "llama-bench").exists():
         from tokensleuth.engines.placement import check_devices
 
         check_devices(name, Path(build.bin_dir) / "llama-bench", build.backends, flags)
     served = source.startswith(("url:", "cmd:"))
-    engine_for(kind).check(ArmRuntime(name, Path(build.bin_dir) if build and build.bin_dir else None, tuple(flags),
-                                      env, kind=kind, api_key_env=api_key_env, endpoint=source if served else None),
-                           workloads)
+    engine.check(ArmRuntime(name, Path(build.bin_dir) if build and build.bin_dir else None, tuple(flags),
+                            env, kind=kind, api_key_env=api_key_env, endpoint=source if served else None),
+                 workloads)

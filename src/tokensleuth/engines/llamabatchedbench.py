@@ -26,7 +26,7 @@ from tokensleuth.core.records import ResultRow, SampleRow, TrialOutcome
 from tokensleuth.core.workloads import parse
 from tokensleuth.engines import exitdrain
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
-from tokensleuth.engines.proc import Probe, ProcResult, run_process
+from tokensleuth.engines.proc import Probe, ProcResult, process_fault, run_process
 
 BINARY = "llama-batched-bench"
 # flags tokensleuth sets itself for a planned workload (the arm may not set them too)
@@ -88,14 +88,8 @@ def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, st
         results = results_of(parse_jsonl(res.text("out")), keep)
     except (ValueError, KeyError, TypeError) as exc:
         parse_error = str(exc)[:300]
-    if res.spawn_error:
-        status, message = "failed", res.spawn_error
-    elif res.timed_out:
-        status, message = "timeout", "engine ran past its timeout and was killed (watchdog)"
-    elif res.returncode is not None and res.returncode < 0:
-        status, message = "crashed", f"engine crashed: killed by signal {-res.returncode}"
-    elif res.returncode != 0:
-        status, message = "failed", f"engine exited with code {res.returncode}"
+    if (fault := process_fault(res)) is not None:
+        status, message = fault
     elif parse_error:
         status, message, results = "garbage", f"engine printed malformed output: {parse_error}", []
     elif not results:
@@ -120,6 +114,24 @@ class LlamaBatchedBench:
     load_log_flag: str | None = None
     default_workloads: tuple[str, ...] = ()  # its own -npp/-ntg/-npl
     settings: Settings | None = None
+    default_repetitions: int | None = None  # a sample is a process
+    workload_flags = frozenset(WORKLOAD_FLAGS)
+    profiles = False  # the profiler takes llama-bench's flags
+
+    def argv_for(self, workloads: Sequence[str], repetitions: int | None = None) -> list[str] | None:
+        """One workload's -npp/-ntg/-npl (none: its own lists); several do not share a process."""
+        if len(workloads) > 1:
+            return None
+        return workload_argv(workloads[0]) if workloads else []
+
+    def repetitions(self, flags: Sequence[str]) -> int | None:
+        return None  # it has no -r
+
+    def sets_repetitions(self, flags: Sequence[str]) -> bool:
+        return False
+
+    def flag_tests(self, flags: Sequence[str]) -> list[tuple[int, int, int]]:
+        return []  # its flags are not llama-bench's (no memory guard)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         for w in workloads:
@@ -138,9 +150,8 @@ class LlamaBatchedBench:
     def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
         assert arm.bin_dir is not None
-        # the planned argv is llama-bench's (-p/-n/-r …): this kind plans its own from the workload
-        own = workload_argv(workload) if workload else []
-        cmd = [str(Path(arm.bin_dir) / BINARY), "-m", model, *arm.flags, *own, "--output-format", "jsonl"]
+        # argv: the workload's own -npp/-ntg/-npl (argv_for), planned from its name
+        cmd = [str(Path(arm.bin_dir) / BINARY), "-m", model, *arm.flags, *argv, "--output-format", "jsonl"]
         # its result lines go through llama.cpp's logger thread: held at exit until written
         res = run_process(cmd, env=exitdrain.env(arm.env), timeout_s=timeout_s, probe=probe)
         keep = parse(workload).name if workload else None

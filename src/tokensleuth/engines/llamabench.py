@@ -25,9 +25,10 @@ from tokensleuth.core.workloads import (  # llama-bench's workload names, the co
     INT32_MAX,
     bench_test_name,
 )
+from tokensleuth.engines import llamabench_argv as bench_argv
 from tokensleuth.engines import llamabench_params as params
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
-from tokensleuth.engines.proc import Probe, ProcResult, run_process
+from tokensleuth.engines.proc import Probe, ProcResult, process_fault, run_process
 from tokensleuth.monitor.attribute import counter_deltas
 
 # Flags tokensleuth sets itself; a user passing them would break parsing.
@@ -372,21 +373,8 @@ def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, st
         results = [result_row(i, o) for i, o in enumerate(parse_jsonl(res.text("out")))]
     except MalformedOutput as exc:
         parse_error = str(exc)
-    if res.spawn_error:
-        status, message = "failed", res.spawn_error
-    elif res.timed_out:
-        status, message = "timeout", "engine ran past its timeout and was killed (watchdog)"
-    elif res.returncode is not None and res.returncode < 0:
-        status = "crashed"
-        try:
-            import signal as _signal
-
-            sig = _signal.Signals(-res.returncode).name
-        except ValueError:
-            sig = str(-res.returncode)
-        message = f"engine crashed: killed by {sig}"
-    elif res.returncode != 0:
-        status, message = "failed", f"engine exited with code {res.returncode}"
+    if (fault := process_fault(res)) is not None:
+        status, message = fault
     elif parse_error:
         status, message = "garbage", f"engine printed malformed output: {parse_error}"
         results = []
@@ -508,6 +496,13 @@ class LlamaBench:
     load_log_flag: str | None = ENGINE_LOAD_LOG_FLAG
     default_workloads: tuple[str, ...] = ()  # llama-bench's own (-p 512 -n 128)
     settings: Settings | None = LlamaBenchSettings()  # it reports its settings in every result
+    default_repetitions: int | None = bench_argv.DEFAULT_REPETITIONS
+    workload_flags = bench_argv.WORKLOAD_FLAGS  # -p/-n/-d/-pg: tokensleuth names the tests
+    profiles = True  # the profiler takes llama-bench's flags and its -p/-n/-r
+    argv_for = staticmethod(bench_argv.argv_for)
+    repetitions = staticmethod(bench_argv.repetitions)
+    sets_repetitions = staticmethod(bench_argv.sets_repetitions)
+    flag_tests = staticmethod(bench_argv.flag_tests)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         for w in workloads:

@@ -54,6 +54,7 @@ from tokensleuth.engines.serving import (
     STALL_S,
     RequestFailed,
     Served,
+    ServerArgv,
     Stream,
     http_client,
     model_meta,
@@ -195,7 +196,7 @@ def run_requests(client: Client, w: Workload, reps: int, n_vocab: int, pid: int 
     return samples, windows
 
 
-class LlamaServer:
+class LlamaServer(ServerArgv):
     """The llama-server engine kind."""
 
     kind = "llama-server"

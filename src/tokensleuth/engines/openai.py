@@ -41,6 +41,7 @@ from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (
     RequestFailed,
     Served,
+    ServerArgv,
     Stream,
     http_client,
     model_meta,
@@ -143,7 +144,7 @@ def timings_of(w: Workload) -> Any:
     return of
 
 
-class OpenAICompatible:
+class OpenAICompatible(ServerArgv):
     kind = "openai"
     targets: tuple[str, ...] = ()
     attaches = True

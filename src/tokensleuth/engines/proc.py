@@ -68,6 +68,30 @@ class ProcResult:
         return "\n".join(got[-n:])
 
 
+def exit_reason(rc: int | None) -> tuple[str, str]:
+    """(status, why) of a process that did not exit 0: crashed when a signal killed it (named,
+    e.g. "killed by SIGSEGV (signal 11)"), failed otherwise ("exited with code 3")."""
+    if rc is not None and rc < 0:
+        try:
+            return "crashed", f"killed by {signal.Signals(-rc).name} (signal {-rc})"
+        except ValueError:
+            return "crashed", f"killed by signal {-rc}"
+    return "failed", f"exited with code {rc}"
+
+
+def process_fault(res: ProcResult) -> tuple[str, str] | None:
+    """(status, message) of an engine process that did not finish well (it never started, its
+    watchdog killed it, a signal killed it, it exited non-zero); None when it exited 0."""
+    if res.spawn_error:
+        return "failed", res.spawn_error
+    if res.timed_out:
+        return "timeout", "engine ran past its timeout and was killed (watchdog)"
+    if res.returncode == 0:
+        return None
+    status, why = exit_reason(res.returncode)
+    return status, f"engine crashed: {why}" if status == "crashed" else f"engine {why}"
+
+
 # prctl(2) option and its argument, converted to C values once in the parent.
 _PR_SET_PDEATHSIG = ctypes.c_int(1)
 _SIGKILL = ctypes.c_ulong(signal.SIGKILL)

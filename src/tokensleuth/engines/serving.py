@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import socket
 import subprocess
 import time
@@ -30,7 +29,7 @@ from tokensleuth.core.errors import UserError, show
 from tokensleuth.core.records import ResultRow, SampleRow, WindowRow
 from tokensleuth.core.workloads import Workload
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.engines.proc import Background
+from tokensleuth.engines.proc import Background, exit_reason
 from tokensleuth.monitor.attribute import counter_deltas
 
 DEFAULT_REPS = 5
@@ -85,6 +84,32 @@ def split_flags(flags: Sequence[str]) -> tuple[int, list[str]]:
         out.append(args[i])
         i += 1
     return reps, out
+
+
+def sets_repetitions(flags: Sequence[str]) -> bool:
+    """Whether the flags name the requests per trial (``-r``)."""
+    return any(f.partition("=")[0] in ("-r", "--repetitions") for f in flags)
+
+
+class ServerArgv:
+    """A server kind's answers about a trial's argv: its workload comes by name (no flags), its
+    repetitions are requests per trial, given in the arm's flags (``-r``)."""
+
+    default_repetitions: int | None = None  # requests, not repetitions inside a process
+    workload_flags: frozenset[str] = frozenset()
+    profiles = False  # the profiler takes llama-bench's flags
+
+    def argv_for(self, workloads: Sequence[str], repetitions: int | None = None) -> list[str] | None:
+        return [] if len(workloads) <= 1 else None  # a trial serves one workload
+
+    def repetitions(self, flags: Sequence[str]) -> int | None:
+        return split_flags(flags)[0] if sets_repetitions(flags) else None
+
+    def sets_repetitions(self, flags: Sequence[str]) -> bool:
+        return sets_repetitions(flags)
+
+    def flag_tests(self, flags: Sequence[str]) -> list[tuple[int, int, int]]:
+        return []  # its flags are not llama-bench's (no memory guard)
 
 
 def sse_events(lines: Iterable[str]) -> Iterator[dict[str, Any]]:
@@ -237,16 +262,6 @@ def model_meta(model: str, flags: Sequence[str]) -> dict[str, Any]:
                 out[key] = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
         out.setdefault(key, "default")
     return out
-
-
-def exit_reason(rc: int | None) -> tuple[str, str]:
-    if rc is not None and rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = str(-rc)
-        return "crashed", f"killed by {name}"
-    return "failed", f"exited with code {rc}"
 
 
 class Served:

@@ -41,6 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.core.errors import UserError, show
+from tokensleuth.engines import engine_for
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.models.info import _read_header
 
 MIB = 1 << 20
@@ -149,16 +151,8 @@ def settings_from_flags(flags: Sequence[str],
     nkvo = any(v.strip() == "1" for x in _values(flags, "-nkvo", "--no-kv-offload") for v in x.split(","))
     tk = (_values(flags, "-ctk", "--cache-type-k") or ["f16"])[-1].split(",")[0]
     tv = (_values(flags, "-ctv", "--cache-type-v") or ["f16"])[-1].split(",")[0]
-    p_extra = [v for x in _values(flags, "-p", "--n-prompt") for v in _ints(x)]
-    n_extra = [v for x in _values(flags, "-n", "--n-gen") for v in _ints(x)]
-    d_extra = [v for x in _values(flags, "-d", "--n-depth") for v in _ints(x)]
-    sizes = [p + n + d for p, n, d in tests]
-    if p_extra or n_extra or d_extra:  # llama-bench runs each -p and each -n as a test of its own
-        sizes.append(max(p_extra + n_extra or [0]) + max(d_extra or [0]))
-    for x in _values(flags, "-pg"):  # a pp,tg test runs both in one context
-        pg = _ints(x)
-        if len(pg) == 2:
-            sizes.append(sum(pg) + max(d_extra or [0]))
+    # the tests the flags name themselves (llama-bench's -p/-n/-d/-pg), beside the workloads'
+    sizes = [p + n + d for p, n, d in (*tests, *engine_for(DEFAULT_KIND).flag_tests(flags))]
     tokens = max(sizes or [512])
     ctx = -(-max(tokens, 1) // 256) * 256
     # (several values: the one that needs most, repacking on)

@@ -95,7 +95,7 @@ def _number(v: object, what: str) -> float | None:
 
 # -- compare -------------------------------------------------------------------------
 
-WORKLOAD_FLAGS = {"-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg"}
+WORKLOAD_FLAGS = engine_for(DEFAULT_KIND).workload_flags  # llama-bench's: refused beside --workload for every arm
 
 
 class ArmSpec(BaseModel):

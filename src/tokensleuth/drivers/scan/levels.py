@@ -22,7 +22,7 @@ def measure_levels(scan: Scan, rounds: int) -> None:
     """Rounds over every sampled point of the block not yet measured that often (one trial
     per cell), on this lane's machine: a level carries its machine's label, and levels of
     different machines are never put in one sequence (:func:`step_fit`)."""
-    from tokensleuth.core.workloads import JOINED, canonical, joined_flags, planned_argv
+    from tokensleuth.core.workloads import JOINED, canonical
     from tokensleuth.engines import engine_for
     from tokensleuth.engines.base import ArmRuntime
 
@@ -47,7 +47,7 @@ def measure_levels(scan: Scan, rounds: int) -> None:
                     flags = (*scan.spec["flags"], *scan.judge.arm_flags.get(c.source, []))
                     arm = ArmRuntime("level", Path(b.bin_dir), tuple(flags), {})
                     name = JOINED.join(ws)
-                    argv = joined_flags(ws) if len(ws) > 1 else planned_argv(ws[0])
+                    argv = engine.argv_for(ws)
                     assert argv is not None
                     if scan.judge.executor is None:
                         out = engine.run_trial(arm, m, name, argv, timeout_s=scan.spec["timeout_s"],
@@ -67,10 +67,10 @@ def measure_levels(scan: Scan, rounds: int) -> None:
 
 def level_trials(scan: Scan) -> list[list[str]]:
     """The workloads each level trial of a model runs: all in one, or one each."""
-    from tokensleuth.core.workloads import joined_flags
+    from tokensleuth.engines import engine_for
 
     ws = list(scan.spec["workloads"])
-    one = scan.spec.get("kind", DEFAULT_KIND) == DEFAULT_KIND and joined_flags(ws) is not None
+    one = len(ws) > 1 and engine_for(scan.spec.get("kind", DEFAULT_KIND)).argv_for(ws) is not None
     return [ws] if one else [[w] for w in ws]
 
 

@@ -1,0 +1,114 @@
+"""llama-bench's argv for planned workloads: a workload's flags, several joined in one process,
+repetitions per process. The planner names workloads; these are the flags that run them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from tokensleuth.core.workloads import parse, parse_workload
+
+# the flags that name tests: tokensleuth sets them from the workloads (an arm may not set them too)
+WORKLOAD_FLAGS = frozenset({"-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg"})
+REPETITION_FLAGS = ("-r", "--repetitions")
+DEFAULT_REPETITIONS = 5  # llama-bench's own -r
+
+
+def workload_flags(name: str) -> list[str]:
+    """llama-bench flags that run exactly this one workload."""
+    n_prompt, n_gen, n_depth = parse_workload(name)
+    if n_prompt and n_gen:
+        flags = ["-p", "0", "-n", "0", "-pg", f"{n_prompt},{n_gen}"]
+    else:
+        flags = ["-p", str(n_prompt), "-n", str(n_gen)]
+    return flags + ["-d", str(n_depth)]
+
+
+def planned_argv(name: str) -> list[str]:
+    """The flags a trial of this one workload is planned with (none for a concurrent workload,
+    which llama-bench refuses before any trial)."""
+    w = parse(name)
+    return [] if w.concurrency > 1 else workload_flags(w.name)
+
+
+def joined_flags(names: Sequence[str]) -> list[str] | None:
+    """llama-bench flags that run exactly these workloads in one process, each as its own test
+    (prompts, generations and at most one prompt+generation, all at one depth), or None when
+    one process cannot run them: a concurrent workload, two depths, two pp+tg or repeats.
+
+    One process per model instead of one per workload: the model is loaded once for all of a
+    pair's tests (at 30B the load is ~7 s of a 7.6 s tg32 trial)."""
+    ws = [parse(n) for n in names]
+    if len(ws) < 2 or len({w.name for w in ws}) != len(ws) or any(w.concurrency > 1 for w in ws):
+        return None
+    if len({w.n_depth for w in ws}) != 1:
+        return None
+    pg = [w for w in ws if w.n_prompt and w.n_gen]
+    pp = [str(w.n_prompt) for w in ws if w.n_prompt and not w.n_gen]
+    tg = [str(w.n_gen) for w in ws if w.n_gen and not w.n_prompt]
+    if len(pg) > 1 or len(pp) + len(tg) + len(pg) != len(ws):
+        return None
+    flags = ["-p", ",".join(pp) or "0", "-n", ",".join(tg) or "0"]
+    if pg:
+        flags += ["-pg", f"{pg[0].n_prompt},{pg[0].n_gen}"]
+    return flags + ["-d", str(ws[0].n_depth)]
+
+
+def argv_for(workloads: Sequence[str], repetitions: int | None = None) -> list[str] | None:
+    """The trial argv for these workloads (none: llama-bench's own tests; several: one process,
+    None where it cannot run them together), then ``-r repetitions`` when given."""
+    if not workloads:
+        argv: list[str] | None = []
+    elif len(workloads) == 1:
+        argv = planned_argv(workloads[0])
+    else:
+        argv = joined_flags(workloads)
+    if argv is None:
+        return None
+    return argv + (["-r", str(repetitions)] if repetitions is not None else [])
+
+
+def sets_repetitions(flags: Sequence[str]) -> bool:
+    """Whether the flags name the repetitions (``-r``) at all."""
+    return any(f in REPETITION_FLAGS for f in flags)
+
+
+def repetitions(flags: Sequence[str]) -> int | None:
+    """The ``-r N`` of these flags (the last counts), None where they give none."""
+    reps = None
+    for i, f in enumerate(flags[:-1]):
+        if f in REPETITION_FLAGS and flags[i + 1].isdigit():
+            reps = int(flags[i + 1])
+    return reps
+
+
+def flag_tests(flags: Sequence[str]) -> list[tuple[int, int, int]]:
+    """The largest (prompt, generated, depth) tests these flags add to a run: every ``-p`` and
+    ``-n`` value is a test of its own at each ``-d``, and a ``-pg pp,tg`` runs both in one context
+    (what the memory guard sizes the context by)."""
+    def values(*names: str) -> list[str]:
+        out = []
+        for i, f in enumerate(flags):
+            key, eq, val = f.partition("=")
+            if key in names:
+                if eq:
+                    out.append(val)
+                elif i + 1 < len(flags):
+                    out.append(flags[i + 1])
+        return out
+
+    def ints(text: str) -> list[int]:
+        return [int(x) for x in re.split(r"[,;/]", text) if x.strip().lstrip("-").isdigit()]
+
+    p_extra = [v for x in values("-p", "--n-prompt") for v in ints(x)]
+    n_extra = [v for x in values("-n", "--n-gen") for v in ints(x)]
+    d_extra = [v for x in values("-d", "--n-depth") for v in ints(x)]
+    depth = max(d_extra or [0])
+    out = []
+    if p_extra or n_extra or d_extra:
+        out.append((max(p_extra + n_extra or [0]), 0, depth))
+    for x in values("-pg"):
+        pg = ints(x)
+        if len(pg) == 2:
+            out.append((pg[0], pg[1], depth))
+    return out
