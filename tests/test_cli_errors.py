@@ -15,6 +15,7 @@ from tests.conftest import tokensleuth_bin
 from tests.faults.gguf_tiny import write_tiny_gguf
 from tokensleuth import cli
 from tokensleuth.commands import common
+from tokensleuth.drivers import shared
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.sources.build import EngineBuild
 
@@ -126,7 +127,7 @@ def test_a_signal_is_an_exit_code_and_one_line(monkeypatch: pytest.MonkeyPatch, 
 
     previous = signal.getsignal(sig)
     monkeypatch.setattr(common, "open_store", wait_for_signal)
-    monkeypatch.setattr(common, "get_build", wait_for_signal)
+    monkeypatch.setattr(shared, "build", wait_for_signal)  # bench's driver builds its engine (drivers.run.bench)
     model = write_tiny_gguf(tmp_path / "m.gguf")
     argv = ["studies"] if command == "studies" else ["bench", "--model", str(model)]
     assert cli.main(argv) == 128 + sig

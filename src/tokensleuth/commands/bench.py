@@ -10,28 +10,24 @@ import typer
 
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
+    SAY,
     ClusterOpt,
     CmakeOpt,
     DbOpt,
     OnOpt,
     SampleIntervalOpt,
+    command_line,
     engine_flags,
-    err,
-    fleet_paths,
     json_target,
-    open_fleet,
     out,
     parse_env,
     save_json,
     seconds_option,
-    targets_for,
-    trial_printer,
 )
-from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.errors import EngineError
 from tokensleuth.core.limits import MAX_TIMEOUT_S, MAX_TRIALS
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.engines.checks import check_arm
-from tokensleuth.sources import DEFAULT_ENGINE, parse_source
+from tokensleuth.sources import DEFAULT_ENGINE
 
 
 def bench(
@@ -61,55 +57,19 @@ def bench(
     `tokensleuth bench --kind llama-server --model m.gguf -w pp512 -w tg128xc4 -- -r 5 -ngl 99`.
     """
     from tokensleuth.analysis.results import load_cells
-    from tokensleuth.drivers.bench import run_bench
+    from tokensleuth.drivers.requests import BenchRequest
+    from tokensleuth.drivers.run.bench import run
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies.bench import bench_json, render_bench
-    from tokensleuth.trials.spec import model_paths
 
     flags = engine_flags(ctx)
     json_target(json_out)
-    models = model_paths(model)
-    env_map = parse_env(env)
-    from tokensleuth.core.workloads import canonical
-    from tokensleuth.engines import engine_for, kind_for, served
-    from tokensleuth.trials.spec import WORKLOAD_FLAGS
-
-    if served(engine) and kind == DEFAULT_KIND:
-        kind = kind_for(engine, None)  # the kind its source's prefix is measured with
-    if not engine_for(kind).builds and not served(engine):  # an unknown kind: one line, before any build
-        raise UserError(f"--kind {kind} measures a server: give it as --engine url:http://HOST:PORT or cmd:'…'")
-    parse_source(engine)
-    workloads = list(dict.fromkeys(canonical(w) for w in workload))
-    if not workloads:
-        workloads = list(engine_for(kind).default_workloads)
-    if workloads:
-        for f in flags:
-            if f.split("=", 1)[0] in WORKLOAD_FLAGS:
-                raise UserError(f"flag {f} conflicts with --workload — give the tests with --workload only")
-    check_arm(None, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
-    fleet = open_fleet(cluster, on)
-    executor, identity = None, None
-    if fleet is not None:
-        if len(fleet.nodes) != 1:
-            raise UserError("bench measures one machine: narrow --on to one of "
-                            + ", ".join(n.label for n in fleet.nodes) + " (compare --per-host measures several)")
-        fleet.check_files(fleet_paths(models, [engine]))
-        b = fleet.build(fleet.nodes[0], engine, cmake, targets_for([kind]))
-        fleet.check_arm(fleet.nodes[0], b, "engine", kind, flags, env_map, workloads, engine)
-        from tokensleuth.executors.ray import on_fleet
-
-        executor, identity = on_fleet(fleet), {"host": fleet.nodes[0].label}
-    else:
-        b = common.get_build(engine, cmake, targets_for([kind]))
-        check_arm(b, "engine", kind, flags, env_map, workloads, api_key_env=api_key_env, source=engine)
-        if engine_for(kind).bench_flags:  # a load that cannot fit is refused before it starts
-            from tokensleuth.trials.memory import guard
-
-            guard(models, flags, workloads, b.backends, warn=lambda line: err.print(line, markup=False))
+    request = BenchRequest(engine=engine, models=[str(m) for m in model], workloads=workload, flags=flags,
+                           cmake=cmake, trials=trials, timeout_s=timeout, env=parse_env(env), resume=resume,
+                           json_out=json_out, kind=kind, api_key_env=api_key_env, sample_interval_s=sample_interval,
+                           cluster=cluster, on=on, db=db, argv=command_line(ctx))
+    study = run(request, SAY)
     with common.open_store(db) as store:
-        study = run_bench(store, b, models, flags, trials=trials, env=env_map, timeout_s=timeout,
-                          resume=resume, on_trial=trial_printer(), interval_s=sample_interval, kind=kind,
-                          workloads=workloads, api_key_env=api_key_env, executor=executor, identity=identity)
         cells = load_cells(store, study)
         engine_json = json.loads(store.arms(study)[0]["engine_json"])
         warn = render_warnings(store.warnings(study))

