@@ -118,13 +118,7 @@ def components(procs: list[Process]) -> Noise | None:
 
 def estimate(store: Store, study_id: str) -> Noise | None:
     """The components of a study's finished trials (one Process per trial and test)."""
-    rows = store.db.execute(
-        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, r.test, r.test_idx, t.t0_ns, t.t1_ns, s.tokens_per_s,"
-        " s.duration_ns"
-        " FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
-        " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0"
-        " ORDER BY t.id, r.test_idx, s.rep",
-        (study_id,)).fetchall()
+    rows = store.done_samples(study_id)
     logs: dict[tuple[int, int], list[float]] = defaultdict(list)
     reps_s: dict[tuple[int, int], float] = defaultdict(float)
     info: dict[tuple[int, int], tuple[tuple[str, str, int], float | None]] = {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -16,7 +15,7 @@ from tokensleuth.monitor.attribute import (
     edge_error,
     window_resources,
 )
-from tokensleuth.store import Store
+from tokensleuth.store import Store, stored_json
 
 # llama-bench result fields that tell two rows of one test apart.
 PARAM_FIELDS = ("n_threads", "n_gpu_layers", "n_batch", "n_ubatch", "flash_attn", "type_k",
@@ -232,7 +231,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
     all_samples = {int(r["id"]): list(store.samples(int(r["id"]))) for r in rows}
     colds = cold_by_test(rows, all_samples)
     for r in rows:
-        raw = json.loads(r["raw_json"])
+        raw = stored_json(r, "raw_json")
         idx = cell_of(r["workload"], r["test"], int(r["test_idx"]))[1]  # (the window's is the row's own)
         key = (r["arm"], r["model"], r["test"], idx)
         cell = cells.get(key)
@@ -270,7 +269,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
         wins = windows_cache[trial_id]
         if trial_id not in timelines:  # read once per trial, shared by its tests' cells
             timelines[trial_id] = store.timeline(trial_id)
-            envs[trial_id] = json.loads(r["env_json"] or "{}")
+            envs[trial_id] = stored_json(r, "env_json", "{}")
         # one result row per (trial, test): each cell takes the trial's readings once
         env = envs[trial_id]
         cpus = (env.get("monitor") or {}).get("process", {}).get("cpus_allowed") or env.get("cpu_count")
@@ -290,7 +289,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
         interval_s = float(env.get("sample_interval_s", 0.2))
         for i, s in enumerate(samples):
             if s["metrics_json"]:
-                m = json.loads(s["metrics_json"])
+                m = stored_json(s, "metrics_json")
                 cell.ttft_ms += [float(x) for x in m.get("ttft_ms_all", [])]
                 cell.itl_ms += [float(x) for x in m.get("itl_ms_all", [])]
                 if m.get("client_tg_ts"):
@@ -319,7 +318,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
                 cell.window_tokens += int(s["tokens"])
                 cpu, tokens = cell.trial_cpu.get(trial_id, (0.0, 0))
                 cell.trial_cpu[trial_id] = (cpu + share.cpu_ms, tokens + int(s["tokens"]))
-            counters = json.loads(w["counters_json"]) if w["counters_json"] else {}
+            counters = stored_json(w, "counters_json", "{}")
             res = window_resources(int(w["start_ns"]), int(w["end_ns"]), counters, timelines[trial_id],
                                    interval_s)
             res["tokens"] = int(s["tokens"])

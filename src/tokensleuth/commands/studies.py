@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -41,7 +40,7 @@ def studies(db: DbOpt = None) -> None:
         rows = []
         for s in store.studies():
             when = dt.datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M")
-            what = kind_of(s["kind"]).describe(json.loads(s["spec_json"]))
+            what = kind_of(s["kind"]).describe(s.spec)
             rows.append([s["id"], s["kind"], s["status"], when, f"{s['n_done']}/{s['n_trials']}", str(what)])
     out.print(table(["study", "kind", "status", "created", "trials done", "what"], rows,
                     [False, False, False, False, True, False]))

@@ -188,3 +188,13 @@ class ArmRow:
 
     def keys(self) -> tuple[str, ...]:
         return tuple(self.__slots__)
+
+    @property
+    def engine(self) -> dict[str, Any]:
+        """Its build's manifest ({} before it was built)."""
+        out: dict[str, Any] = json.loads(self.engine_json or "{}")
+        return out
+
+    @property
+    def flags(self) -> list[str]:
+        return list(json.loads(self.flags_json or "[]"))

@@ -7,7 +7,6 @@ trials and asks this module which cells are still open; ``report`` and the study
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from tokensleuth.core.workloads import cell_of
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
 from tokensleuth.engines.shared import per_instance
-from tokensleuth.store import Store
+from tokensleuth.store import Store, stored_json
 from tokensleuth.trials.spec import CompareSpec
 
 
@@ -140,7 +139,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
 
     reported = arm_settings(store, study_id)
     arm_flags = {a.name: a.flags for a in spec.arms}
-    design = json.loads(store.study(study_id)["spec_json"]).get("design")
+    design = store.study(study_id).spec.get("design")
     shared, joined = design == SHARED_DESIGN, design == JOINED_DESIGN
 
     kinds = {a.name: a.kind for a in spec.arms}
@@ -193,7 +192,7 @@ IDENTITY_EXTRAS = ("build_keys", "host", "design")
 
 def stored_spec(store: Store, study_id: str) -> CompareSpec:
     """The spec a compare study was run with, as stored (without what only its identity holds)."""
-    spec_json = json.loads(store.study(study_id)["spec_json"])
+    spec_json = store.study(study_id).spec
     for k in IDENTITY_EXTRAS:
         spec_json.pop(k, None)
     return CompareSpec.model_validate(spec_json)
@@ -213,7 +212,7 @@ def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
         params = engine_for(kinds.get(str(r["arm"]), DEFAULT_KIND)).settings
         if r["arm"] not in out and params is not None:
             try:
-                out[r["arm"]] = params.settings(json.loads(r["raw_json"]))
+                out[r["arm"]] = params.settings(stored_json(r, "raw_json"))
             except (ValueError, TypeError, AttributeError):
                 continue  # an imported row without an object: nothing to diff
     return out

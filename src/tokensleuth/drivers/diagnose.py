@@ -26,7 +26,6 @@ with the command to rerun.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -44,7 +43,7 @@ from tokensleuth.analysis import stats
 from tokensleuth.core.workloads import cell_of
 from tokensleuth.engines import engine_for
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.store import Store
+from tokensleuth.store import Store, stored_json
 
 BUSY_SHARE = 0.2  # a busy neighbour beside at least this share of the processes
 STALL_SHARE = 0.1  # stalled repetitions in at least this share of the processes
@@ -241,11 +240,7 @@ def allowed_cpus() -> int:
 
 def load_procs(store: Store, study_id: str) -> list[Proc]:
     """One :class:`Proc` per finished trial and test of the study."""
-    rows = store.db.execute(
-        "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, t.started_at, r.test, r.test_idx, r.raw_json,"
-        " s.tokens_per_s FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
-        " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0"
-        " ORDER BY t.id, r.test_idx, s.rep", (study_id,)).fetchall()
+    rows = store.done_samples(study_id)
     warn: dict[int, list[tuple[str, str]]] = defaultdict(list)
     for w in store.warnings(study_id):
         warn[int(w["trial_id"])].append((str(w["code"]), str(w["detail"])))
@@ -256,7 +251,7 @@ def load_procs(store: Store, study_id: str) -> list[Proc]:
         logs[key].append(math.log(float(r["tokens_per_s"])))
         if key not in meta:
             try:
-                threads = json.loads(r["raw_json"]).get("n_threads")
+                threads = stored_json(r, "raw_json").get("n_threads")
             except (ValueError, AttributeError):
                 threads = None
             name, idx = cell_of(str(r["workload"] or ""), str(r["test"]), int(r["test_idx"]))

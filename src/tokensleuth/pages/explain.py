@@ -22,7 +22,7 @@ from scipy import stats as sps
 
 from tokensleuth.core.workloads import parse as parse_workload
 from tokensleuth.pages.html import Section
-from tokensleuth.store import Store
+from tokensleuth.store import Store, stored_json
 
 # -- depth: per-token constant vs depth-dependent cost --------------------------------------
 
@@ -139,7 +139,7 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
     if not got:
         return None
     row = store.study(study_id)
-    spec = json.loads(row["spec_json"])
+    spec = row.spec
     arms = [a["name"] for a in spec.get("arms", [])]
     base = spec.get("baseline") or (arms[0] if arms else None)
     rows: list[tuple[str, ...]] = []
@@ -218,11 +218,11 @@ def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
 
     if not kind_of(str(store.study(study_id)["kind"])).bandwidth:
         return None
-    backends = {str(a["name"]): json.loads(a["engine_json"] or "{}").get("backends") or [] for a in store.arms(study_id)}
+    backends = {str(a["name"]): a.engine.get("backends") or [] for a in store.arms(study_id)}
     gpu_peak: dict[str, float] = {}
     for t in store.trials(study_id):
         if t["status"] == "done" and t["env_json"]:
-            devs = ((json.loads(t["env_json"]).get("monitor") or {}).get("nvidia") or {}).get("devices") or []
+            devs = ((stored_json(t, "env_json").get("monitor") or {}).get("nvidia") or {}).get("devices") or []
             if devs and devs[0].get("peak_mem_gbs"):
                 gpu_peak.setdefault(str(t["arm"]), float(devs[0]["peak_mem_gbs"]))
     rows: list[tuple[str, ...]] = []

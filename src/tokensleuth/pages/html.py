@@ -11,7 +11,6 @@ escapes its own text) is inserted as markup.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,7 @@ import jinja2
 
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.report.figures import Figure
-from tokensleuth.store import Store
+from tokensleuth.store import Store, stored_json
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.pages", "templates"),
                           autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
@@ -44,8 +43,8 @@ def _when(t: float | None) -> str:
 def arms_table(store: Store, study_id: str) -> list[dict[str, str]]:
     out = []
     for a in store.arms(study_id):
-        eng = json.loads(a["engine_json"] or "{}")
-        flags = json.loads(a["flags_json"] or "[]")
+        eng = a.engine
+        flags = a.flags
         out.append({"name": str(a["name"]), "kind": str(a["kind"] if "kind" in a.keys() else DEFAULT_KIND),
                     "source": str(a["source"]), "commit": str(eng.get("commit") or eng.get("build_number") or "—"),
                     "backends": ",".join(eng.get("backends") or []) or "—", "flags": " ".join(map(str, flags))})
@@ -56,7 +55,7 @@ def first_env(store: Store, study_id: str) -> dict[str, Any]:
     """The environment the study's first finished trial recorded (host, CPU, GPUs, argv)."""
     for t in store.trials(study_id):
         if t["status"] == "done" and t["env_json"]:
-            return dict(json.loads(t["env_json"]))
+            return dict(stored_json(t, "env_json"))
     return {}
 
 
@@ -86,7 +85,7 @@ def render_html(store: Store, study_id: str, nav: str | None = None, sections: l
     summary = obj.get("summary") or (md.strip().splitlines() or [""])[0]
     warnings = [ln[2:] for ln in warn_md.splitlines() if ln.startswith("- ")]
     return TEMPLATES.get_template("study.html.j2").render(
-        title=f"tokensleuth {row['kind']} · {kind.describe(json.loads(row['spec_json']))}"[:200],
+        title=f"tokensleuth {row['kind']} · {kind.describe(row.spec)}"[:200],
         kind=str(row["kind"]), study_id=sid, status=str(row["status"]), created=_when(row["created_at"]),
         engine_s=f"{store.engine_seconds(sid):.1f}", summary=summary, arms=arms_table(store, sid),
         host=host_rows(first_env(store, sid)), figures=figures, extra_sections=sections or [], warnings=warnings,

@@ -8,12 +8,11 @@ with tokensleuth and without (the exact engine command lines the trials ran).
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.store import Store
+from tokensleuth.store import Store, stored_json
 
 
 def _engine_commands(store: Store, study_id: str) -> list[str]:
@@ -22,8 +21,8 @@ def _engine_commands(store: Store, study_id: str) -> list[str]:
     for t in store.trials(study_id):
         if t["status"] != "done" or str(t["arm"]) in seen or not t["env_json"]:
             continue
-        env = json.loads(t["env_json"])
-        argv = env.get("argv") or json.loads(t["argv_json"] or "[]")
+        env = stored_json(t, "env_json")
+        argv = env.get("argv") or stored_json(t, "argv_json", "[]")
         if argv and env.get("shared_process"):  # measured beside the other arm, in one process
             from tokensleuth.engines.shared import own_argv
 
@@ -53,10 +52,10 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
     sid = str(row["id"])
     kind = kind_of(str(row["kind"]))
     md, obj = rendered
-    spec = json.loads(row["spec_json"])
+    spec = row.spec
     env = first_env(store, sid)
     arms = store.arms(sid)
-    engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in arms}
+    engines = {a.name: a.engine for a in arms}
 
     out = ["### Name and Version", ""]
     for name, e in engines.items():

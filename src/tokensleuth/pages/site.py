@@ -31,12 +31,7 @@ class SiteStats:
 
 def _fingerprint(store: Store, sid: str) -> str:
     row = store.study(sid)
-    agg = store.db.execute("SELECT COUNT(*), MAX(ended_at), SUM(status='done') FROM trials WHERE study_id=?",
-                           (sid,)).fetchone()
-    nwarn = store.db.execute("SELECT COUNT(*) FROM warnings w JOIN trials t ON t.id=w.trial_id WHERE t.study_id=?",
-                             (sid,)).fetchone()[0]
-    state = store.db.execute("SELECT COUNT(*), GROUP_CONCAT(length(value_json)) FROM state WHERE study_id=?",
-                             (sid,)).fetchone()
+    agg, nwarn, state = store.activity(sid)
     from tokensleuth import __version__
 
     blob = json.dumps([row["status"], row["finished_at"], list(agg), nwarn, list(state), __version__])
@@ -58,7 +53,7 @@ def history_points(store: Store) -> dict[tuple[str, str], list[tuple[str, float,
     for s in store.studies():
         if not kind_of(str(s["kind"])).history:
             continue
-        engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in store.arms(s["id"])}
+        engines = store.engines(s["id"])
         for r in store.trial_stats(s["id"]):
             e = engines.get(str(r["arm"]), {})
             ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
@@ -85,7 +80,7 @@ def _changed_versions(store: Store) -> set[tuple[str, str, str]]:
         if s["status"] != "done" or not kind.history:
             continue
         _, obj = kind.render_stored(store, s["id"])
-        engines = {str(a["name"]): json.loads(a["engine_json"] or "{}") for a in store.arms(s["id"])}
+        engines = store.engines(s["id"])
         for candidate, model, workload in kind.changes(obj):
             e = engines.get(candidate, {})
             ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
@@ -112,7 +107,7 @@ def build_site(store: Store, dest: Path) -> SiteStats:
     for s in store.studies():
         sid = str(s["id"])
         kind = kind_of(str(s["kind"]))
-        spec = json.loads(s["spec_json"])
+        spec = s.spec
         fp = _fingerprint(store, sid)
         page = dest / "studies" / f"{sid}.html"
         old = pages.get(sid) or {}

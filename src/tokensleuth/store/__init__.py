@@ -79,6 +79,14 @@ def _study(r: sqlite3.Row) -> StudyRow:
     return StudyRow(**{f: r[f] for f in StudyRow.__slots__ if f in r.keys()})
 
 
+
+def stored_json(row: Any, column: str, empty: str | None = None) -> Any:
+    """A JSON column of a row the store returned, decoded (``empty``: the JSON to read where the
+    column is NULL or empty; without it such a column raises, as the text itself would)."""
+    text = row[column]
+    return json.loads((text or empty) if empty is not None else text)
+
+
 class Store:
     """A connection to the study store. Caller-owned; close it (or use ``with``).
 
@@ -482,6 +490,10 @@ class Store:
             "SELECT * FROM arms WHERE study_id=? ORDER BY id", (study_id,)
         ).fetchall()]
 
+    def engines(self, study_id: str) -> dict[str, dict[str, Any]]:
+        """Each arm's engine (its build's manifest), decoded, by arm name."""
+        return {a.name: a.engine for a in self.arms(study_id)}
+
     def set_arm_engine(self, study_id: str, name: str, engine: dict[str, Any]) -> None:
         with self.tx() as db:
             db.execute(
@@ -504,6 +516,12 @@ class Store:
             " WHERE t.study_id=? ORDER BY t.seq",
             (study_id,),
         ).fetchall()
+
+    def last_argv(self, study_id: str) -> list[str] | None:
+        """The argv of the study's most recently planned trial (None: no trial planned)."""
+        row = self.db.execute("SELECT argv_json FROM trials WHERE study_id=? ORDER BY seq DESC LIMIT 1",
+                              (study_id,)).fetchone()
+        return None if row is None else list(json.loads(row["argv_json"]))
 
     def mark_running(self, trial_id: int, node: str | None = None) -> None:
         """Mark a planned trial running under this boot (a later boot then knows it was lost)."""
@@ -682,6 +700,28 @@ class Store:
             " WHERE t.study_id=? AND t.status='done' GROUP BY r.id ORDER BY t.seq, r.test_idx",
             (study_id,),
         ).fetchall()
+
+    def done_samples(self, study_id: str) -> list[sqlite3.Row]:
+        """Every timed repetition (t/s > 0) of the study's finished trials, in trial, test and
+        repetition order, with its trial's arm, cell and clock and its result's test and raw row."""
+        return self.db.execute(
+            "SELECT t.id AS trial, a.name AS arm, t.model, t.workload, t.started_at, t.t0_ns, t.t1_ns,"
+            " r.test, r.test_idx, r.raw_json, s.tokens_per_s, s.duration_ns"
+            " FROM trials t JOIN arms a ON a.id=t.arm_id JOIN results r ON r.trial_id=t.id"
+            " JOIN samples s ON s.result_id=r.id WHERE t.study_id=? AND t.status='done' AND s.tokens_per_s > 0"
+            " ORDER BY t.id, r.test_idx, s.rep",
+            (study_id,)).fetchall()
+
+    def activity(self, study_id: str) -> tuple[list[Any], int, list[Any]]:
+        """What moves while a study runs: its trials' (count, last end, done count), its warnings'
+        count, and its state's (count, sizes) — a page is rendered again when any of them moved."""
+        trials = self.db.execute("SELECT COUNT(*), MAX(ended_at), SUM(status='done') FROM trials WHERE study_id=?",
+                                 (study_id,)).fetchone()
+        warnings = self.db.execute("SELECT COUNT(*) FROM warnings w JOIN trials t ON t.id=w.trial_id"
+                                   " WHERE t.study_id=?", (study_id,)).fetchone()[0]
+        state = self.db.execute("SELECT COUNT(*), GROUP_CONCAT(length(value_json)) FROM state WHERE study_id=?",
+                                (study_id,)).fetchone()
+        return list(trials), int(warnings), list(state)
 
     def engine_seconds(self, study_id: str) -> float:
         row = self.db.execute(

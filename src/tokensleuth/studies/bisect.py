@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from collections.abc import Sequence
 from typing import Any
@@ -156,7 +155,7 @@ class BisectKind(ResultKind):
         return render_bisect(result)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
-        spec = json.loads(store.study(study_id)["spec_json"])
+        spec = store.study(study_id).spec
         return bisect_figures(obj, float(spec.get("band", 0.01)), [label_of(str(c)) for c in spec.get("candidates") or []])
 
     def headline(self, obj: dict[str, Any], md: str) -> str:

@@ -49,7 +49,7 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
 
     spec = stored_spec(store, study_id)
     comps = analyze(store, study_id, spec)
-    engines = {a["name"]: json.loads(a["engine_json"]) for a in store.arms(study_id)}
+    engines = store.engines(study_id)
     md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band))
     checks = store.get_state(study_id, OUTPUTS_STATE)  # None: outputs were never checked
     if checks:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ def render_crosshost(store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
     hosts = store.get_state(study_id, HOSTS_STATE)
     if hosts is None:
         raise UserError(f"cross-host study {study_id} has not finished — rerun it with --resume")
-    spec = json.loads(store.study(study_id)["spec_json"])
+    spec = store.study(study_id).spec
     band = float(spec["compare"].get("band", 0.01))
     rows, out_hosts = [], []
     for h in hosts:

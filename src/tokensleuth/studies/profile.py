@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -96,7 +95,7 @@ def render(sid: str, obj: dict[str, Any]) -> str:
 
 
 def stored(store: Store, study_id: str) -> dict[str, Any]:
-    spec = json.loads(store.study(study_id)["spec_json"])
+    spec = store.study(study_id).spec
     runs = store.get_state(study_id, RUNS_STATE)
     if not runs:
         raise UserError(f"profile {study_id} has no finished profile yet — run it again with --resume")

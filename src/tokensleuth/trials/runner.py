@@ -8,7 +8,6 @@ is :func:`tokensleuth.executors.execute`.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ from tokensleuth.engines.shared import Shared, split
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
+from tokensleuth.store import stored_json
 
 __all__ = ["ArmRuntime", "TrialCallback", "TrialJob", "arm_runtime", "failed_outcome", "run_shared", "run_trial"]
 
@@ -56,7 +56,7 @@ class TrialJob:
     @staticmethod
     def of(row: sqlite3.Row) -> TrialJob:
         return TrialJob(int(row["id"]), int(row["seq"]), str(row["arm"]), str(row["model"]), str(row["workload"]),
-                        tuple(json.loads(row["argv_json"])), int(row["pair"]))
+                        tuple(stored_json(row, "argv_json")), int(row["pair"]))
 
 
 def run_trial(arm: ArmRuntime, job: TrialJob, *, timeout_s: float | None, sources: Sequence[Source],

@@ -30,12 +30,10 @@ if TYPE_CHECKING:
 def partial(store: Store, sid: str) -> dict[str, Any]:
     """A scan under way (or killed), from its stored state alone: what it has found so far and
     what is left (`report ID` while it runs). Measures nothing."""
-    import json
-
     cands = [Candidate(**c) for c in store.get_state(sid, CANDIDATES, [])]
     if not cands:
         raise UserError(f"scan {sid} has not sampled its range yet — wait for it, or resume it with --resume")
-    spec = json.loads(store.study(sid)["spec_json"])
+    spec = store.study(sid).spec
     got = finish(Scan(store, sid, cands, spec, lambda s: None, None), measure=False)
     got["status"] = "running"
     got["live"] = [v for _, v in sorted(store.get_state(sid, PROGRESS, {}).items())]
