@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -71,7 +70,7 @@ def bench(
     study = run(request, SAY)
     with common.open_store(db) as store:
         cells = load_cells(store, study)
-        engine_json = json.loads(store.arms(study)[0]["engine_json"])
+        engine_json = store.arms(study)[0].engine
         warn = render_warnings(store.warnings(study))
     if not cells:
         raise EngineError(f"no trial of study {study} produced results (see the messages above)")

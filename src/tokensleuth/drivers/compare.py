@@ -7,7 +7,6 @@ Orchestration only: the plan comes from :mod:`tokensleuth.core.plan`, trials run
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.engines.shared import differing_setting, per_instance
 from tokensleuth.executors import Executor, execute
 from tokensleuth.sources.build import EngineBuild
-from tokensleuth.store import Store
+from tokensleuth.store import Store, stored_json
 from tokensleuth.trials.runner import TrialCallback, arm_runtime
 from tokensleuth.trials.spec import CompareSpec, spec_hash
 
@@ -161,7 +160,7 @@ def record_placements(store: Store, study_id: str) -> None:
     for t in store.trials(study_id):
         if t["status"] == "planned" or t["model"] in got.get(t["arm"], {}) or not t["env_json"]:
             continue
-        entry = json.loads(t["env_json"]).get("placement")
+        entry = stored_json(t, "env_json").get("placement")
         if entry is not None:
             got.setdefault(t["arm"], {})[t["model"]] = entry
             new = True
@@ -324,11 +323,8 @@ def last_reps(store: Store, study_id: str, repetitions: Callable[[Sequence[str]]
     """The repetitions of the study's most recently planned trial (None: none planned with them),
     as its engine reads its argv: cold repetitions included, so only for a study begun before
     REPS_STATE was kept."""
-    row = store.db.execute("SELECT argv_json FROM trials WHERE study_id=? ORDER BY seq DESC LIMIT 1",
-                           (study_id,)).fetchone()
-    if row is None:
-        return None
-    return repetitions(json.loads(row["argv_json"]))
+    argv = store.last_argv(study_id)
+    return None if argv is None else repetitions(argv)
 
 
 def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],

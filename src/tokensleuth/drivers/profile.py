@@ -38,7 +38,7 @@ from typing import Any
 from scipy import stats as sps
 
 from tokensleuth.core.errors import EngineError, UserError
-from tokensleuth.core.records import spec_hash
+from tokensleuth.core.records import JSON_SCHEMA_VERSION, spec_hash
 from tokensleuth.engines import profiler
 from tokensleuth.engines.proc import run_process
 from tokensleuth.sources.build import EngineBuild
@@ -306,7 +306,7 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
                     diffs.append(diff(a, b, float(spec.get("band", 0.02))))
     flat: list[dict[str, Any]] = [dict(r, engines=d["engines"]) for d in diffs for r in d["rows"]]
     flat.sort(key=lambda r: -abs(r["delta_ms_per_token"]))
-    return {"schema_version": 1, "engines": engines, "ops": ops, "diff": flat, "diffs": diffs,
+    return {"schema_version": JSON_SCHEMA_VERSION, "engines": engines, "ops": ops, "diff": flat, "diffs": diffs,
             "node_sum_ratio": dict(ratios), "wall_ratio": dict(walls), "synchronised": bool(spec.get("synchronised")),
             "groups": bool(spec.get("groups")), "env": dict(spec.get("env") or {})}
 
