@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# A refactor must not change an answer: the same compare, bisect and decompose on the planted
+# A refactor must not change an answer: the same compare, bisect, decompose and scan on the planted
 # repository (tests/planted.py: base + a busy wait per decode call), run by the code at OLD
 # (default: this session's start) and by the working tree, with one venv and one build cache.
 # Prints each run's verdicts and whether the JSON of the two has the same keys, everywhere.
 #   bash bench/same_answers.sh [OLD_REV]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OLD=${1:-9e3d141}
+OLD=${1:-00aa983}
 PY=$PWD/.venv/bin/python
 W=$(mktemp -d)
 trap 'git worktree remove --force "$W/old" >/dev/null 2>&1 || true; rm -rf "$W"' EXIT
@@ -32,6 +32,8 @@ for which in old new; do
         -- -r 3 -t 1
     run $which decompose decompose --repo "$REPO" --base HEAD~1 --patches "$W"/patches/*.patch --model "$MODEL" \
         -w tg32 --max-pairs 10 --no-output-check -- -r 3 -t 1
+    run $which scan scan --repo "$REPO" --from HEAD~1 --to HEAD --model "$MODEL" -w tg32 --max-pairs 10 \
+        --samples 2 --no-profile -- -r 3 -t 1
 done
 $PY - "$W" <<'EOF'
 import json, sys
@@ -48,8 +50,11 @@ def answer(name, o):
         return [(c["workload"], c["candidate"], c["verdict"]) for c in o.get("comparisons", [])]
     if name == "bisect":
         return (o.get("status"), o.get("first_bad"), o.get("verified"))
+    if name == "scan":
+        return (o.get("status"), [(s.get("first_bad"), s.get("direction"), s.get("cause")) for s in o.get("steps", [])],
+                len(o.get("undecided", [])))
     return (o.get("status"), [(s.get("patch"), s.get("decision")) for s in o.get("steps", [])])
-for name in ("compare", "bisect", "decompose"):
+for name in ("compare", "bisect", "decompose", "scan"):
     got = {}
     for which in ("old", "new"):
         p = w / f"{which}-{name}.json"
