@@ -6,6 +6,7 @@ are names)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tokensleuth.engines import KINDS
@@ -380,3 +381,56 @@ def test_the_seam_guards_see_what_they_look_for() -> None:
     assert layer_of("tokensleuth.commands.compare") == layer_of("tokensleuth.commands") == FLOORS["commands"]
     tmp = floors(SRC)  # read from the folders: drivers sit above the trials
     assert tmp["drivers"] > tmp["trials"] > tmp["engines"] > tmp["analysis"] > tmp["store"] > tmp["core"] == 0
+
+
+# The store's own row types (core/records.py: StudyRow.spec, ArmRow.engine) decode their own
+# columns; everything else asks the store for decoded data.
+STORE_HOMES = ("store/", "core/records.py")
+SQL = re.compile(r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|PRAGMA|WITH)\s")
+
+
+def _stored_json_reads(rel: str, tree: ast.Module) -> list[str]:
+    """``json.loads`` of a stored ``*_json`` column (``row["env_json"]``, ``row.spec_json``)."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and node.args and ast.unparse(node.func) in ("json.loads", "loads")
+                and re.search(r"_json\b", ast.unparse(node.args[0]))):
+            found.append(f"{rel}:{node.lineno} json.loads({ast.unparse(node.args[0])})")
+    return found
+
+
+def _raw_sql(rel: str, tree: ast.Module) -> list[str]:
+    """A query on the store's connection (``store.db.execute``) or an SQL statement spelt out."""
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute", "executemany", "executescript")
+                and re.search(r"(^|\.)db$", ast.unparse(node.func.value))):
+            found.append(f"{rel}:{node.lineno} {ast.unparse(node.func)}(...)")
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL.match(node.value):
+            found.append(f"{rel}:{node.lineno} {node.value[:40]!r}")
+    return found
+
+
+def test_only_the_store_decodes_its_json_columns() -> None:
+    found = [f for rel, tree in _modules(*STORE_HOMES) for f in _stored_json_reads(rel, tree)]
+    assert found == [], ("ask the store for decoded data (Store.engines, StudyRow.spec, ArmRow.engine, "
+                         "store.stored_json):\n" + "\n".join(found))
+
+
+def test_only_the_store_speaks_sql() -> None:
+    found = [f for rel, tree in _modules(*STORE_HOMES) for f in _raw_sql(rel, tree)]
+    assert found == [], "give the Store a method that returns what the query reads:\n" + "\n".join(found)
+
+
+def test_the_store_guards_see_what_they_look_for() -> None:
+    """Each store guard finds a read written the forbidden way, and passes the allowed ones (they can fail)."""
+    bad = ast.parse('e = json.loads(a["engine_json"] or "{}")\ns = json.loads(row.spec_json)\n'
+                    'r = store.db.execute("SELECT 1").fetchone()\nq = "  SELECT COUNT(*) FROM trials"\n'
+                    'self.db.executemany(q, [])')
+    assert _stored_json_reads("x.py", bad) == ["x.py:1 json.loads(a['engine_json'] or '{}')",
+                                               "x.py:2 json.loads(row.spec_json)"]
+    assert sorted(f.split(" ")[0] for f in _raw_sql("x.py", bad)) == ["x.py:3", "x.py:3", "x.py:4", "x.py:5"]
+    fine = ast.parse('m = json.loads(path.read_text())\ne = store.engines(sid)\nt = "select a model"\n'
+                     'cur.execute(q)')
+    assert _stored_json_reads("x.py", fine) == [] and _raw_sql("x.py", fine) == []
