@@ -72,6 +72,9 @@ OTHER_PROGRAMS = {
     ("report/plots.py", "-o"): "a matplotlib line style (line and dots)",
     ("sources/build.py", "-d"): "pip download -d DIR",
     ("sources/patches.py", "-p"): "git log -p, git commit-tree -p PARENT",
+    ("kernels/cupti.py", "-o"): "cc -o LIBRARY (the CUDA tracer's injection library)",
+    ("kernels/rocprof.py", "-d"): "rocprofv3 -d DIR (its output folder)",
+    ("kernels/rocprof.py", "-o"): "rocprofv3 -o NAME (its output file name)",
 }
 
 

@@ -348,3 +348,20 @@ def pairs_needed(log_ratio_sd: float, bands: Sequence[float] = (0.01, 0.02, 0.05
             n += 1 if n < 100 else max(1, n // 20)
         out[band] = n if n <= limit else None
     return out
+
+
+def welch(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float, float]:
+    """mean(b) - mean(a) and its Welch interval at ``confidence`` (the process is the unit: one
+    value per process); (d, nan, nan) where either side has fewer than two."""
+    ma, mb = float(np.mean(a)), float(np.mean(b))
+    d = mb - ma
+    if len(a) < 2 or len(b) < 2:
+        return d, math.nan, math.nan
+    va = float(np.var(a, ddof=1)) / len(a)
+    vb = float(np.var(b, ddof=1)) / len(b)
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return d, d, d
+    df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0) or 1e-300)
+    h = float(sps.t.ppf(0.5 + confidence / 2, df)) * se
+    return d, d - h, d + h

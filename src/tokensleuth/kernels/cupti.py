@@ -1,0 +1,192 @@
+"""The CUDA kernel tracer: CUPTI's activity API injected into the engine's process.
+
+The CUDA driver loads the library named by ``CUDA_INJECTION64_PATH`` into every process that
+initialises CUDA and calls its ``InitializeInjection``; ours (cupti_inject.c) enables activity
+records of concurrent kernels, memcpy and memset — one record per kernel node of a CUDA graph —
+and writes them at exit. Nothing in the engine changes, no synchronisation is added, and nothing
+is written while the engine runs.
+
+The library is compiled once per machine and CUPTI, with the C compiler, into the cache (like
+the exit drain), against the CUDA toolkit's CUPTI (``$CUDA_HOME``, the ``nvcc`` on PATH,
+/usr/local/cuda*) or the ``nvidia-cuda-cupti`` wheels; where there is none, tracing is refused
+in one line that says what to install.
+
+The file one process writes (``kernels-<pid>.bin``, little-endian): the magic ``TSKTRC1\\0``;
+u32 format version, u32 clock (0 monotonic, 1 realtime), u32 CUPTI version at run time and at
+build time; i64 realtime minus monotonic at start (ns); u64 records CUPTI dropped; u32 names,
+u32 records; each name as u32 length and bytes; then the records (``RECORD``).
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tokensleuth.core.errors import UserError
+from tokensleuth.core.paths import cache_dir
+from tokensleuth.kernels import Trace, demangle, short_name, trace_of
+
+SOURCE = Path(__file__).with_name("cupti_inject.c")
+MAGIC = b"TSKTRC1\0"
+RECORD = np.dtype([("start", "<u8"), ("end", "<u8"), ("graph_node", "<u8"), ("bytes", "<u8"), ("name", "<u4"),
+                   ("stream", "<u4"), ("graph", "<u4"), ("correlation", "<u4"), ("grid", "<i4", (3,)),
+                   ("block", "<i4", (3,)), ("static_smem", "<i4"), ("dynamic_smem", "<i4"), ("registers", "<u2"),
+                   ("kind", "u1"), ("pad", "u1", (5,))])
+assert RECORD.itemsize == 88
+INSTALL = ("install the CUDA toolkit (its CUPTI) or `pip install nvidia-cuda-cupti-cu12 nvidia-cuda-runtime-cu12 "
+           "nvidia-cuda-nvcc-cu12`, or point CUDA_HOME at a toolkit")
+
+
+@dataclass(frozen=True, slots=True)
+class Cupti:
+    """Where this machine's CUPTI is: the include folders (cupti.h, cuda.h and what it includes)
+    and the library file."""
+
+    includes: tuple[str, ...]
+    library: str
+
+
+def _roots() -> list[Path]:
+    out: list[Path] = []
+    for var in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT"):
+        if os.environ.get(var):
+            out.append(Path(os.environ[var]))
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        out.append(Path(nvcc).resolve().parent.parent)
+    out += [Path("/usr/local/cuda"), *sorted(map(Path, glob.glob("/usr/local/cuda-*")), reverse=True),
+            Path("/opt/cuda")]
+    for site in sys.path:  # the pip wheels: nvidia/cuda_cupti (12.x), nvidia/cu13 (13.x)
+        nv = Path(site) / "nvidia"
+        if nv.is_dir():
+            out += [nv / "cu13", nv / "cuda_cupti"]
+    return [r for r in dict.fromkeys(out) if r.is_dir()]
+
+
+def _first(paths: Sequence[Path], pattern: str) -> Path | None:
+    for p in paths:
+        hits = sorted(p.glob(pattern)) if p.is_dir() else []
+        if hits:
+            return hits[0]
+    return None
+
+
+def find_cupti(roots: Sequence[Path] | None = None) -> Cupti | None:
+    """The first root with cupti.h, cuda.h (and crt/host_defines.h) and a libcupti.so."""
+    nv_sites = [Path(s) / "nvidia" for s in sys.path if (Path(s) / "nvidia").is_dir()]
+    for root in (_roots() if roots is None else list(roots)):
+        incs = [root / "include", root / "extras" / "CUPTI" / "include", *sorted(root.glob("targets/*/include"))]
+        cupti_h = _first(incs, "cupti.h")
+        lib = _first([root / "extras" / "CUPTI" / "lib64", root / "lib64", root / "lib",
+                      *sorted(root.glob("targets/*/lib"))], "libcupti.so*")
+        if cupti_h is None or lib is None:
+            continue
+        # cuda.h and crt/host_defines.h: the toolkit's own include folder, or the runtime and nvcc wheels
+        extra = [*incs, *(n / part / "include" for n in nv_sites for part in ("cuda_runtime", "cuda_nvcc", "cu13"))]
+        cuda_h = _first(extra, "cuda.h")
+        defines = _first(extra, "crt/host_defines.h")
+        if cuda_h is None or defines is None:
+            continue
+        folders = dict.fromkeys([str(cupti_h.parent), str(cuda_h.parent), str(defines.parent.parent)])
+        return Cupti(tuple(folders), str(lib))
+    return None
+
+
+_built: dict[Cupti, Path] = {}
+
+
+def library(found: Cupti | None = None) -> Path:
+    """The injection library for this machine's CUPTI: built now unless cached."""
+    found = found or find_cupti()
+    if found is None:
+        raise UserError(f"the CUDA kernel tracer needs CUPTI, and none was found: {INSTALL}")
+    if found in _built and _built[found].exists():
+        return _built[found]
+    text = SOURCE.read_text()
+    key = hashlib.sha256(f"{text}\0{found}\0{platform.machine()}".encode()).hexdigest()[:16]
+    out = cache_dir() / "helpers" / f"cupti-inject-{key}.so"
+    if not out.exists():
+        cc = next((shutil.which(c) for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)),
+                  None)
+        if cc is None:
+            raise UserError("the CUDA kernel tracer is compiled with a C compiler, and none was found: install gcc")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+        lib = Path(found.library)
+        cmd = [cc, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", *(f"-I{i}" for i in found.includes),
+               "-o", str(tmp), str(SOURCE), f"-L{lib.parent}", f"-l:{lib.name}", f"-Wl,-rpath,{lib.parent}",
+               "-lpthread"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise UserError(f"the CUDA kernel tracer could not be compiled ({e}): {INSTALL}") from None
+        if done.returncode != 0 or not tmp.exists():
+            tmp.unlink(missing_ok=True)
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            raise UserError(f"the CUDA kernel tracer could not be compiled against {found.includes[0]} "
+                            f"({last[:200]}): {INSTALL}")
+        tmp.replace(out)
+    _built[found] = out
+    return out
+
+
+def read_file(path: Path) -> Trace:
+    """One process's records (the format in the module's docstring), names demangled."""
+    data = path.read_bytes()
+    if not data.startswith(MAGIC) or len(data) < 48:
+        raise UserError(f"{path} is not a kernel trace of tokensleuth's CUDA tracer (no TSKTRC1 header)")
+    version, clock, runtime, built = np.frombuffer(data, "<u4", 4, 8)
+    offset = int(np.frombuffer(data, "<i8", 1, 24)[0])
+    dropped = int(np.frombuffer(data, "<u8", 1, 32)[0])
+    n_names, n_records = (int(x) for x in np.frombuffer(data, "<u4", 2, 40))
+    if version != 1:
+        raise UserError(f"{path}: kernel trace format {version}, this tokensleuth reads 1 — trace again")
+    pos, raw = 48, []
+    for _ in range(n_names):
+        (length,) = np.frombuffer(data, "<u4", 1, pos)
+        raw.append(data[pos + 4:pos + 4 + int(length)].decode("utf-8", "replace"))
+        pos += 4 + int(length)
+    rec = np.frombuffer(data, RECORD, n_records, pos)
+    names = [short_name(n) for n in demangle(raw)]
+    shift = offset if clock == 1 else 0  # realtime stamps: back onto the monotonic clock
+    notes = []
+    if dropped:
+        notes.append(f"CUPTI dropped {dropped} records (its buffers were full): the kernel figures miss them")
+    if runtime and runtime < built:
+        notes.append(f"CUPTI {runtime} at run time is older than the {built} the tracer was built for")
+    shared = rec["static_smem"].astype(np.int64) + rec["dynamic_smem"]
+    return trace_of(names, {
+        "name": rec["name"], "start": rec["start"].astype(np.int64) - shift, "end": rec["end"].astype(np.int64) - shift,
+        "stream": rec["stream"], "kind": rec["kind"], "grid": rec["grid"], "block": rec["block"],
+        "registers": np.where(rec["kind"] == 0, rec["registers"].astype(np.int64), -1),
+        "shared": np.where(rec["kind"] == 0, shared, -1)}, notes=notes)
+
+
+class CuptiTracer:
+    name = "cuda"
+    changes: str | None = None
+
+    def ready(self) -> None:
+        library()
+
+    def env(self, out_dir: Path) -> dict[str, str]:
+        return {"CUDA_INJECTION64_PATH": str(library()), "TOKENSLEUTH_KERNELS_DIR": str(out_dir)}
+
+    def wrap(self, argv: Sequence[str], out_dir: Path) -> list[str]:
+        return list(argv)
+
+    def read(self, out_dir: Path, stderr: Sequence[tuple[int, str]]) -> list[Trace]:
+        return [read_file(p) for p in sorted(out_dir.glob("kernels-*.bin"))]
+
+
+TRACER = CuptiTracer()

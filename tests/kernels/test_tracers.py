@@ -1,0 +1,144 @@
+"""The kernel tracers' readers on files in each vendor's documented format, the CUDA tracer's
+library compiled against this machine's CUPTI, and the refusals (one line, what to install)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tokensleuth.core.errors import UserError
+from tokensleuth.kernels import MEMCPY, OP, short_name, tracer_for
+from tokensleuth.kernels import cupti, rocprof, vulkan
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_names_keep_template_arguments_and_lose_parameters() -> None:
+    assert short_name("void mul_mat_vec_q<(ggml_type)8, 1>(void const*, void const*, float*, int)") == \
+        "mul_mat_vec_q<(ggml_type)8, 1>"
+    assert short_name("divide_kernel(float*, float const*, int)") == "divide_kernel"
+    assert short_name("k_bin_bcast<&(op_add(float, float)), float, float, float>(float const*)") == \
+        "k_bin_bcast<&(op_add(float, float)), float, float, float>"
+    assert short_name("_Z15addition_kernelIfEvPT_PKfS3_ii.kd") == "_Z15addition_kernelIfEvPT_PKfS3_ii"
+    assert short_name("[memcpy HtoD]") == "[memcpy HtoD]"
+
+
+def test_rocprofv3s_documented_csv() -> None:
+    """rocprofiler-sdk's own example: rows out of order, grid sizes in work-items, BOOTTIME stamps."""
+    t = rocprof.read_csv(DATA / "rocprofv3_kernel_trace.csv", boottime_minus_monotonic=1_550_000_000_000_000)
+    assert [t.names[i] for i in t.name] == ["addition_kernel<float>", "multiply_kernel", "divide_kernel"]
+    assert t.start.tolist() == [151853029637, 151853052877, 151853064037]  # sorted, on the monotonic clock
+    assert t.busy_ns.tolist() == [12800, 11160, 11200]
+    assert t.grid[0].tolist() == [16, 1024, 1] and t.block[0].tolist() == [64, 1, 1]  # 1024 items / 64 = 16 blocks
+    assert t.registers.tolist() == [8, 8, 12] and t.shared.tolist() == [0, 0, 0] and t.timeline
+
+
+def test_rocprofv3s_rocm6_header_is_read_by_name() -> None:
+    t = rocprof.read_csv(DATA / "rocprofv3_kernel_trace_rocm6.csv", boottime_minus_monotonic=0)
+    assert [t.names[i] for i in t.name] == ["mul_mat_q<(ggml_type)8, 64, false>", "rms_norm_f32<1024>"]
+    assert t.shared.tolist() == [16384, 0] and t.grid[0].tolist() == [16, 2, 1] and t.registers.tolist() == [-1, -1]
+
+
+def test_a_csv_that_is_not_a_kernel_trace_is_refused(tmp_path: Path) -> None:
+    bad = tmp_path / "x_kernel_trace.csv"
+    bad.write_text('"Kind","Agent_Id"\n"KERNEL_DISPATCH",1\n')
+    with pytest.raises(UserError, match="not a rocprofv3 kernel trace"):
+        rocprof.read_csv(bad)
+
+
+def _stamped(path: Path, t0: int = 1000, step: int = 10) -> list[tuple[int, str]]:
+    return [(t0 + i * step, line) for i, line in enumerate(path.read_text().splitlines())]
+
+
+def test_the_vulkan_perf_loggers_blocks() -> None:
+    lines = _stamped(DATA / "vulkan_perf_logger.txt")
+    t = vulkan.parse(lines, start_ns=500)
+    assert not t.timeline and set(t.kind.tolist()) == {OP}
+    rows = [(t.names[n], int(s), int(e), int(c), int(b)) for n, s, e, c, b in
+            zip(t.name, t.start, t.end, t.calls, t.busy_ns, strict=True)]
+    fa = ("FLASH_ATTN_EXT dst(128,32,1,1),  q(128,1,32,1),  k(128,256,8,1),  v(128,256,8,1),  m(256,1,1,1)")
+    # block 1 spans from the start to its Total line (line 7), block 2 from there to its own (line 12)
+    assert rows[:4] == [("ADD", 500, 1060, 48, 150_000), (fa, 500, 1060, 24, 252_000),
+                        ("MUL_MAT_VEC q8_0 m=4096 n=1 k=4096", 500, 1060, 96, 1_920_000),
+                        ("RMS_NORM_MUL RMS_NORM(4096,1,1,1)", 500, 1060, 49, 98_000)]
+    assert rows[4:] == [("ADD", 1060, 1110, 48, 144_000), ("MUL_MAT_VEC q8_0 m=4096 n=1 k=4096", 1060, 1110, 96,
+                                                          1_008_000)]
+    assert t.notes == [vulkan.VulkanTracer.changes]
+
+
+def test_the_vulkan_loggers_older_format_without_totals() -> None:
+    t = vulkan.parse(_stamped(DATA / "vulkan_perf_logger_old.txt"), start_ns=0)
+    assert [(t.names[n], int(b), int(e)) for n, b, e in zip(t.name, t.busy_ns, t.end, strict=True)] == [
+        ("ADD", 150_000, 1030), ("MUL_MAT_VEC q8_0 m=4096 n=1 k=4096", 1_920_000, 1030), ("ADD", 144_000, 1060)]
+
+
+def _cupti_file(path: Path, names: list[str], rows: list[tuple[int, ...]], clock: int = 0, offset: int = 0,
+                dropped: int = 0) -> None:
+    """A trace in the documented format (kernels/cupti.py): rows of (start, end, name, kind, regs, smem)."""
+    out = bytearray(b"TSKTRC1\0")
+    out += struct.pack("<4I", 1, clock, 28, 28) + struct.pack("<q", offset) + struct.pack("<Q", dropped)
+    out += struct.pack("<2I", len(names), len(rows))
+    for n in names:
+        out += struct.pack("<I", len(n.encode())) + n.encode()
+    rec = np.zeros(len(rows), dtype=cupti.RECORD)
+    for i, (start, end, name, kind, regs, smem) in enumerate(rows):
+        rec[i]["start"], rec[i]["end"], rec[i]["name"], rec[i]["kind"] = start, end, name, kind
+        rec[i]["registers"], rec[i]["static_smem"], rec[i]["dynamic_smem"] = regs, smem, 16
+        rec[i]["grid"], rec[i]["block"] = (128, 1, 1), (256, 1, 1)
+    path.write_bytes(bytes(out) + rec.tobytes())
+
+
+def test_the_cuda_tracers_file_is_read_demangled_and_on_the_monotonic_clock(tmp_path: Path) -> None:
+    names = ["_Z13mul_mat_vec_qIL9ggml_type8ELi1EEvPKvS2_Pfi", "[memcpy HtoD]"]
+    _cupti_file(tmp_path / "kernels-7.bin", names, [(5000, 7000, 0, 0, 64, 1024), (2000, 3000, 1, MEMCPY, 0, 0)],
+                clock=1, offset=1000, dropped=3)
+    (t,) = cupti.TRACER.read(tmp_path, [])
+    assert [t.names[i] for i in t.name] == ["[memcpy HtoD]", "mul_mat_vec_q<(ggml_type)8, 1>"]
+    assert t.start.tolist() == [1000, 4000] and t.busy_ns.tolist() == [1000, 2000]  # realtime - 1000
+    assert t.registers.tolist() == [-1, 64] and t.shared.tolist() == [-1, 1040] and t.grid[1].tolist() == [128, 1, 1]
+    assert t.notes == ["CUPTI dropped 3 records (its buffers were full): the kernel figures miss them"]
+    (tmp_path / "kernels-7.bin").write_bytes(b"nothing of ours")
+    with pytest.raises(UserError, match="not a kernel trace of tokensleuth's CUDA tracer"):
+        cupti.TRACER.read(tmp_path, [])
+
+
+def test_the_cuda_tracers_library_builds_against_this_machines_cupti_or_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where CUPTI is installed the injection library is compiled (and exports the entry point
+    the CUDA driver calls); where it is not, tracing is refused in one line that says what to install."""
+    monkeypatch.setenv("TOKENSLEUTH_CACHE", str(tmp_path / "cache"))  # compiled here, not taken from the cache
+    monkeypatch.setattr(cupti, "_built", {})
+    found = cupti.find_cupti()
+    if found is None:
+        with pytest.raises(UserError, match="needs CUPTI, and none was found: install the CUDA toolkit"):
+            cupti.TRACER.ready()
+    else:
+        lib = cupti.library(found)
+        symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+        assert lib.is_relative_to(tmp_path / "cache")
+        assert " T InitializeInjection" in symbols and "at_exit" not in symbols  # only the entry point is exported
+        env = cupti.TRACER.env(tmp_path)
+        assert env == {"CUDA_INJECTION64_PATH": str(lib), "TOKENSLEUTH_KERNELS_DIR": str(tmp_path)}
+    assert cupti.find_cupti([tmp_path]) is None  # a folder without CUPTI is not taken for one
+    monkeypatch.setattr(cupti, "find_cupti", lambda roots=None: None)  # a machine without CUPTI
+    with pytest.raises(UserError, match="needs CUPTI, and none was found: install the CUDA toolkit"):
+        cupti.TRACER.ready()
+
+
+def test_a_tracer_is_chosen_from_the_backends_and_a_cpu_build_is_refused() -> None:
+    assert tracer_for(("CPU", "CUDA")).name == "cuda"
+    assert tracer_for(("CPU", "ROCm")).name == "rocm"
+    assert tracer_for(("Vulkan",)).name == "vulkan"
+    with pytest.raises(UserError, match="no kernel tracer for a build with backends CPU: kernels are traced on CUDA"):
+        tracer_for(("CPU",))
+
+
+def test_rocprofv3_missing_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(UserError, match="runs rocprofv3, which is not on PATH: install rocprofiler-sdk"):
+        rocprof.TRACER.ready()
+    assert rocprof.TRACER.wrap(["llama-bench", "-r", "3"], Path("/o"))[-4:] == ["--", "llama-bench", "-r", "3"]
