@@ -224,10 +224,10 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
 def sentence(d: dict[str, Any], named: float) -> str:
     m = d.get("measured")
     idle = d.get("idle")
-    parts = [f"kernels {named:+.3f}"] + ([f"idle {idle['delta_ms_per_token']:+.3f}"] if idle else [])
+    parts = [f"kernels {named:+.3g}"] + ([f"idle {idle['delta_ms_per_token']:+.3g}"] if idle else [])
     if not m:
         return f"The named kernels{' and the idle time' if idle else ''} changed by {' and '.join(parts)} ms/token."
     acc = d.get("accounted")
     share = "" if acc is None else f"{acc:.0%} of "
     return (f"The named kernels{' and the idle time' if idle else ''} account for {share}the measured difference "
-            f"of {m['delta_ms_per_token']:+.3f} ms/token ({', '.join(parts)}).")
+            f"of {m['delta_ms_per_token']:+.3g} ms/token ({', '.join(parts)}).")
