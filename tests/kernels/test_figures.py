@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from tokensleuth.analysis.kernels import Window, coverage, diff, process_kernels
+from tokensleuth.analysis.kernels import ProcessKernels, Window, coverage, diff, process_kernels
 from tokensleuth.kernels import Trace, trace_of
 
 
@@ -48,7 +48,7 @@ def test_totals_without_a_timeline_count_in_the_window_their_block_ended_in() ->
 
 
 def _processes(rng: np.random.Generator, n: int, extra: dict[str, int], regs: dict[str, int] | None = None,
-               drop: str | None = None, idle: int = 0) -> list:
+               drop: str | None = None, idle: int = 0) -> list[ProcessKernels]:
     """``n`` processes of 3 repetitions (one token each): kernels a (200 ns), b (100 ns), c (50 ns)
     back to back with 20 ns between, jittered; ``extra`` ns added to a kernel; ``idle`` ns more
     between kernels; ``drop`` a kernel that does not run."""

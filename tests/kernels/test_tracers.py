@@ -141,4 +141,5 @@ def test_rocprofv3_missing_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(UserError, match="runs rocprofv3, which is not on PATH: install rocprofiler-sdk"):
         rocprof.TRACER.ready()
-    assert rocprof.TRACER.wrap(["llama-bench", "-r", "3"], Path("/o"))[-4:] == ["--", "llama-bench", "-r", "3"]
+    assert rocprof.TRACER.prefix(Path("/o")) == ["rocprofv3", "--kernel-trace", "--output-format", "csv", "-d", "/o",
+                                                  "-o", "%pid%", "--"]

@@ -76,6 +76,20 @@ class ProcessKernels:
     def bench_ms_per_token(self) -> float | None:
         return None if self.bench_ns is None else self.bench_ns / self.tokens / 1e6
 
+    def to_state(self) -> dict[str, Any]:
+        """What the store keeps of the process (from_state reads it back)."""
+        return {"tokens": self.tokens, "window_ns": self.window_ns, "bench_ns": self.bench_ns,
+                "union_ns": self.union_ns, "calls": self.calls, "busy_ns": self.busy_ns,
+                "launches": {n: [[list(x[0]), list(x[1]), x[2], x[3]] for x in sorted(v)]
+                             for n, v in self.launches.items()}, "notes": self.notes}
+
+    @classmethod
+    def from_state(cls, d: dict[str, Any]) -> ProcessKernels:
+        launches = {n: {(tuple(x[0]), tuple(x[1]), int(x[2]), int(x[3])) for x in v}
+                    for n, v in d.get("launches", {}).items()}
+        return cls(int(d["tokens"]), int(d["window_ns"]), d.get("bench_ns"), dict(d["calls"]), dict(d["busy_ns"]),
+                   launches, d.get("union_ns"), list(d.get("notes", [])))
+
     def to_json(self) -> dict[str, Any]:
         total = sum(self.busy_ns.values()) or 1
         rows = sorted(self.busy_ns, key=lambda n: -self.busy_ns[n])
@@ -140,6 +154,18 @@ def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
     if out.tokens == 0:
         out.notes.append("no repetition of this process was kept: no kernel figures")
     return out
+
+
+def one_token(trace: Trace, w: Window, most: int = 4000) -> list[list[Any]]:
+    """The records of one token in the middle of repetition ``w`` (its span: the window's length
+    over its tokens), as [name, stream, start offset ns, duration ns]: the page's timeline."""
+    if not trace.timeline or w.tokens <= 0:
+        return []
+    span = (w.end_ns - w.start_ns) / w.tokens
+    lo = int(w.start_ns + (w.tokens // 2) * span)
+    idx = np.flatnonzero((trace.start >= lo) & (trace.start < lo + span))[:most]
+    return [[trace.names[trace.name[i]], int(trace.stream[i]), int(trace.start[i] - lo), int(trace.busy_ns[i])]
+            for i in idx]
 
 
 def coverage(p: ProcessKernels) -> float | None:

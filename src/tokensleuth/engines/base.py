@@ -34,6 +34,7 @@ class ArmRuntime:
     endpoint: str | None = None  # url: the server to attach to; cmd: the command that starts one
     api_key_env: str | None = None  # the environment variable holding the API key (never stored)
     options: Mapping[str, Any] = field(default_factory=dict)
+    wrap: tuple[str, ...] = ()  # a command the engine runs under (a kernel tracer's: rocprofv3 … --)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class Settings(Protocol):
 class EngineRun:
     outcome: TrialOutcome
     pid: int | None  # the engine's process (for the confounder checks), when there is one
+    stderr: tuple[tuple[int, str], ...] = ()  # its stderr lines, stamped at arrival (a kernel tracer reads them)
 
 
 class Engine(Protocol):

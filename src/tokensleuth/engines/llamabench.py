@@ -357,9 +357,11 @@ def run_trial(
     env: Mapping[str, str] | None = None,
     timeout_s: float | None = None,
     probe: Probe | None = None,
+    wrap: Sequence[str] = (),
 ) -> ProcResult:
-    """Run llama-bench once; never raises for engine faults (see :func:`outcome_from`)."""
-    argv = [str(bench_bin), "-m", model, *flags, "-o", "jsonl", "--progress"]
+    """Run llama-bench once (under ``wrap``, a command that runs it); never raises for engine
+    faults (see :func:`outcome_from`)."""
+    argv = [*wrap, str(bench_bin), "-m", model, *flags, "-o", "jsonl", "--progress"]
     return run_process(argv, env=env, timeout_s=timeout_s, probe=probe, edges=is_edge)
 
 
@@ -514,8 +516,9 @@ class LlamaBench:
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
         assert arm.bin_dir is not None
         res = run_trial(arm.bin_dir / "llama-bench", model, [*arm.flags, *argv], env=arm.env,
-                        timeout_s=timeout_s, probe=probe)
-        return EngineRun(outcome_from(res, host_env, arm.env), res.pid)
+                        timeout_s=timeout_s, probe=probe, wrap=arm.wrap)
+        return EngineRun(outcome_from(res, host_env, arm.env), res.pid,
+                         tuple((ln.t_ns, ln.text) for ln in res.lines if ln.stream == "err"))
 
 
 ENGINE = LlamaBench()

@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -61,7 +61,7 @@ class Trace:
         return len(self.name)
 
 
-def trace_of(names: Sequence[str], rows: Mapping[str, np.ndarray | Sequence[int]], *, timeline: bool = True,
+def trace_of(names: Sequence[str], rows: Mapping[str, Any], *, timeline: bool = True,
              notes: Sequence[str] = ()) -> Trace:
     """A Trace from columns (missing ones filled: shapes and registers unknown, one call each)."""
     n = len(rows["name"])
@@ -94,8 +94,8 @@ class Tracer(Protocol):
     def env(self, out_dir: Path) -> dict[str, str]:
         """Environment to add to the engine's."""
 
-    def wrap(self, argv: Sequence[str], out_dir: Path) -> list[str]:
-        """The engine's command line, run under the tracer where it needs to be."""
+    def prefix(self, out_dir: Path) -> list[str]:
+        """The command the engine runs under (empty: none), ending where the engine's argv begins."""
 
     def read(self, out_dir: Path, stderr: Sequence[tuple[int, str]]) -> list[Trace]:
         """The traces of the processes that wrote into ``out_dir`` (stderr: stamped lines)."""

@@ -182,8 +182,8 @@ class CuptiTracer:
     def env(self, out_dir: Path) -> dict[str, str]:
         return {"CUDA_INJECTION64_PATH": str(library()), "TOKENSLEUTH_KERNELS_DIR": str(out_dir)}
 
-    def wrap(self, argv: Sequence[str], out_dir: Path) -> list[str]:
-        return list(argv)
+    def prefix(self, out_dir: Path) -> list[str]:
+        return []
 
     def read(self, out_dir: Path, stderr: Sequence[tuple[int, str]]) -> list[Trace]:
         return [read_file(p) for p in sorted(out_dir.glob("kernels-*.bin"))]

@@ -83,9 +83,8 @@ class RocprofTracer:
     def env(self, out_dir: Path) -> dict[str, str]:
         return {}
 
-    def wrap(self, argv: Sequence[str], out_dir: Path) -> list[str]:
-        return ["rocprofv3", "--kernel-trace", "--output-format", "csv", "-d", str(out_dir), "-o", "%pid%", "--",
-                *argv]
+    def prefix(self, out_dir: Path) -> list[str]:
+        return ["rocprofv3", "--kernel-trace", "--output-format", "csv", "-d", str(out_dir), "-o", "%pid%", "--"]
 
     def read(self, out_dir: Path, stderr: Sequence[tuple[int, str]]) -> list[Trace]:
         return [read_csv(p) for p in sorted(out_dir.rglob("*_kernel_trace.csv"))]

@@ -91,8 +91,8 @@ class VulkanTracer:
             env["GGML_VK_PERF_LOGGER_CONCURRENT"] = "1"
         return env
 
-    def wrap(self, argv: Sequence[str], out_dir: Path) -> list[str]:
-        return list(argv)
+    def prefix(self, out_dir: Path) -> list[str]:
+        return []
 
     def read(self, out_dir: Path, stderr: Sequence[tuple[int, str]]) -> list[Trace]:
         trace = parse(stderr)
