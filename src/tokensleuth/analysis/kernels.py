@@ -158,14 +158,16 @@ def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
 
 def one_token(trace: Trace, w: Window, most: int = 4000) -> list[list[Any]]:
     """The records of one token in the middle of repetition ``w`` (its span: the window's length
-    over its tokens), as [name, stream, start offset ns, duration ns]: the page's timeline."""
+    over its tokens), clipped to that span, as [name, stream, start offset ns, duration ns]: the
+    page's timeline."""
     if not trace.timeline or w.tokens <= 0:
         return []
     span = (w.end_ns - w.start_ns) / w.tokens
     lo = int(w.start_ns + (w.tokens // 2) * span)
-    idx = np.flatnonzero((trace.start >= lo) & (trace.start < lo + span))[:most]
-    return [[trace.names[trace.name[i]], int(trace.stream[i]), int(trace.start[i] - lo), int(trace.busy_ns[i])]
-            for i in idx]
+    hi = int(lo + span)
+    idx = np.flatnonzero((trace.start < hi) & (trace.end > lo))[:most]
+    return [[trace.names[trace.name[i]], int(trace.stream[i]), int(max(trace.start[i], lo) - lo),
+             int(min(trace.end[i], hi) - max(trace.start[i], lo))] for i in idx]
 
 
 def coverage(p: ProcessKernels) -> float | None:

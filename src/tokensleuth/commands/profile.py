@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -12,7 +13,6 @@ from tokensleuth.commands.common import (
     CmakeOpt,
     DbOpt,
     engine_flags,
-    err,
     json_target,
     out,
     save_json,
@@ -20,6 +20,12 @@ from tokensleuth.commands.common import (
 )
 from tokensleuth.core.limits import MAX_TIMEOUT_S
 from tokensleuth.sources import DEFAULT_ENGINE
+
+
+class By(str, Enum):
+    auto = "auto"
+    kernels = "kernels"
+    ops = "ops"
 
 
 def profile(
@@ -33,14 +39,17 @@ def profile(
     reps: Annotated[int, typer.Option("--reps", min=2, max=100, help="Timed repetitions per process.")] = 3,
     band: Annotated[str, typer.Option(help="An op's change counts beyond its interval and beyond this share of the total ms/token.")] = "2%",
     groups: Annotated[bool, typer.Option("--groups", help="Time each chain of dependent ops as one piece (A+B), so a GPU backend can still fuse it.")] = False,
+    by: Annotated[By, typer.Option("--by", help="kernels: trace the GPU's kernels (a GPU build); ops: time the graph's ops through the eval callback (on a GPU it synchronises every node); auto: kernels on a GPU build, ops on a CPU one.")] = By.auto,
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a profile process is killed.")] = 600,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same profile.")] = False,
     db: DbOpt = None,
 ) -> None:
-    """Time every op of the real model graph (llama.cpp's eval callback, in a profiler built
-    with each engine); with two engines, the ops whose time per token changed.
+    """Where the time of a token goes: on a GPU build, every kernel llama-bench ran (traced:
+    CUPTI, rocprofv3 or the Vulkan perf logger; every llama-bench flag as measured); on a CPU
+    build (or --by ops), every op of the real model graph (llama.cpp's eval callback, in a profiler
+    built with each engine). With two engines, the kernels or ops whose time per token changed.
 
     Example: tokensleuth profile --engine git:~/llama.cpp@b6900 --engine git:~/llama.cpp@b6901
     --model m.gguf -w tg32 -- -t 4
@@ -50,31 +59,21 @@ def profile(
     """
     from tokensleuth.core.errors import EngineError
     from tokensleuth.core.workloads import canonical
-    from tokensleuth.drivers.profile import check_flags, engine_names, run_profile, workload_args
-    from tokensleuth.sources.build import DEFAULT_TARGETS
-    from tokensleuth.sources.profiler import TARGET
+    from tokensleuth.drivers.profile import engine_names
+    from tokensleuth.drivers.run.profile import ProfileRequest, run
     from tokensleuth.studies import kind_of
-    from tokensleuth.trials.memory import guard
     from tokensleuth.trials.spec import model_paths, parse_percent
 
-    flags = check_flags(engine_flags(ctx))
     json_target(json_out)
     engines, envs = engine_names(list(engine) or [DEFAULT_ENGINE], env)
-    models = model_paths(model)
-    workloads = list(dict.fromkeys(canonical(w) for w in workload)) or ["tg32"]
-    for w in workloads:
-        workload_args(w)
-    share = parse_percent(band)
-    builds = {name: common.get_build(src, list(cmake), (*DEFAULT_TARGETS, TARGET)) for name, src in engines.items()}
-    for b in builds.values():
-        guard(models, flags, workloads, b.backends, warn=lambda line: err.print(line, markup=False))
+    request = ProfileRequest(engines, envs, model_paths(model),
+                             list(dict.fromkeys(canonical(w) for w in workload)) or ["tg32"], engine_flags(ctx),
+                             list(cmake), processes, reps, parse_percent(band), groups, by.value, timeout, resume, db)
+    kind, sid = run(request, common.SAY)
     with common.open_store(db) as store:
-        sid, obj = run_profile(store, builds, models, workloads, flags, processes=processes, reps=reps, band=share,
-                               timeout_s=timeout, resume=resume, log=lambda line: err.print(line, markup=False),
-                               groups=groups, env=envs)
-        md, obj = kind_of("profile").render_stored(store, sid)
+        md, obj = kind_of(kind).render_stored(store, sid)
     out.print(md, markup=False)
     if json_out:
         save_json(json_out, obj, sid)
-    if not obj["ops"]:
-        raise EngineError(f"profile {sid} measured no op (see the messages above)")
+    if not obj.get("ops", obj.get("cells")):
+        raise EngineError(f"{kind} {sid} measured nothing (see the messages above)")

@@ -161,14 +161,21 @@ def diagnoser(store: Store, request: DriverOptions, probe: bool, say: Say) -> Di
 
 def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s: float, say: Say,
              summarize: Summarize) -> Profiler:
-    """A driver's profile hook (bisect.Profiler): the per-op diff of two sources, each built
-    with the profiler, on one model and workload; stored as a profile study, and what the
-    culprit's report shows of it (``summarize``: the profile kind's)."""
+    """A driver's profile hook (bisect.Profiler): what changed between two sources on one model
+    and workload, stored as a study, and what the culprit's report shows of it (``summarize``).
+    GPU builds are traced by their kernels (drivers/kernels.py: llama-bench as measured, every
+    flag); CPU builds get the per-op diff of the profiler built with them (drivers/profile.py)."""
     def run(parent: str, culprit: str, model: str, workload: str) -> dict[str, Any]:
+        from tokensleuth.drivers.kernels import run_kernels, traced
         from tokensleuth.drivers.profile import flags_from, run_profile, workload_args
         from tokensleuth.sources.profiler import TARGET
 
-        workload_args(workload)  # ppN or tgN, before any build
+        builds = {s: build(s, cmake, DEFAULT_TARGETS, say) for s in (parent, culprit)}
+        if traced(b.backends for b in builds.values()):
+            sid, obj = run_kernels(store, builds, [model], [workload], flags, timeout_s=timeout_s, resume=True,
+                                   log=say.line)
+            return summarize(sid, obj)
+        workload_args(workload)  # ppN or tgN, before the profiler's build
         builds = {s: build(s, cmake, (*DEFAULT_TARGETS, TARGET), say) for s in (parent, culprit)}
         for b in builds.values():
             b.binary(TARGET)  # a bin: folder has no profiler: said in one line, before a study is made

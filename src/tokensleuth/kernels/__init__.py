@@ -105,7 +105,8 @@ def tracer_for(backends: Sequence[str]) -> Tracer:
     """The tracer of a build's GPU backend; UserError (one line) for a build that has none."""
     for backend in backends:
         if backend in TRACERS:
-            module = importlib.import_module(f"tokensleuth.kernels.{TRACERS[backend]}")
+            name = TRACERS[backend]  # a module of this package, or a dotted path (a test's tracer)
+            module = importlib.import_module(name if "." in name else f"tokensleuth.kernels.{name}")
             tracer: Tracer = module.TRACER
             return tracer
     raise UserError(f"no kernel tracer for a build with backends {', '.join(backends) or 'none'}: kernels are traced "

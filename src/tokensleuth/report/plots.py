@@ -18,6 +18,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
 
 plt.rcParams.update({"svg.hashsalt": "tokensleuth", "svg.fonttype": "none", "font.size": 9,
                      "axes.spines.top": False, "axes.spines.right": False})
@@ -211,4 +212,23 @@ def op_bars(rows: Sequence[tuple[str, float, float]], names: tuple[str, str]) ->
     ax.set_yticks(ys, [r[0] for r in rows], fontsize=7)
     ax.set_xlabel("ms per token")
     ax.legend(fontsize=7, loc="lower right")
+    return _svg(fig)
+
+
+def kernel_timeline(records: Sequence[tuple[str, int, int, int]], most: int = 10) -> str:
+    """One token's kernels on the GPU (records: name, stream, start offset ns, duration ns): a row
+    per stream, the ``most`` busiest kernels in their own colours, the rest grey, gaps blank."""
+    busiest = sorted({r[0] for r in records}, key=lambda n: -sum(r[3] for r in records if r[0] == n))[:most]
+    colours = {n: plt.get_cmap("tab10")(i % 10) for i, n in enumerate(busiest)}
+    streams = sorted({r[1] for r in records})
+    fig, ax = plt.subplots(figsize=(6.4, 0.5 * len(streams) + 1.6))
+    for y, s in enumerate(streams):
+        rows = [r for r in records if r[1] == s]
+        ax.broken_barh([(r[2] / 1e3, max(r[3], 1) / 1e3) for r in rows], (y - 0.4, 0.8),
+                       facecolors=[colours.get(r[0], "#bbbbbb") for r in rows], linewidth=0)
+    ax.set_yticks(range(len(streams)), [f"stream {s}" for s in streams], fontsize=7)
+    ax.set_xlabel("µs from the token's start")
+    handles = [Rectangle((0, 0), 1, 1, color=colours[n]) for n in busiest]
+    ax.legend(handles, [n[:40] for n in busiest], fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.25),
+              ncol=2, frameon=False)
     return _svg(fig)

@@ -23,7 +23,7 @@ FLOOR = 9  # the layers: a module imports its own folder and lower floors (tests
 # kind name -> (module of this package that defines it, its object there); imported on first use
 _MODULES = {"bench": ("bench", "KIND"), "import": ("bench", "IMPORT"), "compare": ("compare", "KIND"),
             "bisect": ("bisect", "KIND"), "decompose": ("decompose", "KIND"), "crosshost": ("crosshost", "KIND"),
-            "profile": ("profile", "KIND"), "scan": ("scan", "KIND")}
+            "profile": ("profile", "KIND"), "scan": ("scan", "KIND"), "kernels": ("kernels", "KIND")}
 # spec keys that name this machine's caches, not what the study measured
 DROP_KEYS = {"build_keys", "host"}
 

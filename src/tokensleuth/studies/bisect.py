@@ -69,11 +69,12 @@ def render_bisect(r: dict[str, Any]) -> str:
             break
     if (pr := r.get("profile")) is not None:
         where = f"{Path(str(pr.get('model', ''))).stem} {pr.get('workload', '')}".strip()
+        which = "Which kernel: the culprit's kernel trace" if pr.get("kernels") else "Which op: the culprit's per-op profile"
         if pr.get("headline"):
-            out.append(f"Which op: the culprit's per-op profile against its parent ({where}; `tokensleuth report "
-                       f"{pr['study']}` has it all): {pr['headline']}.")
+            out.append(f"{which} against its parent ({where}; `tokensleuth report {pr['study']}` has it all): "
+                       f"{pr['headline']}.")
         else:
-            out.append(f"Which op: not profiled ({pr.get('skipped', 'no profile')}).")
+            out.append(f"{which.split(':')[0]}: not profiled ({pr.get('skipped', 'no profile')}).")
     if (o := r.get("outputs")) is not None:
         out.append(outputs_line(o, r["good"], r["bad"]))
     if r.get("skipped"):

@@ -61,7 +61,8 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     if profiled is not None:
         obj["profile"] = profiled
         md += "\n\n" + "\n".join(
-            f"Which op ({p['candidate']}, {Path(p['model']).stem} {p['workload']}): "
+            f"{'Which kernel' if p.get('kernels') else 'Which op'} ({p['candidate']}, {Path(p['model']).stem} "
+            f"{p['workload']}): "
             + (f"{p['headline']} (`tokensleuth report {p['study']}`)" if p.get("headline") else
                f"not profiled — {p.get('skipped')}") for p in profiled)
     found = noise_of(store, study_id)

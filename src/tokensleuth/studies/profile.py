@@ -103,7 +103,12 @@ def stored(store: Store, study_id: str) -> dict[str, Any]:
 
 
 def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
-    """What a culprit's report shows of its profile diff: the study, one line, the top changes."""
+    """What a culprit's report shows of its profile diff: the study, one line, the top changes
+    (a kernel trace's: the kernels kind's, studies/kernels.py)."""
+    if "tracers" in obj:
+        from tokensleuth.studies.kernels import summary as kernel_summary
+
+        return kernel_summary(sid, obj, most)
     d = (obj.get("diffs") or [None])[0]
     if d is None:
         return {"study": sid, "headline": "no profile diff (a profile did not run)"}

@@ -67,10 +67,11 @@ def render(r: dict[str, Any]) -> str:
         extra = []
         if s.get("files"):
             extra.append("compiled files changed: " + ", ".join(f"`{f['path']}`" for f in s["files"][:8]))
-        if (pr := s.get("profile")) and pr.get("headline"):
-            extra.append(f"which op: {pr['headline']}")
+        which = "which kernel" if (pr := s.get("profile")) and pr.get("kernels") else "which op"
+        if pr and pr.get("headline"):
+            extra.append(f"{which}: {pr['headline']}")
         elif pr and pr.get("skipped"):
-            extra.append(f"which op: not profiled ({pr['skipped']})")
+            extra.append(f"{which}: not profiled ({pr['skipped']})")
         if s.get("specific_to_model") is True:
             extra.append("the control models did not move")
         elif s.get("specific_to_model") is False:

@@ -1,0 +1,183 @@
+"""Which kernel got slower: each engine's GPU kernels per token, and their diff between builds.
+
+The op profile (drivers/profile.py) times the graph through llama.cpp's eval callback, which
+ends the graph at every node it observes: on a GPU that measures another program than the one
+benchmarked (fusion and CUDA graphs broken up; on the 30B shape its node sums were 6x
+llama-bench's ms/token). Here llama-bench itself runs, with every flag the measurement used,
+under the build's kernel tracer (tokensleuth.kernels: CUPTI injected for CUDA, rocprofv3 around
+it for ROCm, the perf logger for Vulkan), and the tracer's records are assigned to llama-bench's
+own timed repetitions (analysis/kernels.py).
+
+Per engine, model and workload: ``processes`` processes alternating the engines (A B, then B A),
+each stored as soon as it ends (``--resume`` runs only what is missing); a process's cold and
+stalled repetitions are left out as they are of t/s. The diff takes the process as the unit.
+Traced processes are processes of their own, outside any timed trial: tracing never changes a
+verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokensleuth.analysis.kernels import ProcessKernels, Window, coverage, diff, one_token, process_kernels
+from tokensleuth.analysis.stats import cold_leading, stalled_reps
+from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome, spec_hash
+from tokensleuth.engines import engine_for
+from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+from tokensleuth.kernels import Trace, Tracer, tracer_for
+from tokensleuth.sources.build import EngineBuild
+from tokensleuth.store import Store
+
+RUNS_STATE = "kernel-runs"  # [{engine, model, workload, process, kernels, timeline}], one entry per process
+PROCESSES = 4
+REPS = 5
+Log = Callable[[str], None]
+
+
+def traced(backends: Iterable[Sequence[str]]) -> bool:
+    """Whether builds of these backends are profiled by their kernels (each has a GPU backend with a tracer)."""
+    try:
+        for b in backends:
+            tracer_for(b)
+    except UserError:  # a CPU build: its profile is the op profile
+        return False
+    return True
+
+
+def kept_windows(outcome: TrialOutcome) -> list[Window]:
+    """The process's timed repetitions that count (not cold, not stalled), as windows."""
+    if not outcome.results:
+        return []
+    samples = outcome.results[0].samples
+    spans = {w.rep: w for w in outcome.windows if w.test_idx == outcome.results[0].test_idx}
+    durations = [s.duration_ns for s in samples]
+    logs = [math.log(s.tokens / (s.duration_ns / 1e9)) for s in samples if s.duration_ns > 0 and s.tokens > 0]
+    cold = cold_leading([logs]).count if len(logs) == len(samples) else 0
+    stalled = set(stalled_reps(durations[cold:]))
+    out = []
+    for i, s in enumerate(samples):
+        w = spans.get(s.rep)
+        if i < cold or (i - cold) in stalled or w is None:
+            continue
+        out.append(Window(w.start_ns, w.end_ns, s.tokens, s.duration_ns))
+    return out
+
+
+def _largest(traces: Sequence[Trace]) -> Trace | None:
+    return max(traces, key=len) if traces else None
+
+
+def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, workload: str, flags: Sequence[str],
+                  reps: int, timeout_s: float, env: Mapping[str, str]) -> tuple[ProcessKernels, list[list[Any]]]:
+    """One llama-bench process of ``build`` under ``tracer``: its kernels over its kept repetitions,
+    and one token of its middle repetition for the timeline."""
+    engine = engine_for(DEFAULT_KIND)
+    with tempfile.TemporaryDirectory(prefix="tokensleuth-kernels-") as tmp:
+        out = Path(tmp)
+        arm = ArmRuntime(name, Path(build.bin_dir), tuple(flags), {**env, **tracer.env(out)},
+                         wrap=tuple(tracer.prefix(out)))
+        run = engine.run_trial(arm, model, workload, engine.argv_for([workload], reps) or [], timeout_s=timeout_s,
+                               probe=None, host_env={})
+        if run.outcome.status != "done":
+            raise EngineError(f"the traced run of {name} on {Path(model).name} {workload} {run.outcome.status}: "
+                              f"{run.outcome.message}")
+        trace = _largest(tracer.read(out, run.stderr))
+    if trace is None or not len(trace):
+        raise EngineError(f"the {tracer.name} tracer recorded no kernel of {name} on {Path(model).name} {workload}: "
+                          "the model ran on no GPU (-ngl 0?) or the tracer was not loaded")
+    windows = kept_windows(run.outcome)
+    middle = windows[len(windows) // 2] if windows else None
+    return process_kernels(trace, windows), (one_token(trace, middle) if middle else [])
+
+
+def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],
+                flags: Sequence[str], *, processes: int = PROCESSES, reps: int = REPS, band: float = 0.02,
+                timeout_s: float = 600, resume: bool = False, log: Log | None = None,
+                env: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, dict[str, Any]]:
+    """Trace every engine on every model and workload; return (study id, its JSON)."""
+    log = log or (lambda s: None)
+    engines = list(builds)
+    tracers = {e: tracer_for(b.backends) for e, b in builds.items()}
+    for t in tracers.values():
+        t.ready()
+    env = {e: dict(v) for e, v in (env or {}).items() if v}
+    spec: dict[str, Any] = {"engines": engines, "models": list(models), "workloads": list(workloads),
+                            "flags": list(flags), "processes": processes, "reps": reps, "band": band,
+                            "builds": {e: b.key for e, b in builds.items()},
+                            "tracers": {e: t.name for e, t in tracers.items()}}
+    if env:
+        spec["env"] = env
+    handle = store.begin_study("kernels", spec, spec_hash(spec), resume=resume)
+    sid = handle.id
+    with store.lease(sid):
+        runs: list[dict[str, Any]] = list(store.get_state(sid, RUNS_STATE, []))
+        done = {(r["engine"], r["model"], r["workload"], r["process"]) for r in runs}
+        for m in models:
+            for w in workloads:
+                for i in range(processes):
+                    for e in engines if i % 2 == 0 else engines[::-1]:
+                        if (e, m, w, i) in done:
+                            continue
+                        pk, timeline = trace_process(tracers[e], builds[e], e, m, w, flags, reps, timeout_s,
+                                                     env.get(e, {}))
+                        runs.append({"engine": e, "model": m, "workload": w, "process": i,
+                                     "kernels": pk.to_state(), "timeline": timeline if i == 0 else []})
+                        store.put_state(sid, RUNS_STATE, runs)
+                        log(f"  traced {len(runs)}: {e} {Path(m).stem} {w} ({len(pk.busy_ns)} kernels, "
+                            f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU)")
+        store.finish_study(sid)
+    return sid, analyze(spec, runs)
+
+
+def _mean(xs: Sequence[float | None]) -> float | None:
+    got = [x for x in xs if x is not None]
+    return float(np.mean(got)) if got and len(got) == len(xs) else None
+
+
+def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The stored processes as figures: per engine, model and workload its kernels (means over the
+    processes), and per model and workload each engine's diff against the first."""
+    procs: dict[tuple[str, str, str], list[ProcessKernels]] = defaultdict(list)
+    timelines: dict[tuple[str, str, str], list[list[Any]]] = {}
+    for r in sorted(runs, key=lambda r: r["process"]):
+        key = (r["engine"], r["model"], r["workload"])
+        procs[key].append(ProcessKernels.from_state(r["kernels"]))
+        if r.get("timeline"):
+            timelines.setdefault(key, r["timeline"])
+    engines = list(spec["engines"])
+    cells = []
+    for (e, m, w), ps in procs.items():
+        ps = [p for p in ps if p.tokens]
+        if not ps:
+            continue
+        names = sorted({n for p in ps for n in p.busy_ns}, key=lambda n: -sum(p.ms_per_token(n) for p in ps))
+        total = sum(sum(p.busy_ns.values()) for p in ps) or 1
+        cells.append({
+            "engine": e, "model": m, "workload": w, "processes": len(ps),
+            "kernel_ms_per_token": float(np.mean([p.kernel_ms_per_token for p in ps])),
+            "idle_ms_per_token": _mean([p.idle_ms_per_token for p in ps]),
+            "bench_ms_per_token": _mean([p.bench_ms_per_token for p in ps]),
+            "coverage": _mean([coverage(p) for p in ps]),
+            "kernels": [{"name": n, "calls_per_token": float(np.mean([p.calls.get(n, 0) / p.tokens for p in ps])),
+                         "ms_per_token": float(np.mean([p.ms_per_token(n) for p in ps])),
+                         "share": sum(p.busy_ns.get(n, 0) for p in ps) / total} for n in names],
+            "notes": sorted({x for p in ps for x in p.notes}),
+            "timeline": timelines.get((e, m, w), [])})
+    diffs = []
+    for e in engines[1:]:
+        for m in spec["models"]:
+            for w in spec["workloads"]:
+                a, b = procs.get((engines[0], m, w)), procs.get((e, m, w))
+                if a and b:
+                    diffs.append(dict(diff(a, b, float(spec.get("band", 0.02))), engines=[engines[0], e], model=m,
+                                      workload=w))
+    return {"schema_version": JSON_SCHEMA_VERSION, "engines": engines, "tracers": dict(spec.get("tracers", {})),
+            "cells": cells, "diffs": diffs, "env": dict(spec.get("env") or {}), "flags": list(spec.get("flags", []))}

@@ -1,0 +1,149 @@
+"""kernels studies: each engine's GPU kernels per token, and which kernel changed between builds."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.core.errors import UserError
+from tokensleuth.drivers.kernels import RUNS_STATE, analyze
+from tokensleuth.report.figures import Figure, cell_label, num
+from tokensleuth.report.markdown import table
+from tokensleuth.store import Store
+from tokensleuth.studies import KindBase
+
+TOP = 12  # kernels listed per engine (the rest summed in one line)
+MOVED = ("appeared", "vanished", "grew", "shrank")
+
+
+def _ci(lo: float, hi: float) -> str:
+    return "—" if math.isnan(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
+
+
+def _opt(x: float | None, fmt: str = "{:.3f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def headline(d: dict[str, Any]) -> str:
+    """One line on a diff: the kernels that changed (the largest first), the idle time, the share accounted for."""
+    moved = [r for r in d.get("rows", []) if r["verdict"] in MOVED]
+    parts = [f"{r['kernel']} {r['verdict']} ({r['delta_ms_per_token']:+.4f} ms/token)" for r in moved[:4]]
+    if len(moved) > 4:
+        parts.append(f"{len(moved) - 4} more")
+    launches = [r for r in d.get("rows", []) if r.get("launch_changed") and r["verdict"] not in ("appeared", "vanished")]
+    if launches:
+        parts.append("launch changed: " + "; ".join(f"{r['kernel']} ({r['launch_changed']})" for r in launches[:3]))
+    what = "; ".join(parts) or d.get("why") or "no kernel changed beyond its interval"
+    a, b = d["engines"]
+    return f"{b} vs {a}, {d['workload']}: {what}. {d.get('sentence', '')}".strip()
+
+
+def render(sid: str, obj: dict[str, Any]) -> str:
+    out = [f"## Kernels {sid}", ""]
+    tracers = obj.get("tracers") or {}
+    out += ["Traced by " + ", ".join(f"{e}: {t}" for e, t in tracers.items()) + "; llama-bench ran with "
+            + (" ".join(obj.get("flags") or []) or "its defaults") + ".", ""]
+    for name, env in (obj.get("env") or {}).items():
+        out += [f"{name} ran with " + " ".join(f"{k}={v}" for k, v in env.items()), ""]
+    for c in obj["cells"]:
+        out.append(f"### {c['engine']} · {Path(c['model']).stem} · {c['workload']}")
+        cover = c.get("coverage")
+        out.append(f"GPU: {c['kernel_ms_per_token']:.3f} ms/token in kernels, {_opt(c['idle_ms_per_token'])} idle; "
+                   f"llama-bench {_opt(c['bench_ms_per_token'])} ms/token"
+                   + (f" (kernels + idle = {cover:.2f} × llama-bench's)" if cover else "")
+                   + f"; {c['processes']} processes.")
+        out += [f"Note: {n}" for n in c.get("notes", [])]
+        rows = [[k["name"], f"{k['calls_per_token']:g}", f"{k['ms_per_token']:.4f}", f"{k['share']:.1%}"]
+                for k in c["kernels"][:TOP]]
+        rest = c["kernels"][TOP:]
+        if rest:
+            rows.append([f"… {len(rest)} more", f"{sum(k['calls_per_token'] for k in rest):g}",
+                         f"{sum(k['ms_per_token'] for k in rest):.4f}", f"{sum(k['share'] for k in rest):.1%}"])
+        out += ["", table(["kernel", "calls/token", "GPU ms/token", "share"], rows, [False, True, True, True]), ""]
+    for d in obj.get("diffs", []):
+        a, b = d["engines"]
+        out += [f"### Diff: {b} vs {a} · {Path(d['model']).stem} · {d['workload']}", "", headline(d), ""]
+        changed = [r for r in d.get("rows", []) if r["verdict"] != "same" or r.get("launch_changed")]
+        rows = [[r["kernel"], f"{r['ms_per_token'][0]:.4f}", f"{r['ms_per_token'][1]:.4f}",
+                 f"{r['delta_ms_per_token']:+.4f}", _ci(*r["ci"]),
+                 f"{r['calls_per_token'][0]:g} → {r['calls_per_token'][1]:g}", r["verdict"],
+                 r.get("launch_changed") or ""] for r in changed]
+        if "idle" in d:
+            i = d["idle"]
+            rows.append(["(GPU idle between kernels)", f"{i['ms_per_token'][0]:.4f}", f"{i['ms_per_token'][1]:.4f}",
+                         f"{i['delta_ms_per_token']:+.4f}", _ci(*i["ci"]), "", "", ""])
+        if rows:
+            out += [table(["kernel", f"{a} ms/tok", f"{b} ms/tok", "Δ ms/tok", "95% CI (table)", "calls/token",
+                           "verdict", "launch"], rows, [False, True, True, True, True, True, False, False]), ""]
+        same = len(d.get("rows", [])) - len([r for r in d.get("rows", []) if r["verdict"] != "same"])
+        out += [f"{same} kernel(s) within their interval or the ±{d.get('band', 0.02):.0%} band.", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def stored(store: Store, study_id: str) -> dict[str, Any]:
+    runs = store.get_state(study_id, RUNS_STATE)
+    if not runs:
+        raise UserError(f"kernels {study_id} has no traced process yet — run it again with --resume")
+    return analyze(store.study(study_id).spec, runs)
+
+
+def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
+    """What a verdict's report shows of its kernel diff: the study, one line, the top changes."""
+    d = (obj.get("diffs") or [None])[0]
+    if d is None:
+        return {"study": sid, "headline": "no kernel diff (a trace did not run)"}
+    return {"study": sid, "headline": headline(d), "kernels": True,
+            "rows": [r for r in d.get("rows", []) if r["verdict"] in MOVED][:most]}
+
+
+def kernel_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
+    """Per diff, the two builds' GPU ms/token of each kernel (largest changes first); per cell, one token's timeline."""
+    from tokensleuth.report import plots
+
+    out: list[Figure] = []
+    for d in obj.get("diffs") or []:
+        rows = d.get("rows", [])[:most]
+        if not rows:
+            continue
+        a, b = d["engines"]
+        label = cell_label(d["model"], d["workload"])
+        out.append(Figure(
+            f"kernels-{len(out)}", f"Per-kernel GPU time, {label}",
+            f"GPU ms per token of each kernel in the two builds, the {len(rows)} largest changes first.",
+            plots.op_bars([(r["kernel"][:48], r["ms_per_token"][0], r["ms_per_token"][1]) for r in rows], ("A", "B")),
+            ("kernel", f"A: {a}", f"B: {b}", "Δ ms/token", "verdict", "launch"),
+            tuple((r["kernel"], num(r["ms_per_token"][0]), num(r["ms_per_token"][1]),
+                   num(r["delta_ms_per_token"], "{:+.4f}"), r["verdict"], r.get("launch_changed") or "")
+                  for r in rows)))
+    for c in obj.get("cells") or []:
+        recs = [(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in c.get("timeline") or []]
+        if not recs:
+            continue
+        out.append(Figure(
+            f"timeline-{len(out)}", f"One token on the GPU, {c['engine']} · {cell_label(c['model'], c['workload'])}",
+            "The kernels of one token in the middle repetition of the first process, by stream; blank is idle.",
+            plots.kernel_timeline(recs),
+            ("kernel", "stream", "start µs", "µs"),
+            tuple((str(r[0]), str(r[1]), num(r[2] / 1e3, "{:.1f}"), num(r[3] / 1e3, "{:.1f}")) for r in recs[:200])))
+    return out
+
+
+class KernelsKind(KindBase):
+    name = "kernels"
+
+    def describe(self, spec: dict[str, Any]) -> str:
+        return " vs ".join(spec.get("engines", [])) + " · " + ", ".join(spec.get("workloads", []))
+
+    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+        obj = stored(store, study_id)
+        return render(study_id, obj), dict(obj, study=study_id)
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        return kernel_figures(obj)
+
+    def headline(self, obj: dict[str, Any], md: str) -> str:
+        return "; ".join(headline(d) for d in obj.get("diffs", [])) or super().headline(obj, md)
+
+
+KIND = KernelsKind()

@@ -1,0 +1,51 @@
+"""The kernel driver end to end on the real llama-bench, traced by a tracer for a machine without a
+GPU (tests/fakes/kernel_tracer.py: the engine runs under its wrapper and environment, and planted
+kernels come back): every process stored, resumed without a rerun, the diff names the planted
+kernel and the launch that changed, and the kind renders it (Markdown, JSON, figures)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tokensleuth import kernels
+from tokensleuth.drivers.kernels import RUNS_STATE, run_kernels
+from tokensleuth.sources.build import EngineBuild
+from tokensleuth.store import Store
+from tokensleuth.studies import kind_of
+
+
+def test_two_builds_traced_stored_resumed_and_diffed(engine: EngineBuild, dense_model: Path, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(kernels.TRACERS, "CPU", "tests.fakes.kernel_tracer")
+    builds = {"a": engine, "b": engine}
+    env = {"b": {"FAKE_EXTRA": "1", "FAKE_REGS": "96"}}
+    lines: list[str] = []
+    with Store(tmp_path / "s.db") as store:
+        sid, obj = run_kernels(store, builds, [str(dense_model)], ["tg16"], ["-t", "1"], processes=2, reps=4,
+                               env=env, log=lines.append)
+        assert len(store.get_state(sid, RUNS_STATE)) == 4 and sum("traced" in x for x in lines) == 4
+        again, _ = run_kernels(store, builds, [str(dense_model)], ["tg16"], ["-t", "1"], processes=2, reps=4,
+                               env=env, resume=True, log=lines.append)
+        assert again == sid and sum("traced" in x for x in lines) == 4  # nothing measured twice
+        md, j = kind_of("kernels").render_stored(store, sid)
+        figures = kind_of("kernels").figures(store, sid, j)
+    (d,) = obj["diffs"]
+    rows = {r["kernel"]: r for r in d["rows"]}
+    assert rows["k_extra"]["verdict"] == "appeared" and rows["k_extra"]["calls_per_token"][0] == 0
+    assert rows["k_tail"]["launch_changed"] == "registers 32 -> 96"
+    assert {c["engine"] for c in obj["cells"]} == {"a", "b"} and all(c["processes"] == 2 for c in obj["cells"])
+    # the records cover the windows as planted: 60 + 10 (+ 5) % of each repetition's time on the GPU
+    share = {c["engine"]: c["kernel_ms_per_token"] / c["bench_ms_per_token"] for c in obj["cells"]}
+    assert 0.5 < share["a"] < 0.8 and share["b"] > share["a"]
+    assert "### Diff: b vs a" in md and "k_extra appeared" in md and "registers 32 -> 96" in md
+    assert [(r["kernel"], r["verdict"]) for r in j["diffs"][0]["rows"]] == [(r["kernel"], r["verdict"]) for r in d["rows"]]
+    assert {f.key.split("-")[0] for f in figures} == {"kernels", "timeline"}
+
+
+def test_a_cpu_build_is_not_traced_and_a_tracer_that_records_nothing_is_said(engine: EngineBuild) -> None:
+    from tokensleuth.drivers.kernels import traced
+
+    assert not traced([engine.backends])  # the op profile's, not a kernel trace
+    assert traced([("CPU", "CUDA"), ("CPU", "Vulkan")])
