@@ -14,7 +14,7 @@ from tokensleuth.core.paths import default_db
 from tokensleuth.core.records import TrialOutcome
 from tokensleuth.drivers.requests import DriverOptions, JudgedOptions, Log, Say
 from tokensleuth.engines.base import DEFAULT_KIND
-from tokensleuth.sources import DEFAULT_ENGINE, parse_source
+from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.store import Store
 from tokensleuth.trials.runner import TrialCallback
@@ -219,14 +219,11 @@ def set_kind(spec: dict[str, Any], kind: str) -> None:
         spec["kind"] = kind
 
 
-def check_judged(spec: dict[str, Any]) -> None:
-    """Validate the parts of a judged spec that each comparison will use, before any build: as the
-    two arms of one of its comparisons (their kind, the models, workloads, band, pairs, flags)."""
-    from tokensleuth.trials.spec import build_compare_spec
+def check_judged(spec: dict[str, Any], command: str) -> None:
+    """Validate the settings of a judged spec that each comparison will use, before any build,
+    as a compare's settings are (models, workloads, band, pairs, flags, watchdog)."""
+    from tokensleuth.trials.spec import check_settings
 
-    kind = spec.get("kind", DEFAULT_KIND)
-    build_compare_spec({"arms": [{"name": "A", "source": DEFAULT_ENGINE, "kind": kind},
-                                 {"name": "B", "source": DEFAULT_ENGINE, "kind": kind}],
-                        "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
-                        "max_pairs": spec["max_pairs"], "common_flags": spec["flags"],
-                        "timeout_s": spec["timeout_s"]}, "command line")
+    check_settings({"models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
+                    "max_pairs": spec["max_pairs"], "common_flags": spec["flags"], "timeout_s": spec["timeout_s"]},
+                   "command line", command)

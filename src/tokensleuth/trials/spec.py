@@ -6,6 +6,7 @@ import math
 import shlex
 import tomllib
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import (
@@ -154,29 +155,18 @@ class HostSpec(BaseModel):
     on: str = Field(min_length=1)
 
 
-class CompareSpec(BaseModel):
-    """A compare study: arms x models x workloads, with its statistics settings."""
+class Settings(BaseModel):
+    """What every study that runs paired comparisons is measured with (models, workloads, band,
+    pairs, flags, watchdog), validated once: a compare's spec is these and its arms; a bisect's,
+    a decompose's and a scan's are checked as these (:func:`check_settings`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    arms: list[ArmSpec]
     models: list[str]
     workloads: list[str] = ["pp512", "tg128"]
-    baseline: str | None = None
     band: float = 0.01
     max_pairs: int = Field(40, ge=2, le=10000)
-    min_pairs: int = Field(5, ge=2, le=1000)
-    budget_s: float | None = None
-    # A one-sided question (a bisect step: like good, or like bad?): a cell is decided once
-    # its interval lies wholly on one side of this ratio, whatever the band's verdict says.
-    edge: float | None = Field(None, gt=0)
     common_flags: list[str] = []
     timeout_s: float = 1800
-    sample_interval_s: float = Field(0.2, ge=0.02, le=60)
-    hosts: list[HostSpec] = []  # with --cluster: the machines (by label) it runs on
-    # two arms that differ in one llama-bench context setting run each pair in one process
-    # (tokensleuth.engines.shared) unless this asks for a process per trial
-    separate_processes: bool = False
-    in_process: bool = False  # share a process for any context setting and for an A/A (engines.shared)
 
     @field_validator("band", mode="before")
     @classmethod
@@ -186,7 +176,7 @@ class CompareSpec(BaseModel):
         number = _number(v, "band")
         return v if number is None else check_band(number)
 
-    @field_validator("budget_s", "timeout_s", "sample_interval_s", mode="before")
+    @field_validator("budget_s", "timeout_s", "sample_interval_s", mode="before", check_fields=False)
     @classmethod
     def _seconds(cls, v: object, info: ValidationInfo) -> object:
         most = {"budget_s": MAX_BUDGET_S, "timeout_s": MAX_TIMEOUT_S}.get(info.field_name or "", 60.0)
@@ -206,6 +196,34 @@ class CompareSpec(BaseModel):
         # stored under it and results come back under it, so the cells match.
         return list(dict.fromkeys(canonical_workload(w) for w in v))
 
+    def check_settings(self, flags: Sequence[str] = ()) -> None:
+        """Cross-field checks of the settings (``flags``: the arms' own too), each a one-line UserError."""
+        for w in self.workloads:
+            parse_workload(w)
+        if not self.workloads:
+            raise UserError("no workload — pass --workload pp512 (or tg128, pp2048@d4096)")
+        for f in [*self.common_flags, *flags]:
+            if f.split("=", 1)[0] in WORKLOAD_FLAGS:
+                raise UserError(f"llama-bench flag {f} conflicts with --workload — give workloads with --workload")
+
+
+class CompareSpec(Settings):
+    """A compare study: arms x models x workloads, with its statistics settings."""
+
+    arms: list[ArmSpec]
+    baseline: str | None = None
+    min_pairs: int = Field(5, ge=2, le=1000)
+    budget_s: float | None = None
+    # A one-sided question (a bisect step: like good, or like bad?): a cell is decided once
+    # its interval lies wholly on one side of this ratio, whatever the band's verdict says.
+    edge: float | None = Field(None, gt=0)
+    sample_interval_s: float = Field(0.2, ge=0.02, le=60)
+    hosts: list[HostSpec] = []  # with --cluster: the machines (by label) it runs on
+    # two arms that differ in one llama-bench context setting run each pair in one process
+    # (tokensleuth.engines.shared) unless this asks for a process per trial
+    separate_processes: bool = False
+    in_process: bool = False  # share a process for any context setting and for an A/A (engines.shared)
+
     def baseline_name(self) -> str:
         return self.baseline or self.arms[0].name
 
@@ -221,13 +239,7 @@ class CompareSpec(BaseModel):
             raise UserError(f"arm names must be unique, got {names} — rename one")
         if self.baseline and self.baseline not in names:
             raise UserError(f"--baseline {self.baseline} is not an arm — choose one of {names}")
-        for w in self.workloads:
-            parse_workload(w)
-        if not self.workloads:
-            raise UserError("no workload — pass --workload pp512 (or tg128, pp2048@d4096)")
-        for f in [*self.common_flags, *(f for a in self.arms for f in a.flags)]:
-            if f.split("=", 1)[0] in WORKLOAD_FLAGS:
-                raise UserError(f"llama-bench flag {f} conflicts with --workload — give workloads with --workload")
+        self.check_settings([f for a in self.arms for f in a.flags])
         if self.min_pairs > self.max_pairs:
             raise UserError(f"--max-pairs {self.max_pairs} is below the first round of {self.min_pairs} pairs — raise it")
 
@@ -313,6 +325,17 @@ def load_scan_toml(path: Path) -> ScanFile:
         return ScanFile.model_validate(read_toml(path))
     except ValidationError as exc:
         raise _invalid(exc, str(path), "scan") from None
+
+
+def check_settings(data: dict[str, Any], where: str, command: str) -> Settings:
+    """The settings of a study that runs paired comparisons (a bisect's, a decompose's, a scan's),
+    validated as a compare's are, before any build; one line for any mistake."""
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        raise _invalid(exc, where, command) from None
+    settings.check_settings()
+    return settings
 
 
 def build_compare_spec(data: dict[str, Any], where: str) -> CompareSpec:

@@ -49,7 +49,7 @@ def run(request: BisectRequest, say: Say, summarize: Summarize) -> dict[str, Any
         shared.check_outputs_flags(request.flags)
         spec["check_outputs"] = True
     shared.set_kind(spec, request.kind)
-    shared.check_judged(spec)
+    shared.check_judged(spec, "bisect")
     fleet = shared.open_fleet(request, say)
     shared.refuse_on_fleet(fleet, pin_params=request.pin_params, check_outputs=request.check_outputs)
     if fleet is not None:

@@ -23,7 +23,7 @@ def run(request: DecomposeRequest, say: Say) -> dict[str, Any]:
     spec = shared.judged_spec(request, ["pp512", "tg128"], keep_neutral=request.keep_neutral,
                               allow_output_change=request.allow_output_change)
     shared.set_kind(spec, request.kind)
-    shared.check_judged(spec)
+    shared.check_judged(spec, "decompose")
     fleet = shared.open_fleet(request, say)
     if fleet is not None and request.check_outputs:
         raise UserError("the output check runs on this machine only — with --cluster add --no-output-check")

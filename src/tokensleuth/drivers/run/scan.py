@@ -49,7 +49,7 @@ def run(request: ScanRequest, say: Say, summarize: Summarize) -> dict[str, Any]:
     if request.check_outputs:
         shared.check_outputs_flags(request.flags)
         spec["check_outputs"] = True
-    shared.check_judged(spec)
+    shared.check_judged(spec, "scan")
     if fleet is not None:
         fleet.check_files(shared.fleet_paths(spec["models"] + spec["control_models"], [c.source for c in cands]))
     shared.doctor_line(say)
