@@ -77,7 +77,7 @@ class Cell:
         return (self.model, self.test, self.test_idx)
 
     def resources(self) -> dict[str, Any]:
-        """The DESIGN.md resources object: a figure that could not be measured is None."""
+        """The resources object of docs/architecture.md: a figure that could not be measured is None."""
         notes = list(dict.fromkeys(self.notes))
         cpu_ms_per_token = busy = None
         if self.window_tokens and self.window_ms > 0:

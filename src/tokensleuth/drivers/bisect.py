@@ -366,7 +366,7 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
                log: Log | None = None, fleet: Fleet | None = None,
                diagnose: Diagnoser | None = None, profile: Profiler | None = None,
                judge: Judge | None = None, search_outputs: bool = True) -> dict[str, Any]:
-    """Bisect ``cands`` (good first, bad last); returns the DESIGN.md bisect object.
+    """Bisect ``cands`` (good first, bad last); returns the bisect object of docs/architecture.md.
 
     ``result["status"]`` says how it ended (see ANSWERED); an unresolved bisect stays
     resumable, and resuming it adds pairs where the answer was missing. ``diagnose`` (study

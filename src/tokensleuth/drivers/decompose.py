@@ -276,7 +276,7 @@ def scoreboard(final: Sequence[Comparison], kept: Sequence[dict[str, Any]]) -> l
 def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[Patch], spec: dict[str, Any], *,
                   resume: bool = False, log: Log | None = None, check_outputs: OutputCheck | None = None,
                   judge: Judge | None = None, diagnose: Diagnoser | None = None) -> dict[str, Any]:
-    """Decompose ``patches`` on ``base`` (a commit of ``repo``); returns the DESIGN.md decompose object.
+    """Decompose ``patches`` on ``base`` (a commit of ``repo``); returns the decompose object of docs/architecture.md.
 
     ``diagnose`` (study id, builds by arm name) says why the first undecided step stayed so.
 

@@ -1,4 +1,4 @@
-"""JSON exports (DESIGN.md contracts), each carrying ``schema_version``."""
+"""JSON exports (docs/architecture.md, Contracts), each carrying ``schema_version``."""
 
 from __future__ import annotations
 

@@ -78,7 +78,7 @@ __all__ = [
 
 def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, resume: bool = False,
              log: Log | None = None, profile: Profiler | None = None, fleet: Fleet | None = None) -> dict[str, Any]:
-    """Scan ``cands`` (oldest first); returns the scan's JSON object (DESIGN.md's scan contract).
+    """Scan ``cands`` (oldest first); returns the scan's JSON object (docs/architecture.md's scan contract).
 
     With ``fleet``, the machines scan blocks of the range at once (:func:`run_lanes`).
 
