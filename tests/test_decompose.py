@@ -14,6 +14,7 @@ import pytest
 
 from tests import rules
 from tests.conftest import tokensleuth_bin
+from tokensleuth.core.errors import EngineError
 from tokensleuth.drivers.decompose import classify, headline
 from tokensleuth.studies.decompose import render_decompose
 from tokensleuth.sources.build import EngineBuild
@@ -424,7 +425,7 @@ def _series_repo(tmp_path: Path, n: int) -> tuple[Path, str, list[Path]]:
 
 
 def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outputs: dict[int, str],
-               allow: bool, diagnose: Any = None) -> tuple[dict[str, Any], _TableJudge]:
+               allow: bool, diagnose: Any = None, profile: Any = None) -> tuple[dict[str, Any], _TableJudge]:
     from tokensleuth.drivers.decompose import Decomposer
     from tokensleuth.sources.patches import PrivateRepo, read_patch_files
     from tokensleuth.store import Store
@@ -456,7 +457,7 @@ def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outpu
     with Store(tmp_path / "db.sqlite") as store:
         sid = store.create_study("decompose", {"t": str(tmp_path)}, "h", [], [])
         d = Decomposer(store, sid, private, base, patches, spec, judge=judge,  # type: ignore[arg-type]
-                       check_outputs=check, diagnose=diagnose)
+                       check_outputs=check, diagnose=diagnose, profile=profile)
         return d.run(), judge
 
 
@@ -499,3 +500,34 @@ def test_the_first_undecided_step_is_diagnosed(tmp_path: Path) -> None:
     assert "Why 0001.patch is unresolved:\n  - 2 engine threads on 2 CPUs" in render_decompose(result)
     decided, _ = _decompose(tmp_path / "d", {1: [(10, "faster")]}, {}, allow=False, diagnose=why)
     assert "diagnosis" not in decided and len(asked) == 1
+
+
+def test_each_patch_decided_by_its_speed_gets_its_diff_against_the_state_before_it(tmp_path: Path) -> None:
+    """decompose --profile: a kept (faster) and a dropped (slower) patch are profiled against the
+    state they were applied to, on their cell; a neutral one and an unresolved one are not; a
+    profile that fails is said on its step, the decompose goes on."""
+    asked: list[tuple[str, str, str, str]] = []
+
+    def profile(before: str, after: str, model: str, workload: str) -> dict[str, Any]:
+        asked.append((before, after, model, workload))
+        if len(asked) == 2:
+            raise EngineError("the traced run crashed")
+        return {"study": "p1", "headline": "k_moe grew (+0.2 ms/token)", "kernels": True}
+
+    result, _ = _decompose(tmp_path, {1: [(10, "faster")], 2: [(10, "slower")], 3: [(10, "same")],
+                                      4: [(10, "unresolved"), (20, "unresolved")]}, {}, allow=False, profile=profile)
+    steps = result["steps"]
+    assert [s["decision"] for s in steps] == ["kept", "dropped", "dropped", "dropped"]
+    assert [a[2:] for a in asked] == [("m.gguf", "tg8"), ("m.gguf", "tg8")]
+    assert asked[0][0].endswith(result["base"]) and asked[1][0].endswith(steps[0]["state"])  # before: the kept state
+    assert asked[0][1].endswith(steps[0]["state"]) and asked[1][1].endswith(steps[1]["state"])
+    assert steps[0]["profile"] == {"study": "p1", "headline": "k_moe grew (+0.2 ms/token)", "kernels": True,
+                                   "model": "m.gguf", "workload": "tg8"}
+    assert steps[1]["profile"] == {"model": "m.gguf", "workload": "tg8", "skipped": "the traced run crashed"}
+    assert steps[2].get("profile") is None and "profile" not in steps[3]
+    from tokensleuth.studies.decompose import render_decompose
+
+    md = render_decompose(result)
+    assert "0001.patch (kept), which kernel on m tg8: k_moe grew (+0.2 ms/token) (`tokensleuth report p1`)" in md
+    assert "0002.patch (dropped), which kernel on m tg8: not profiled (the traced run crashed)" not in md
+    assert "0002.patch (dropped), which op on m tg8: not profiled (the traced run crashed)" in md

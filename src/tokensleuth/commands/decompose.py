@@ -49,11 +49,13 @@ def decompose(
     cluster: ClusterOpt = None,
     on: OnOpt = [],  # noqa: B006
     no_probe: NoProbeOpt = False,
+    profile: Annotated[bool, typer.Option("--profile", help="Beside each patch kept or dropped for its speed: its kernel diff against the state before it (on a GPU build; the op diff on a CPU one), on the cell that moved most.")] = False,
     db: DbOpt = None,
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
     from tokensleuth.drivers.requests import DecomposeRequest
     from tokensleuth.drivers.run.decompose import run
+    from tokensleuth.studies.profile import summary
 
     flags = engine_flags(ctx)
     json_target(json_out)
@@ -62,8 +64,9 @@ def decompose(
         control_models=[str(m) for m in control_model], workloads=workload, band=band, max_pairs=max_pairs,
         cmake=cmake, flags=flags, timeout_s=timeout, keep_neutral=keep_neutral, check_outputs=check_outputs,
         allow_output_change=allow_output_change, out_branch=out_branch, out_dir=out_dir, json_out=json_out,
-        resume=resume, kind=kind, cluster=cluster, on=on, probe=not no_probe, db=db, argv=command_line(ctx))
-    result = run(request, SAY)
+        resume=resume, kind=kind, cluster=cluster, on=on, probe=not no_probe, profile=profile, db=db,
+        argv=command_line(ctx))
+    result = run(request, SAY, summary)
     print_result("decompose", result, json_out)
     if result["status"] != "done":
         raise typer.Exit(1)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from tokensleuth.analysis import stats
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.drivers.diagnose import Diagnoser
-from tokensleuth.drivers.judge import Judge, Judgement
+from tokensleuth.drivers.judge import Judge, Judgement, Profiler
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources.history import Candidate
 from tokensleuth.executors.ray import on_fleet
@@ -484,11 +484,6 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
         result["specific_to_model"] = specific_to_model(
             worst.estimate.ratio, [c["verdict"] for c in result["controls"]["parent_vs_culprit"]])
     return result
-
-
-# (parent source, culprit source, model, workload) -> the profile diff's summary (the command
-# builds both with the profiler and runs `profile`; tokensleuth.drivers.profile)
-Profiler = Callable[[str, str, str, str], dict[str, Any]]
 
 
 def culprit_profile(result: dict[str, Any], cands: Sequence[Candidate], spec: dict[str, Any], profile: Profiler,

@@ -20,7 +20,7 @@ from typing import Any
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.drivers.comparisons import Comparison
 from tokensleuth.drivers.diagnose import Diagnoser
-from tokensleuth.drivers.judge import Judge, Judgement
+from tokensleuth.drivers.judge import Judge, Judgement, Profiler
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
@@ -96,9 +96,11 @@ class Decomposer:
 
     def __init__(self, store: Store, study: str, repo: PrivateRepo, base: str, patches: Sequence[Patch],
                  spec: dict[str, Any], *, judge: Judge | None = None, log: Log | None = None,
-                 check_outputs: OutputCheck | None = None, diagnose: Diagnoser | None = None) -> None:
+                 check_outputs: OutputCheck | None = None, diagnose: Diagnoser | None = None,
+                 profile: Profiler | None = None) -> None:
         self.store, self.study, self.repo, self.base = store, study, repo, base
         self.diagnose = diagnose
+        self.profile = profile
         self.patches = list(patches)
         self.spec = spec
         self.log = log or (lambda s: None)
@@ -190,7 +192,24 @@ class Decomposer:
             s["ratio"], s["ci"] = h["ratio"], h["ci"]
         if (s["outputs"] or {}).get("verdict") == "changed":  # measured only when it may be kept anyway
             s["reason"] += "; outputs changed (allowed)" if s["decision"] == "kept" else "; outputs changed"
+        if self.profile is not None and decided is not None:
+            s["profile"] = self.step_profile(kept, src, s["cells"])
         return s
+
+    def step_profile(self, kept: str, src: str, cells: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+        """A decided step's kernel (or op) diff against the state before it, on the cell that moved
+        most (None where no cell moved: nothing to explain)."""
+        assert self.profile is not None
+        moved = [c for c in cells if c.get("verdict") in ("faster", "slower") and c.get("ratio")]
+        if not moved:
+            return None
+        c = max(moved, key=lambda c: abs(math.log(c["ratio"])))
+        where = {"model": c["model"], "workload": c["workload"]}
+        self.log(f"  profiling the patch against the state before it on {Path(c['model']).name} {c['workload']}")
+        try:
+            return dict(self.profile(self.repo.source(kept), src, c["model"], c["workload"]), **where)
+        except (UserError, EngineError) as exc:
+            return dict(where, skipped=str(exc).splitlines()[0][:300])
 
     def decide(self, comps: Sequence[Comparison]) -> tuple[str, str] | None:
         return classify([answer(c, self.spec["band"]) for c in comps], bool(self.spec.get("keep_neutral")))
@@ -275,7 +294,8 @@ def scoreboard(final: Sequence[Comparison], kept: Sequence[dict[str, Any]]) -> l
 
 def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[Patch], spec: dict[str, Any], *,
                   resume: bool = False, log: Log | None = None, check_outputs: OutputCheck | None = None,
-                  judge: Judge | None = None, diagnose: Diagnoser | None = None) -> dict[str, Any]:
+                  judge: Judge | None = None, diagnose: Diagnoser | None = None,
+                  profile: Profiler | None = None) -> dict[str, Any]:
     """Decompose ``patches`` on ``base`` (a commit of ``repo``); returns the decompose object of docs/architecture.md.
 
     ``diagnose`` (study id, builds by arm name) says why the first undecided step stayed so.
@@ -294,7 +314,7 @@ def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[
     with store.lease(handle.id):
         store.put_state(handle.id, "result", None)
         result = Decomposer(store, handle.id, repo, base, patches, spec, judge=judge, log=log,
-                            check_outputs=check_outputs, diagnose=diagnose).run()
+                            check_outputs=check_outputs, diagnose=diagnose, profile=profile).run()
         store.put_state(handle.id, "result", result)
         if result["status"] == "done":
             store.finish_study(handle.id)

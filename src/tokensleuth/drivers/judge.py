@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from tokensleuth.fleet import RemoteCache
 
 Log = Callable[[str], None]
+# (before source, after source, model, workload) -> what a report shows of their kernel (or op)
+# diff: the profile hook of bisect, scan and decompose (drivers/shared.profiler)
+Profiler = Callable[[str, str, str, str], dict[str, Any]]
 FAILED_STATUSES = ("failed", "crashed", "timeout", "garbage")
 
 

@@ -109,6 +109,7 @@ class DecomposeRequest(JudgedOptions):
     allow_output_change: bool = False
     out_branch: str | None = None
     out_dir: Path | None = None
+    profile: bool = False  # each kept or dropped patch's kernel (or op) diff: opt-in, a study per patch
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,7 +22,7 @@ from tokensleuth.trials.runner import TrialCallback
 Summarize = Callable[[str, dict[str, Any]], dict[str, Any]]  # (study id, profile object) -> its summary
 
 if TYPE_CHECKING:
-    from tokensleuth.drivers.bisect import Profiler
+    from tokensleuth.drivers.judge import Profiler
     from tokensleuth.drivers.diagnose import Diagnoser
     from tokensleuth.executors import Executor
     from tokensleuth.fleet import Fleet
@@ -161,7 +161,7 @@ def diagnoser(store: Store, request: DriverOptions, probe: bool, say: Say) -> Di
 
 def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s: float, say: Say,
              summarize: Summarize) -> Profiler:
-    """A driver's profile hook (bisect.Profiler): what changed between two sources on one model
+    """A driver's profile hook (judge.Profiler): what changed between two sources on one model
     and workload, stored as a study, and what the culprit's report shows of it (``summarize``).
     GPU builds are traced by their kernels (drivers/kernels.py: llama-bench as measured, every
     flag); CPU builds get the per-op diff of the profiler built with them (drivers/profile.py)."""

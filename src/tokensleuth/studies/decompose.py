@@ -46,6 +46,13 @@ def render_decompose(r: dict[str, Any]) -> str:
         out += ["", "Steps (ratio = this state / last kept state, 99% CI):",
                 table(["patch", "subject", "decision", "reason", "cell", "ratio", "verdict", "pairs", "build s",
                        "outputs"], rows, [False, False, False, False, False, True, False, True, True, False])]
+    for s in steps:
+        if (pr := s.get("profile")) is not None:
+            which = "which kernel" if pr.get("kernels") else "which op"
+            where = f"{Path(str(pr.get('model', ''))).stem} {pr.get('workload', '')}".strip()
+            said = (f"{pr['headline']} (`tokensleuth report {pr['study']}`)" if pr.get("headline")
+                    else f"not profiled ({pr.get('skipped', 'no profile')})")
+            out.append(f"{s['patch']} ({s['decision']}), {which} on {where}: {said}")
     board = r.get("scoreboard") or []
     if board:
         names = [x["patch"] for x in board[0]["steps"]]

@@ -9,11 +9,13 @@ from tokensleuth.core.errors import UserError
 from tokensleuth.drivers import decompose as dec
 from tokensleuth.drivers import shared
 from tokensleuth.drivers.requests import DecomposeRequest, Say
+from tokensleuth.drivers.shared import Summarize
+from tokensleuth.engines import engine_for
 
 
-def run(request: DecomposeRequest, say: Say) -> dict[str, Any]:
+def run(request: DecomposeRequest, say: Say, summarize: Summarize) -> dict[str, Any]:
     """The decompose's result object (``status`` done, else incomplete), with where the kept
-    patches were written."""
+    patches were written (``summarize``: what a step shows of its profile, the profile kind's)."""
     repo = request.repo.expanduser().resolve() if request.repo else None
     if not request.models:
         raise UserError("decompose needs --model FILE.gguf — name the model(s) to measure on")
@@ -34,6 +36,7 @@ def run(request: DecomposeRequest, say: Say) -> dict[str, Any]:
         from tokensleuth.core.paths import cache_dir
 
         checker = dec.perplexity_check(spec["models"], spec["flags"], cache_dir() / "outputs", request.timeout_s)
+    profile = request.profile and fleet is None and engine_for(request.kind).profiles
     with shared.open_store(request.db) as store:
         judge = None
         if fleet is not None:  # pairs spread over the machines; each builds the states itself
@@ -45,7 +48,9 @@ def run(request: DecomposeRequest, say: Say) -> dict[str, Any]:
                           executor=shared.executor_for(fleet))
         result = dec.run_decompose(store, private, base_sha, plist, spec, resume=request.resume, log=say.line,
                                    check_outputs=checker, judge=judge,
-                                   diagnose=shared.diagnoser(store, request, request.probe and fleet is None, say))
+                                   diagnose=shared.diagnoser(store, request, request.probe and fleet is None, say),
+                                   profile=shared.profiler(store, request.cmake, request.flags, request.timeout_s, say,
+                                                           summarize) if profile else None)
     if request.out_branch is not None and repo is not None:
         dec.write_branch(repo, private, result["final"], request.out_branch)
         result["out_branch"] = request.out_branch

@@ -46,7 +46,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.drivers.bisect import Bisector, Profiler, bisect_outputs
+from tokensleuth.drivers.bisect import Bisector, bisect_outputs
+from tokensleuth.drivers.judge import Profiler
 from tokensleuth.drivers.scan.lanes import run_lanes
 from tokensleuth.drivers.scan.plan import (
     blocks_of,

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import EngineError, UserError
-from tokensleuth.drivers.bisect import Profiler
+from tokensleuth.drivers.judge import Profiler
 from tokensleuth.drivers.judge import Judge
 from tokensleuth.drivers.scan.progress import eta_text, parse_budget
 from tokensleuth.engines.base import DEFAULT_KIND
