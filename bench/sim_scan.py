@@ -14,7 +14,12 @@ one named where none was planted. Printed per history: planted, found, false, un
 intervals, builds (releases measured), trials; then the totals.
 
     .venv/bin/python bench/sim_scan.py [--scans 20] [--releases 60] [--steps 2] [--band 0.05]
-        [--processes FILE.jsonl --design separate --workload tg32]
+        [--processes FILE.jsonl --design separate --workload tg32 --label aa]
+        [--step-min 0.03 --step-max 0.10 --neutral-every 4] [--auto-band] [--before]
+
+``--auto-band``: the band is not given (the scan uses what its noise resolves where that is wider,
+drivers/scan/resolve.py); ``--before``: the scan as before issue 43's change (the band as given,
+and every interval undecided after its pairs split), for the figures beside it.
 """
 
 from __future__ import annotations
@@ -120,33 +125,49 @@ def main() -> None:
     ap.add_argument("--processes", type=Path, default=H200)
     ap.add_argument("--design", default="separate")
     ap.add_argument("--workload", default="tg32")
+    ap.add_argument("--label", default="aa", help="the processes' label in the file (tiny-pairing: aa-llama, …)")
+    ap.add_argument("--step-min", type=float, default=0.03)
+    ap.add_argument("--step-max", type=float, default=0.10)
+    ap.add_argument("--neutral-every", type=int, default=4, help="every n-th history has no step (0: none)")
+    ap.add_argument("--auto-band", action="store_true", help="the band not given: the noise may widen it")
+    ap.add_argument("--before", action="store_true", help="the split rule and band of before issue 43")
+    ap.add_argument("--seed", type=int, default=43)
     a = ap.parse_args()
     install()
+    if a.before:  # every undecided interval split, the band as given: the scan before issue 43
+        import tokensleuth.drivers.scan.refine as refine_mod
+
+        setattr(refine_mod, "split_limit", lambda noise: None)  # noqa: B010 - the old rule, for the figures
     rows = [json.loads(ln) for ln in a.processes.read_text().splitlines() if ln.strip()]
     tokens = int(a.workload[2:])
     ENGINE.procs = Processes([[[math.log(tokens / (ns / 1e9)) for ns in r["samples_ns"]] for r in p["rows"]]
-                              for p in rows if p["label"] == "aa" and p["design"] == a.design
+                              for p in rows if p["label"] == a.label and p["design"] == a.design
                               and p["workload"] == a.workload])
-    print(f"{a.releases} releases, {a.steps} planted steps of 3-10% per history (none in every fourth), band "
-          f"±{a.band:.0%}, --max-pairs {a.max_pairs}; processes: {len(ENGINE.procs.logs)} of {a.processes.name} "
-          f"({a.design}, {a.workload})")
-    rng = np.random.default_rng(43)
+    lv = [float(np.mean([x for inst in p for x in inst])) for p in ENGINE.procs.logs]
+    print(f"{a.releases} releases, {a.steps} planted steps of {a.step_min:.0%}-{a.step_max:.0%} per history"
+          + (f" (none in every {a.neutral_every}th)" if a.neutral_every else "")
+          + f", band ±{a.band:.0%} {'not given (auto)' if a.auto_band else 'given'}, --max-pairs {a.max_pairs}"
+          + (", BEFORE issue 43's change" if a.before else "")
+          + f"; processes: {len(ENGINE.procs.logs)} of {a.processes.name} ({a.label}, {a.design}, {a.workload}; "
+          f"between-process sd of log t/s {np.std(lv, ddof=1):.1%})")
+    rng = np.random.default_rng(a.seed)
     ENGINE.rng = rng
-    tot = {"planted": 0, "found": 0, "false": 0, "undecided": 0, "builds": 0, "trials": 0}
+    tot = {"planted": 0, "found": 0, "false": 0, "undecided": 0, "builds": 0, "trials": 0, "same": 0, "wall": 0.0}
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as td:
         model = Path(td) / "m.gguf"
         model.write_bytes(b"GGUF")
         for k in range(a.scans):
-            n_steps = 0 if k % 4 == 3 else a.steps
+            n_steps = 0 if a.neutral_every and k % a.neutral_every == a.neutral_every - 1 else a.steps
             at = sorted(int(x) for x in rng.choice(np.arange(2, a.releases - 1), size=n_steps, replace=False))
-            sizes = rng.uniform(0.03, 0.10, size=n_steps) * rng.choice([-1, 1], size=n_steps)
+            sizes = rng.uniform(a.step_min, a.step_max, size=n_steps) * rng.choice([-1, 1], size=n_steps)
             steps = dict(zip(at, (math.log1p(float(s)) for s in sizes), strict=True))
             ENGINE.level = np.cumsum([steps.get(i, 0.0) for i in range(a.releases)])
             ENGINE.trials = 0
             cands = [Candidate(f"r{i}", f"bin:/sim/{i}") for i in range(a.releases)]
             spec = {"models": [str(model)], "control_models": [], "workloads": [a.workload], "band": a.band,
                     "max_pairs": a.max_pairs, "cmake": [], "flags": [], "timeout_s": 60.0, "samples": 8,
-                    "rounds": 2, "max_gap": 32, "budget": None, "kind": "sim"}
+                    "rounds": 2, "max_gap": 32, "budget": None, "kind": "sim",
+                    "band_given": not a.auto_band or a.before}
             t0 = time.monotonic()
             with Store(Path(td) / f"scan{k}.db") as store:
                 res = run_scan(store, cands, spec)
@@ -159,13 +180,24 @@ def main() -> None:
             tot["undecided"] += len(res["undecided"])
             tot["builds"] += int(res["builds"])
             tot["trials"] += ENGINE.trials
-            print(f"scan {k:2d}: planted {', '.join(f'r{i} {math.expm1(v):+.1%}' for i, v in steps.items()) or '-':28s}"
-                  f" found {found}, false {false} ({', '.join(f'r{i}' for i in sorted(named - set(steps))) or '-'}),"
-                  f" undecided {len(res['undecided'])}, builds {res['builds']}, trials {ENGINE.trials}, "
-                  f"{time.monotonic() - t0:.0f} s", flush=True)
+            tot["same"] += len(res["same"])
+            wall = time.monotonic() - t0
+            tot["wall"] += wall
+            undec = sorted(res["undecided"], key=lambda u: int(u["from"][1:]))
+            near = {u["from"] + ".." + u["to"] for u in undec if any(int(u["from"][1:]) < i <= int(u["to"][1:])
+                                                                    for i in steps)}
+            noise = res.get("noise") or {}
+            print(f"scan {k:2d}: planted {', '.join(f'r{i} {math.expm1(v):+.1%}' for i, v in steps.items()) or '-'}"
+                  f"\n   found {found}, false {false} ({', '.join(f'r{i}' for i in sorted(named - set(steps))) or '-'}),"
+                  f" same {len(res['same'])}, undecided {len(res['undecided'])} "
+                  f"({', '.join(u['from'] + '..' + u['to'] + ('*' if u['from'] + '..' + u['to'] in near else '') for u in undec) or '-'}),"
+                  f" builds {res['builds']}, trials {ENGINE.trials}, {wall:.0f} s; band used ±{res['band']:.1%}, "
+                  + (f"resolvable ±{noise['resolvable_band']:.1%} (pair sd {noise['pair_sd']:.1%})"
+                     if noise.get("resolvable_band") is not None else "resolvable -"), flush=True)
     print(f"\ntotal: {tot['found']} of {tot['planted']} planted steps found, {tot['false']} false steps, "
-          f"{tot['undecided']} intervals undecided, {tot['builds'] / a.scans:.1f} builds and "
-          f"{tot['trials'] / a.scans:.0f} trials a scan")
+          f"{tot['undecided']} intervals undecided (* above: a planted step inside), {tot['same']} same; "
+          f"{tot['builds'] / a.scans:.1f} builds and {tot['trials'] / a.scans:.0f} trials a scan, "
+          f"{tot['wall'] / a.scans:.0f} s wall a scan")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -32,7 +33,7 @@ def scan(
     model: Annotated[list[Path], typer.Option("--model", "-m", help="Model to measure (repeatable).")] = [],  # noqa: B006
     control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model for each step's bisect (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
-    band: Annotated[str, typer.Option(help="A step is a change beyond this.")] = "2%",
+    band: Annotated[str, typer.Option(help="A step is a change beyond this (not given: the default, or the band the measured noise resolves in --max-pairs where that is wider; said after the level rounds).")] = "2%",
     max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per interval's verdict (undecided ones get twice that).")] = 20,
     samples: Annotated[int, typer.Option(min=1, max=1000, help="Intervals of the first sample (both ends and evenly spaced points).")] = 8,
     rounds: Annotated[int, typer.Option(min=1, max=50, help="Interleaved rounds over the sampled builds (the history and the step fit).")] = 2,
@@ -68,14 +69,18 @@ def scan(
 
     flags = engine_flags(ctx)
     json_target(json_out)
+    was_given = given(ctx, flags)
     request = ScanRequest(
         from_=from_, to=to, repo=str(repo) if repo is not None else None, source=source,
         models=[str(m) for m in model], control_models=[str(m) for m in control_model], workloads=workload,
         band=band, max_pairs=max_pairs, samples=samples, rounds=rounds, max_gap=max_gap, budget=budget,
         cmake=cmake, flags=flags, timeout_s=timeout, json_out=json_out, resume=resume, pin_params=pin_params,
-        check_outputs=check_outputs, profile=not no_profile, cluster=cluster, on=on, db=db, argv=command_line(ctx))
+        check_outputs=check_outputs, profile=not no_profile, cluster=cluster, on=on, db=db, argv=command_line(ctx),
+        band_given=was_given("band"))
     if study is not None:  # the file fills what the command line left out
-        request = merged(request, load_scan_toml(study).model_dump(), given(ctx, flags))
+        file = load_scan_toml(study).model_dump()
+        request = merged(request, file, was_given)
+        request = dataclasses.replace(request, band_given=was_given("band") or file.get("band") is not None)
     result = run(request, SAY, summary)
     print_result("scan", result, json_out)
     if result["status"] != "done":  # undecided intervals or budget spent: no full answer

@@ -125,6 +125,9 @@ class ScanRequest(JudgedOptions):
     max_gap: int = 32
     budget: str | None = None
     pin_params: bool = False
+    # whether the user gave --band (or the study file a band): if not, the scan uses the band its
+    # noise resolves where that is wider than the default (drivers/scan/resolve.py)
+    band_given: bool = False
 
 
 R = TypeVar("R", bound=DriverOptions)

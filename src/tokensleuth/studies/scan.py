@@ -109,7 +109,10 @@ def render(r: dict[str, Any]) -> str:
         out += ["", "### Undecided", ""]
         for u in r["undecided"]:
             figs = "; ".join(f"{_cell(c)} {_ratio(c)} after {c.get('pairs', 0)} pairs" for c in u.get("cells") or [])
-            out.append(f"- {u['from']} → {u['to']} ({u['commits']} commits): {u['reason']}" + (f" — {figs}" if figs else ""))
+            need = (f"; ±{r['band']:.1%} would take ~{u['pairs_needed']} pairs at the spread seen"
+                    if u.get("pairs_needed") else "")
+            out.append(f"- {u['from']} → {u['to']} ({u['commits']} commits): {u['reason']}" + (f" — {figs}" if figs else "")
+                       + need)
     res = r.get("resolution") or {}
     seen = res.get("smallest_step_seen")
     out += ["", "### Resolution", "",
@@ -117,6 +120,10 @@ def render(r: dict[str, Any]) -> str:
              "probability (the noisiest such interval sets it). " if seen is not None else "")
             + f"Longest interval left unsampled: {res.get('longest_unsampled', 0)} commits between neighbours "
             f"judged the same (longer ones are split past {res.get('max_gap')})."]
+    if r.get("noise"):  # what the level rounds' noise resolves, and the band chosen (drivers/scan/resolve.py)
+        from tokensleuth.drivers.scan.resolve import noise_line
+
+        out += ["", noise_line(r["noise"]).replace("noise: ", "Noise: ", 1) + "."]
     if r.get("skipped"):
         out += ["", "Left out of the sample: " + "; ".join(f"{k} ({v})" for k, v in r["skipped"].items()) + "."]
     return "\n".join(out).rstrip() + "\n"

@@ -44,6 +44,7 @@ def run(request: ScanRequest, say: Say, summarize: Summarize) -> dict[str, Any]:
     cands = candidates(request, say)
     spec = shared.judged_spec(request, ["pp512"], samples=request.samples, rounds=request.rounds,
                               max_gap=request.max_gap, budget=request.budget)
+    spec["band_given"] = request.band_given  # (not in the scan's identity: drivers/scan/__init__.py)
     if request.pin_params:
         spec["pin_params"] = True
     if request.check_outputs:

@@ -86,7 +86,9 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
     The scan's identity leaves out its end, so ``--resume`` with a later end extends a finished
     scan: every stored verdict, level and bisect is kept and only the new part is measured."""
     log = log or (lambda s: None)
-    key = {k: v for k, v in spec.items() if k not in ("budget",)}
+    spec = dict(spec)  # (the band the noise resolves is set in this run's copy: drivers/scan/levels.settle_band)
+    # (whether the band was given is how to run it, as the budget is: the band asked is in its identity)
+    key = {k: v for k, v in spec.items() if k not in ("budget", "band_given", "band_asked")}
     key["first"] = cands[0].source
     handle = store.begin_study("scan", key, spec_hash(key), resume=resume)
     sid = handle.id

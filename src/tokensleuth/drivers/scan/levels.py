@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import EngineError
 from tokensleuth.drivers.scan.plan import round_order
-from tokensleuth.drivers.scan.state import LEVELS, Scan
+from tokensleuth.drivers.scan.resolve import noise_line, noise_of
+from tokensleuth.drivers.scan.state import LEVELS, NOISE, Scan
 from tokensleuth.drivers.scan.steps import FitStep, fit_steps
 from tokensleuth.engines.base import DEFAULT_KIND
 
@@ -105,3 +106,36 @@ def step_fit(scan: Scan) -> dict[tuple[str, str], list[FitStep]]:
                 out.setdefault((m, w), []).extend(
                     replace(s, after=pts.index(sub[s.after])) for s in steps)
     return out
+
+
+def cell_levels(scan: Scan) -> dict[tuple[str, str], list[list[float]]]:
+    """Each cell's rounds of t/s per sampled point (each point's from its block's machine)."""
+    levels = scan.get(LEVELS, [])
+    pts = scan.points()
+    out: dict[tuple[str, str], list[list[float]]] = {}
+    for lo, hi, node in scan.blocks():
+        for m in scan.spec["models"]:
+            for w in scan.spec["workloads"]:
+                out.setdefault((m, w), []).extend(
+                    [x["ts"] for x in levels if x["label"] == scan.cands[i].label and x["model"] == m
+                     and x["workload"] == w and x["ts"] and x.get("node") == node] for i in pts if lo <= i <= hi)
+    return out
+
+
+def settle_band(scan: Scan) -> dict[str, Any]:
+    """After the first level rounds: the noise they measured, the band it resolves and the band
+    the verdicts use (``resolve.noise_of``), stored once and said; ``scan.spec["band"]`` becomes
+    that band. A resumed scan keeps the stored choice (its verdicts were judged at it) unless
+    whether the band was given changed."""
+    asked, given = float(scan.spec.get("band_asked", scan.spec["band"])), bool(scan.spec.get("band_given", True))
+    stored = scan.get(NOISE, None)
+    if stored and stored.get("band_asked") == asked and stored.get("band_given") == given \
+            and stored.get("pair_sd") is not None:
+        noise = dict(stored)
+    else:
+        noise = noise_of(cell_levels(scan), asked, given, int(scan.spec["max_pairs"]))
+        scan.put(NOISE, noise)
+    scan.spec["band_asked"] = asked
+    scan.spec["band"] = noise["band"]
+    scan.log("  " + noise_line(noise))
+    return noise

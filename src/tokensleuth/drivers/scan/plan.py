@@ -26,7 +26,8 @@ def round_order(points: Sequence[int], r: int) -> list[int]:
 def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bisected: Collection[tuple[int, int]],
               max_gap: int, closed: Collection[tuple[int, int]] = (), likely: Collection[int] = (),
               spent: Collection[tuple[int, int]] = (), failed: Collection[tuple[int, int]] = (),
-              settings: Collection[tuple[int, int]] = ()) -> tuple[str, int, int] | None:
+              settings: Collection[tuple[int, int]] = (),
+              narrow: Collection[tuple[int, int]] = ()) -> tuple[str, int, int] | None:
     """The scan's next move over the sampled ``points`` (candidate indices, in order), from the
     verdicts of the intervals between neighbours so far (same | step | undecided):
 
@@ -35,7 +36,9 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
       undecided after its pairs were ``spent`` (a step and its revert, or a step near the band,
       could be inside); a step whose bisect ``failed`` to name a culprit (most often two steps
       inside, whose sum the bisect's candidates fall between): its middle is sampled, and each
-      half judged on its own. (One commit long, such an interval is left as it is.)
+      half judged on its own. (One commit long, such an interval is left as it is; undecided but
+      ``narrow`` — its estimate leaves no room for a step the noise could resolve,
+      :func:`~tokensleuth.drivers.scan.resolve.room_for_step` — it is left too, listed undecided.)
     - ``("bisect", p, q)``: a step not bisected yet (one commit long too: the bisect explains it);
     - ``("locate", p, q)``: the same, or undecided after its pairs, but its ends' llama-bench
       ``settings`` differ (a default changed inside): the commit where they change is searched
@@ -52,7 +55,7 @@ def next_work(points: Sequence[int], verdicts: Mapping[tuple[int, int], str], bi
         action: str | None = None
         if v is None or v == "undecided":
             action = ("judge" if (p, q) not in spent else None if q - p <= 1 else
-                      "locate" if (p, q) in settings else "split")
+                      "locate" if (p, q) in settings else None if (p, q) in narrow else "split")
         elif v == "same":
             action = "locate" if (p, q) in settings and q - p > 1 else "split" if q - p > max_gap else None
         elif v == "step" and (p, q) not in bisected:

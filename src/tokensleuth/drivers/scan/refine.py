@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.drivers.bisect import ANSWERED, run_bisect
-from tokensleuth.drivers.scan.levels import measure_levels, step_fit
+from tokensleuth.drivers.scan.levels import measure_levels, settle_band, step_fit
 from tokensleuth.drivers.scan.plan import next_work, remaining
 from tokensleuth.drivers.scan.progress import builds_left
+from tokensleuth.drivers.scan.resolve import room_for_step, split_limit
 from tokensleuth.drivers.scan.settings import locate, settings_moved
 from tokensleuth.drivers.scan.state import BISECTS, INTERVALS, SKIPPED, Scan, interval_key
 
@@ -33,7 +34,8 @@ def run_block(scan: Scan, lo: int, hi: int) -> None:
         left = builds_left(took, len(pts) - n)
         scan.log(f"  build{scan.on()} {n}/{len(pts)}: {scan.cands[i].label} {how}{left}")
     measure_levels(scan, int(scan.spec["rounds"]))
-    refine(scan)
+    noise = settle_band(scan)
+    refine(scan, split_limit(noise))
 
 
 def judge_interval(scan: Scan, p: int, q: int) -> dict[str, Any]:
@@ -86,13 +88,19 @@ def bisect_step(scan: Scan, p: int, q: int, got: dict[str, Any]) -> None:
             scan.add_points([min(inner) - 1, max(inner)])
 
 
-def refine(scan: Scan) -> None:
-    """Judge, split and bisect intervals (:func:`next_work`) until none is left to do."""
+def refine(scan: Scan, limit: float | None = None) -> None:
+    """Judge, split and bisect intervals (:func:`next_work`) until none is left to do.
+
+    ``limit``: an interval undecided after its pairs is split only when some cell's interval
+    reaches beyond ±limit (:func:`~tokensleuth.drivers.scan.resolve.room_for_step`); one that
+    does not is ``narrow``: listed undecided, not split (None: every one is split)."""
     fitted, all_pts = step_fit(scan), scan.points()
     after = {all_pts[s.after] for steps in fitted.values() for s in steps}  # where the fit sees a step
     closed: set[tuple[int, int]] = set()  # nothing more this run can do for these
     spent: set[tuple[int, int]] = set()  # undecided after this run's pairs
     failed: set[tuple[int, int]] = set()  # a step whose bisect in this run named no culprit
+    narrow: set[tuple[int, int]] = set()  # undecided after this run's pairs, with no room for a step
+    cap = 2 * int(scan.spec["max_pairs"])
     while True:
         pts = scan.block_points()
         stored = scan.get(INTERVALS, {})
@@ -105,7 +113,7 @@ def refine(scan: Scan) -> None:
         likely = {k for k, p in enumerate(pts) if p in after}
         moved = settings_moved(scan, verdicts, stored)
         work = next_work(pts, verdicts, bisected, int(scan.spec["max_gap"]), closed, likely, spent, failed,
-                         moved)
+                         moved, narrow)
         if work is None:
             return
         action, p, q = work
@@ -122,9 +130,13 @@ def refine(scan: Scan) -> None:
             if got["verdict"] == "crash":
                 scan.drop_point(scan.index[got["failed"]], f"crashed beside its neighbour ({got['note']})")
                 continue
-            scan.set_item(INTERVALS, key, got)
             if got["verdict"] == "undecided":
                 spent.add((p, q))  # its pairs doubled already: split (one commit: --resume adds pairs)
+                if limit is not None and q - p > 1 and not room_for_step(got["cells"], limit, cap):
+                    narrow.add((p, q))  # a step beyond what the noise resolves is not inside: listed
+                    got["note"] = (f"undecided, and no cell's interval reaches beyond ±{limit:.1%}: no step the "
+                                   f"noise could resolve is inside, so it is not split")
+            scan.set_item(INTERVALS, key, got)
             scan.log(f"  {key}: {got['verdict']} (" + ", ".join(
                 f"{Path(c['model']).stem} {c['workload']} {c['ratio']:.4f}" if c["ratio"] else
                 f"{c['workload']} —" for c in got["cells"]) + ")")

@@ -9,12 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.drivers.scan.levels import step_fit
+from tokensleuth.drivers.scan.resolve import pairs_to_decide
 from tokensleuth.drivers.scan.settings import cause
 from tokensleuth.drivers.scan.state import (
     BISECTS,
     CANDIDATES,
     INTERVALS,
     LEVELS,
+    NOISE,
     PROGRESS,
     SKIPPED,
     Scan,
@@ -44,6 +46,8 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
     """The scan's JSON object from its stored state (``measure=False``: a step's pinned
     settings check not made yet is left pending)."""
     cands, spec = scan.cands, scan.spec
+    noise = scan.get(NOISE, None)
+    band = float(noise["band"]) if noise else float(spec["band"])  # the band the verdicts used
     pts = scan.points()
     intervals = scan.get(INTERVALS, {})
     bisects = scan.get(BISECTS, {})
@@ -63,7 +67,8 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
                                       if got["verdict"] == "step" and b else "a step not bisected yet"
                                       if got["verdict"] == "step" else "the pairs measured could not decide")
             undecided.append({"from": cands[p].label, "to": cands[q].label, "commits": q - p, "reason": why,
-                              "cells": got["cells"], "study": got.get("study")})
+                              "cells": got["cells"], "study": got.get("study"),
+                              "pairs_needed": _pairs_needed(got["cells"], band)})
     halfwidths = [(math.log(c["ci"][1]) - math.log(c["ci"][0])) / 2 for _, _, g in same for c in g["cells"]
                   if c.get("ci") and c["ci"][0] > 0]
     gaps = [q - p - 1 for p, q, _ in same]
@@ -83,7 +88,7 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
                         **({"node": node} if node is not None else {})})
     fit = [{"model": m, "workload": w, "after": cands[pts[s.after]].label, "before": cands[pts[s.after + 1]].label,
             "ratio": s.ratio, "ci": list(s.ci), "p": s.p} for (m, w), ss in step_fit(scan).items() for s in ss]
-    seen = smallest_seen(halfwidths, spec["band"])
+    seen = smallest_seen(halfwidths, band)
     status = "done" if not undecided else "budget" if scan.exhausted else "undecided"
     settings_changes = []
     # a default change where no step was found (the same, or undecided): said, never dropped (a step
@@ -103,7 +108,8 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
     pinned = {label[src]: list(flags) for src, flags in scan.judge.arm_flags.items() if flags and src in label}
     return {"study": scan.sid, "status": status, "first": cands[0].label, "last": cands[-1].label,
             "pinned": pinned if spec.get("pin_params") else None,
-            "candidates": len(cands), "models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
+            "candidates": len(cands), "models": spec["models"], "workloads": spec["workloads"], "band": band,
+            "resolvable_band": noise.get("resolvable_band") if noise else None, "noise": noise,
             "steps": steps, "settings_changes": settings_changes, "output_changes": [], "sampled": sampled,
             "skipped": scan.get(SKIPPED, {}),
             "undecided": undecided, "fit": fit,
@@ -113,6 +119,13 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
             "builds": scan.builds_made(), "wall_s": scan.wall_s(),
             "progress": {"points": len(pts), "intervals": len(pts) - 1, "same": len(same), "steps": len(steps),
                          "open": len(undecided)}}
+
+
+def _pairs_needed(cells: list[dict[str, Any]], band: float) -> int | None:
+    """The pairs at which every cell of an undecided interval would be settled against ±band at the
+    spread it showed (the most of the cells; None when a cell cannot say: resolve.pairs_to_decide)."""
+    need = [pairs_to_decide(c, band) for c in cells]
+    return None if not need or None in need else max(n for n in need if n is not None)
 
 
 def _explain(scan: Scan, p: int, q: int, got: dict[str, Any], bisects: dict[str, Any],

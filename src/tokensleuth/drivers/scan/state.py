@@ -35,6 +35,7 @@ SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or cr
 PROGRESS = "scan-progress"  # {machine or "": {line, at}} the latest live line (`report` shows it while it runs)
 CANDIDATES = "scan-candidates"  # the candidates of the latest run (`report` reads them while it runs)
 SETTINGS = "scan-settings"  # {"A..B": {last_same, first_changed, diffs}} a settings change located inside an interval
+NOISE = "scan-noise"  # the levels' noise, the band it resolves and the band used (resolve.noise_of)
 PROBES = "scan-probes"  # {label: llama-bench settings} each probed build's (a located change's search)
 
 
