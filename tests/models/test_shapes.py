@@ -70,8 +70,8 @@ def test_synth_shape_cli_and_bad_input(tmp_path: Path, engine: EngineBuild, cli_
                         str(out)], env=cli_env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     assert "qwen3-moe-mini (qwen3moe), 0.565 B params" in p.stdout and out.exists()
-    for args, what in ((["--shape", "gpt-9"], "no shape 'gpt-9'"), (["--shape", "qwen3-moe-mini", "--quant", "Q4_K_M"],
-                                                                    "writes Q8_0, Q4_0, F16, MXFP4 directly"),
+    for args, what in ((["--shape", "gpt-9"], "no shape 'gpt-9'"), (["--shape", "qwen3-moe-mini", "--quant", "Q3_K_S"],
+                                                                    "writes Q8_0, Q4_0, F16, MXFP4, Q6_K, Q4_K_M, IQ4_XS directly"),
                        (["--shape", "llama-3.1-8b", "--quant", "MXFP4"], "MXFP4 is an expert format"),
                        (["--shape", "llama-3.1-8b", "--vocab", "gpt-2"], "--vocab is for --arch/--size models"),
                        (["--arch", "qwen3moe", "--vocab", "qwen9"], "no tokenizer 'qwen9'")):

@@ -19,11 +19,11 @@ def model_synth(
     out_path: Annotated[Path, typer.Option("--out", help="Where to write the .gguf.")],
     arch: Annotated[str, typer.Option(help="llama (dense) or qwen3moe (MoE).")] = "llama",
     size: Annotated[str, typer.Option(help="tiny, small or medium.")] = "tiny",
-    quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16 (with --shape: Q8_0, Q4_0, F16 or MXFP4).")] = "Q8_0",
+    quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16 (with --shape: Q8_0, Q4_0, F16, MXFP4, Q6_K, Q4_K_M or IQ4_XS — the K- and i-quants with llama-quantize's per-tensor mix).")] = "Q8_0",
     engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
     seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Random seed of the weights.")] = 0,
     vocab: Annotated[Optional[str], typer.Option(help="Another of llama.cpp's tokenizers than the shape's own (models/ggml-vocab-NAME.gguf: llama-spm, qwen2, gpt-2 …). A smaller one loads and runs faster.")] = None,
-    shape: Annotated[Optional[str], typer.Option("--shape", help="A real model's exact shape, written straight as quantized blocks (Q8_0, Q4_0, F16; MXFP4 experts): qwen3-30b-a3b, gpt-oss-120b, llama-3.1-8b, qwen3-moe-mini, gpt-oss-mini.")] = None,
+    shape: Annotated[Optional[str], typer.Option("--shape", help="A real model's exact shape, written straight as quantized blocks (Q8_0, Q4_0, F16, Q6_K, Q4_K_M, IQ4_XS; MXFP4 experts): qwen3-30b-a3b, gpt-oss-120b, llama-3.1-8b, qwen3-moe-mini, gpt-oss-mini.")] = None,
     cmake: CmakeOpt = [],  # noqa: B006
 ) -> None:
     """Write a synthetic GGUF model (random weights, real tokenizer)."""

@@ -3,13 +3,15 @@ as quantized blocks, tensor by tensor.
 
 :mod:`tokensleuth.models.synth` writes F16 and lets llama-quantize quantize it, which needs the
 whole F16 model on disk (twice the Q8_0 size) and its time. A 30B-class model is written here
-directly: each tensor's blocks are random bytes with a fixed scale (Q8_0: an f16 scale and 32
-int8 per 34-byte block; Q4_0: a scale and 16 bytes of nibbles per 18-byte block; F16 values),
-cut at random offsets from a 64 MiB pool of them and written 16 MiB at a time, so the memory
-used does not grow with the model (the largest tensor, Qwen3-30B-A3B's 128-expert FFN, is
+directly: each tensor's blocks are random bytes with fixed or narrow scales
+(:mod:`tokensleuth.models.blocks`: Q8_0, Q4_0, the K-quants, IQ4_XS, MXFP4; or F16 values), cut
+at random offsets from 64 MiB of them and written 16 MiB at a time, so the memory used does not
+grow with the model (the largest tensor, Qwen3-30B-A3B's 128-expert FFN, is
 213 MB and is never whole in memory). The tokenizer is the real one,
 copied from the vocab files llama.cpp ships (qwen2's 151,936 tokens, Llama 3's 128,256).
-The weights are noise: speed figures are real, outputs are not meaningful.
+The weights are noise: speed figures are real, outputs are not meaningful. The K- and i-quant
+file types (Q6_K, Q4_K_M, IQ4_XS) get the per-tensor type mix llama-quantize would choose
+(:mod:`tokensleuth.models.quant_mix`).
 
 gpt-oss (llama.cpp's ``gpt-oss`` architecture) is written as it is: attention with biases and a
 sink per head, a post-attention norm, sliding-window attention (128 tokens) on every other
@@ -24,7 +26,6 @@ output matmul its real cost); text tokenizes as qwen2's would.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,16 +33,10 @@ import gguf
 import numpy as np
 
 from tokensleuth.core.errors import UserError
+from tokensleuth.models import blocks
+from tokensleuth.models.quant_mix import FILE_TYPES, tensor_types
 
-DIRECT_QUANTS = ("Q8_0", "Q4_0", "F16", "MXFP4")
-_FILE_TYPE = {"Q8_0": gguf.LlamaFileType.MOSTLY_Q8_0, "Q4_0": gguf.LlamaFileType.MOSTLY_Q4_0,
-              "F16": gguf.LlamaFileType.MOSTLY_F16, "MXFP4": gguf.LlamaFileType.MOSTLY_MXFP4_MOE}
-_QTYPE = {"Q8_0": gguf.GGMLQuantizationType.Q8_0, "Q4_0": gguf.GGMLQuantizationType.Q4_0,
-          "F16": gguf.GGMLQuantizationType.F16, "MXFP4": gguf.GGMLQuantizationType.MXFP4}
-# MXFP4 is an expert format (llama.cpp's MOSTLY_MXFP4_MOE): the other weights are written Q8_0
-_REST = {"MXFP4": "Q8_0"}
-CHUNK = 1 << 24  # a tensor's data is written this many bytes at a time (16 MiB), whatever its size
-POOL = 1 << 26  # 64 MiB of random blocks that every tensor's data is cut from
+DIRECT_QUANTS = tuple(FILE_TYPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,39 +77,6 @@ REAL_SHAPES: dict[str, RealShape] = {
                               "gpt-oss's architecture (sinks, sliding window, expert biases, MXFP4) at a "
                               "test's size", sliding_window=128, rope_yarn=(32.0, 4096)),
 }
-
-
-def _quant_of(tname: str, quant: str) -> str:
-    """The format a quantized tensor is written in: ``quant``, but for an expert format
-    (MXFP4) only the experts are, the rest in its companion format."""
-    if quant in _REST and "_exps." not in tname:
-        return _REST[quant]
-    return quant
-
-
-def _pool(qtype: str, rng: np.random.Generator) -> np.ndarray:
-    """POOL bytes of random blocks (or f16 values), one row per block: what every tensor's
-    data is cut from, at random block offsets (random bytes cost 0.5 GB/s to make; a 32 GB
-    model then took a minute of CPU before a byte reached the disk)."""
-    if qtype == "F16":
-        return (rng.standard_normal(POOL // 2, dtype=np.float32) * 0.02).astype(np.float16).reshape(-1, 1)
-    if qtype == "MXFP4":  # an E8M0 scale byte (2^(e - 127)) and 16 bytes of FP4 (E2M1) nibbles
-        b = rng.integers(0, 256, size=(POOL // 17, 17), dtype=np.uint8)
-        b[:, 0] = 127 - 8  # values up to 6 · 2^-8: about the Q8_0 blocks' range
-        return b
-    block_bytes, scale = (34, 0.02 / 127) if qtype == "Q8_0" else (18, 0.02 / 8)
-    b = rng.integers(0, 256, size=(POOL // block_bytes, block_bytes), dtype=np.uint8)
-    b[:, :2] = np.frombuffer(np.float16(scale).tobytes(), dtype=np.uint8)  # a small fixed scale
-    return b
-
-
-def _blocks(pool: np.ndarray, n_rows: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
-    """A tensor's ``n_rows`` blocks (values for F16), CHUNK bytes at a time, cut from ``pool``."""
-    step = max(1, CHUNK // pool.strides[0])
-    for at in range(0, n_rows, step):
-        n = min(step, n_rows - at)
-        start = int(rng.integers(0, len(pool) - n + 1))
-        yield pool[start:start + n]
 
 
 def _tensors(s: RealShape, n_vocab: int) -> list[tuple[str, tuple[int, ...], bool]]:
@@ -245,7 +207,7 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
         raise UserError(f"--shape writes {', '.join(DIRECT_QUANTS)} directly, not {quant!r}")
     out_file(out)
     s = REAL_SHAPES[name] if isinstance(name, str) else name
-    if quant in _REST and not s.n_expert:
+    if quant == "MXFP4" and not s.n_expert:
         raise UserError(f"{quant} is an expert format and the shape has no experts — give --quant Q8_0, Q4_0 or F16")
     label = name if isinstance(name, str) else "custom"
     rng = np.random.default_rng(seed)
@@ -261,7 +223,9 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
         w.add_head_count_kv(s.n_head_kv)
         w.add_rope_freq_base(s.rope_base)
         w.add_layer_norm_rms_eps(1e-6)
-        w.add_file_type(_FILE_TYPE[quant])
+        w.add_file_type(FILE_TYPES[quant])
+        if quant != "F16":
+            w.add_quantization_version(gguf.GGML_QUANT_VERSION)  # as llama-quantize writes it
         w.add_key_length(s.head_dim)
         w.add_value_length(s.head_dim)
         if s.n_expert:
@@ -279,9 +243,8 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
         tok, n_tok, n_vocab = tokenizer_kvs(find_vocab(llama_tree, s.vocab))
         if s.n_vocab > n_vocab:
             tok, n_vocab = _pad_tokenizer(tok, n_tok, s.n_vocab), s.n_vocab
-        f32 = gguf.GGMLQuantizationType.F32
         plan = _tensors(s, n_vocab)
-        kinds = {tname: _QTYPE[_quant_of(tname, quant)] if quantized else f32 for tname, _, quantized in plan}
+        kinds = tensor_types(s, plan, quant)
         for tname, shape, _ in plan:
             n = int(np.prod(shape))
             t = kinds[tname]
@@ -294,7 +257,7 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
         _splice(tmp, tok, n_tok)
         # the data section, tensor by tensor, each at the writer's alignment (32 bytes)
         align = 32
-        pools = {q: _pool(q, rng) for q in {_quant_of(t, quant) for t, _, quantized in plan if quantized}}
+        pools = blocks.pools({kinds[t] for t, _, quantized in plan if quantized}, rng)
         with open(tmp, "r+b") as fh:
             fh.seek(0, os.SEEK_END)
             if sparse:
@@ -310,8 +273,8 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
                 fh.write(b"\0" * (-fh.tell() % align))
                 n = int(np.prod(shape))
                 if quantized:
-                    q = _quant_of(tname, quant)
-                    for chunk in _blocks(pools[q], n if q == "F16" else n // 32, rng):
+                    t = kinds[tname]
+                    for chunk in blocks.blocks(pools[t], n // gguf.GGML_QUANT_SIZES[t][0], rng):
                         chunk.tofile(fh)
                 else:
                     # norms at 1, the router small: finite activations through every layer
