@@ -22,48 +22,48 @@ declare -A FILE PAT REP TEST
 order=()
 add() { order+=("$1"); FILE[$1]=$2; PAT[$1]=$3; REP[$1]=$4; TEST[$1]=$5; }
 
-add noise src/tokensleuth/noise.py \
+add noise src/tokensleuth/analysis/noise.py \
     'max(R_MIN, round(r))' 'max(R_MIN, round(r) + 1)' \
     tests/test_noise.py::test_compare_without_r_chooses_its_repetitions
 add aa-cells src/tokensleuth/studies/compare.py \
     '"comparisons": [c.to_json() for c in comps],' '"comparisons": [c.to_json() for c in comps[:1]],' \
     tests/test_compare.py::test_aa_gives_each_cell_the_rules_verdict
-add pairing src/tokensleuth/comparisons.py \
+add pairing src/tokensleuth/drivers/comparisons.py \
     'ct = [c[p][0] for p in pairs]' 'ct = [c[p][0] for p in reversed(pairs)]' \
     tests/test_compare.py::test_planted_slowdown_is_found_with_the_interval_of_its_pairs
-add edge-stop src/tokensleuth/compare.py \
+add edge-stop src/tokensleuth/drivers/compare.py \
     'return stats.side(c.estimate, spec.edge) is None' 'return c.verdict == "unresolved"' \
     tests/test_compare.py::test_a_one_sided_question_stops_once_its_side_is_settled
-add until src/tokensleuth/compare.py \
+add until src/tokensleuth/drivers/compare.py \
     'if until is not None and until(comps):' 'if until is not None and until(comps) and False:' \
     tests/test_compare.py::test_a_callers_answered_question_stops_the_rounds
-add futility src/tokensleuth/compare.py \
+add futility src/tokensleuth/drivers/compare.py \
     'if spec.edge is None and not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):' 'if False:' \
     tests/test_rules.py::test_the_replay_stops_where_the_driver_did
-add cold-r src/tokensleuth/compare.py \
-    '("-r", str(asked + n_cold)) if asked is not None and n_cold else ())' \
-    '("-r", str(asked)) if asked is not None and n_cold else ())' \
+add cold-r src/tokensleuth/drivers/compare.py \
+    'asked + n_cold if asked is not None and n_cold else None)' \
+    'asked if asked is not None and n_cold else None)' \
     tests/test_cold.py::test_a_compare_adds_the_cold_repetitions_to_r
-add resume src/tokensleuth/compare.py \
+add resume src/tokensleuth/drivers/compare.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/test_compare.py::test_resume_continues_with_its_pairs
-add kill-resume src/tokensleuth/compare.py \
+add kill-resume src/tokensleuth/drivers/compare.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
 add recover src/tokensleuth/executors/__init__.py \
     'store.recover(study_id)' 'pass  # trials a killed run left running stay so' \
     tests/test_shared_process.py::test_a_kill_inside_a_shared_process_loses_and_duplicates_nothing
-add diagnosis src/tokensleuth/commands/compare.py \
+add diagnosis src/tokensleuth/drivers/run/compare.py \
     'if any(c.verdict == "unresolved" for c in comps):' 'if False:' \
     tests/test_diagnose_real.py::test_threads_on_every_cpu_beside_a_busy_process_are_named_and_the_fix_is_measured
-add no-regression src/tokensleuth/bisect.py \
+add no-regression src/tokensleuth/drivers/bisect.py \
     'if verdicts == {"same"}:' 'if verdicts == {"same", "never"}:' \
     tests/test_bisect.py::test_no_regression_between_endpoints
-add controls src/tokensleuth/bisect.py \
+add controls src/tokensleuth/drivers/bisect.py \
     'if control_verdicts and all(v == "same" for v in control_verdicts):' \
     'if control_verdicts and all(v == "never" for v in control_verdicts):' \
     tests/test_bisect.py::test_bisect_finds_the_planted_moe_regression_and_resumes
-add one-sided src/tokensleuth/bisect.py \
+add one-sided src/tokensleuth/drivers/bisect.py \
     'if len(sides) == 1 and None not in sides:' 'if sides == {"never"}:' \
     tests/test_bisect.py::test_candidates_are_judged_on_the_cells_that_regressed
 add fleet-pairs src/tokensleuth/executors/base.py \

@@ -33,7 +33,7 @@ def scan(
     model: Annotated[list[Path], typer.Option("--model", "-m", help="Model to measure (repeatable).")] = [],  # noqa: B006
     control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model for each step's bisect (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
-    band: Annotated[str, typer.Option(help="A step is a change beyond this (not given: the default, or the band the measured noise resolves in --max-pairs where that is wider; said after the level rounds).")] = "2%",
+    band: Annotated[str, typer.Option(help="A step is a change beyond this (after the level rounds the scan says which band its noise resolves, and the pairs this one would take).")] = "2%",
     max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per interval's verdict (undecided ones get twice that).")] = 20,
     samples: Annotated[int, typer.Option(min=1, max=1000, help="Intervals of the first sample (both ends and evenly spaced points).")] = 8,
     rounds: Annotated[int, typer.Option(min=1, max=50, help="Interleaved rounds over the sampled builds (the history and the step fit).")] = 2,
