@@ -29,12 +29,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import gguf
 
-if TYPE_CHECKING:
-    from tokensleuth.models.shapes import RealShape
+
+class Shape(Protocol):
+    """What the rules read of a model's shape (models.shapes.RealShape has it)."""
+
+    @property
+    def arch(self) -> str: ...
+
+    @property
+    def n_layer(self) -> int: ...
+
+    @property
+    def n_head(self) -> int: ...
+
+    @property
+    def n_head_kv(self) -> int: ...
+
+    @property
+    def n_expert(self) -> int: ...
+
 
 T = gguf.GGMLQuantizationType
 F = gguf.LlamaFileType
@@ -65,7 +82,7 @@ def _layer(name: str) -> int:
     return int(m.group(1)) if m else -1
 
 
-def tensor_types(s: RealShape, plan: Plan, quant: str) -> dict[str, T]:
+def tensor_types(s: Shape, plan: Plan, quant: str) -> dict[str, T]:
     """The type of each tensor of ``plan`` in a ``quant`` file (F32 for those not quantized)."""
     out = {name: T.F32 for name, _, quantized in plan if not quantized}
     weights = [(name, shape) for name, shape, quantized in plan if quantized]
