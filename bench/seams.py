@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.test_seams import cycles, floors, import_graph  # noqa: E402 - after the path
+from tests.test_seams import OTHER_PROGRAMS, cycles, floors, import_graph  # noqa: E402 - after the path
 
 ENGINE_KINDS = {"llama-bench", "llama-server", "openai", "llama-batched-bench"}
 STUDY_KINDS = {"bench", "compare", "bisect", "decompose", "crosshost", "import", "profile", "scan"}
@@ -122,9 +122,20 @@ def kind_branches(mods: dict[str, tuple[str, ast.Module]], names: set[str], home
     return n
 
 
+OTHERS = {(Path(rel).name, flag) for rel, flag in OTHER_PROGRAMS}  # by file name: the old tree had other folders
+
+
 def flag_literals(mods: dict[str, tuple[str, ast.Module]]) -> list[str]:
-    return [f"{rel}:{n.lineno}" for mod, (rel, tree) in mods.items() if top(mod) != "engines"
-            for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in FLAGS]
+    """llama-bench's flags spelt outside engines/, other programs' same spellings (git -o, cc -o,
+    pip -d, …: tests/test_seams.py's OTHER_PROGRAMS, matched by file name) aside."""
+    out = []
+    for mod, (rel, tree) in mods.items():
+        if top(mod) == "engines":
+            continue
+        parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}  # f"-n{limit}"
+        out += [f"{rel}:{n.lineno}" for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in FLAGS
+                and id(n) not in parts and (Path(rel).name, n.value) not in OTHERS]
+    return out
 
 
 def store_reads(mods: dict[str, tuple[str, ast.Module]]) -> tuple[int, int]:

@@ -88,7 +88,7 @@ def compare(
     outcome = run(request, SAY, summary)
     with common.open_store(db) as store:
         md, obj = kind_of(outcome.kind).render_stored(store, outcome.study)  # what `report` prints, later too
-    warn = render_warnings(outcome.warnings) if outcome.kind == "compare" else ""
+    warn = render_warnings(outcome.warnings)  # (a per-host table carries none)
     rx = outcome.diagnosis
     out.print(md + (f"\n\n{rx.text()}" if rx else "") + warn, markup=outcome.markup)
     if json_out:
