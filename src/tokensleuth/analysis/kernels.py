@@ -22,14 +22,13 @@ Floor 2: imports core, kernels (floor 1) and stats.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tokensleuth.analysis.stats import welch
+from tokensleuth.analysis.stats import change_verdict, welch
 from tokensleuth.kernels import Trace
 
 CONFIDENCE = 0.95
@@ -212,18 +211,8 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
         in_b = sum(n in p.busy_ns for p in cand)
         la = set().union(*(p.launches.get(n, set()) for p in base))
         lb = set().union(*(p.launches.get(n, set()) for p in cand))
-        if in_a == 0 and in_b == len(cand):
-            verdict = "appeared"
-        elif in_b == 0 and in_a == len(base):
-            verdict = "vanished"
-        elif math.isnan(lo):
-            verdict = "unresolved"
-        elif lo > 0 and d > practical:
-            verdict = "grew"
-        elif hi < 0 and -d > practical:
-            verdict = "shrank"
-        else:
-            verdict = "same"
+        verdict = change_verdict(d, lo, hi, practical, appeared=in_a == 0 and in_b == len(cand),
+                                 vanished=in_b == 0 and in_a == len(base))
         calls_a = float(np.mean([p.calls.get(n, 0) / p.tokens for p in base]))
         calls_b = float(np.mean([p.calls.get(n, 0) / p.tokens for p in cand]))
         rows.append({"kernel": n, "ms_per_token": [float(np.mean(xa)), float(np.mean(xb))], "delta_ms_per_token": d,

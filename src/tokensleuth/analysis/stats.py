@@ -365,3 +365,21 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[fl
     df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0) or 1e-300)
     h = float(sps.t.ppf(0.5 + confidence / 2, df)) * se
     return d, d - h, d + h
+
+
+def change_verdict(d: float, lo: float, hi: float, practical: float, *, appeared: bool = False,
+                   vanished: bool = False) -> str:
+    """A row of a profile's diff (an op or a kernel): appeared or vanished, else grew or shrank
+    beyond its interval and beyond ``practical``, unresolved without an interval (fewer than two
+    processes a side: never read as the same), else the same."""
+    if appeared:
+        return "appeared"
+    if vanished:
+        return "vanished"
+    if math.isnan(lo):
+        return "unresolved"
+    if lo > 0 and d > practical:
+        return "grew"
+    if hi < 0 and -d > practical:
+        return "shrank"
+    return "same"

@@ -7,6 +7,7 @@ Pure functions on argv lists; the CLI calls them before click parses anything.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,3 +86,21 @@ def no_such_option_message(option: str, possibilities: Sequence[str], command: s
         return (f"{option}: no such option of tokensleuth {command} — an engine flag goes after `--` "
                 f"(tokensleuth {command} … -- {option} …)")
     return f"{option}: no such option — see `tokensleuth {command} --help`"
+
+
+def flag_values(flags: Sequence[str], *names: str) -> list[str]:
+    """The values an engine's flags give ``names`` (``-x V`` or ``-x=V``), in order."""
+    out = []
+    for i, f in enumerate(flags):
+        key, eq, val = f.partition("=")
+        if key in names:
+            if eq:
+                out.append(val)
+            elif i + 1 < len(flags):
+                out.append(flags[i + 1])
+    return out
+
+
+def int_list(text: str) -> list[int]:
+    """The integers of a list value (``512,1024`` or ``1;2/3``), others skipped."""
+    return [int(x) for x in re.split(r"[,;/]", text) if x.strip().lstrip("-").isdigit()]

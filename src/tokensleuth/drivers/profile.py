@@ -37,6 +37,7 @@ from typing import Any
 
 from scipy import stats as sps
 
+from tokensleuth.analysis.stats import change_verdict, welch
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import JSON_SCHEMA_VERSION, spec_hash
 from tokensleuth.engines import profiler
@@ -211,21 +212,6 @@ class Profile:
         return sorted(out, key=lambda o: -o["ms_per_token"])
 
 
-def _welch(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[float, float, float]:
-    ma, mb = sum(a) / len(a), sum(b) / len(b)
-    d = mb - ma
-    if len(a) < 2 or len(b) < 2:
-        return d, math.nan, math.nan
-    va = sum((x - ma) ** 2 for x in a) / (len(a) - 1) / len(a)
-    vb = sum((x - mb) ** 2 for x in b) / (len(b) - 1) / len(b)
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return d, d, d
-    df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0) or 1e-300)
-    h = float(sps.t.ppf(0.5 + confidence / 2, df)) * se
-    return d, d - h, d + h
-
-
 def diff(a: Profile, b: Profile, band: float = 0.02) -> dict[str, Any]:
     """What changed from ``a`` to ``b``: per op signature, sorted by the size of the change."""
     pa, pb = a.per_rep(), b.per_rep()
@@ -238,26 +224,15 @@ def diff(a: Profile, b: Profile, band: float = 0.02) -> dict[str, Any]:
     for k in keys:
         xa = pa.get(k, [0.0] * len(a.reps))
         xb = pb.get(k, [0.0] * len(b.reps))
-        d, lo, hi = _welch(a.by_process(xa), b.by_process(xb), conf)
+        d, lo, hi = welch(a.by_process(xa), b.by_process(xb), conf)
         dn = nb.get(k, 0.0) - na.get(k, 0.0)
-        if k not in pa:
-            verdict = "appeared"
-        elif k not in pb:
-            verdict = "vanished"
-        elif math.isnan(lo):
-            verdict = "unresolved"  # fewer than 2 processes of an engine: no interval
-        elif lo > 0 and d > practical:
-            verdict = "grew"
-        elif hi < 0 and -d > practical:
-            verdict = "shrank"
-        else:
-            verdict = "same"
+        verdict = change_verdict(d, lo, hi, practical, appeared=k not in pa, vanished=k not in pb)
         rows.append({"model": a.model, "workload": a.workload, "op": k[0], "signature": k[1],
                      "ms_per_token": [sum(xa) / len(xa), sum(xb) / len(xb)], "delta_ms_per_token": d,
                      "ci": [lo, hi], "delta_nodes_per_token": dn, "verdict": verdict})
     rows.sort(key=lambda r: -abs(r["delta_ms_per_token"]))
-    d_out, lo_out, hi_out = _welch(a.by_process(a.outside_ms()), b.by_process(b.outside_ms()), CONFIDENCE)
-    d_all, lo_all, hi_all = _welch(a.by_process([g + o for g, o in zip(a.graph_ms(), a.outside_ms(), strict=True)]),
+    d_out, lo_out, hi_out = welch(a.by_process(a.outside_ms()), b.by_process(b.outside_ms()), CONFIDENCE)
+    d_all, lo_all, hi_all = welch(a.by_process([g + o for g, o in zip(a.graph_ms(), a.outside_ms(), strict=True)]),
                                    b.by_process([g + o for g, o in zip(b.graph_ms(), b.outside_ms(), strict=True)]),
                                    CONFIDENCE)
     return {"model": a.model, "workload": a.workload, "engines": [a.engine, b.engine], "rows": rows,

@@ -3,9 +3,9 @@ repetitions per process. The planner names workloads; these are the flags that r
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
+from tokensleuth.core.cliargs import flag_values, int_list
 from tokensleuth.core.workloads import parse, parse_workload
 
 # the flags that name tests: tokensleuth sets them from the workloads (an arm may not set them too)
@@ -87,19 +87,9 @@ def flag_tests(flags: Sequence[str]) -> list[tuple[int, int, int]]:
     ``-n`` value is a test of its own at each ``-d``, and a ``-pg pp,tg`` runs both in one context
     (what the memory guard sizes the context by)."""
     def values(*names: str) -> list[str]:
-        out = []
-        for i, f in enumerate(flags):
-            key, eq, val = f.partition("=")
-            if key in names:
-                if eq:
-                    out.append(val)
-                elif i + 1 < len(flags):
-                    out.append(flags[i + 1])
-        return out
+        return flag_values(flags, *names)
 
-    def ints(text: str) -> list[int]:
-        return [int(x) for x in re.split(r"[,;/]", text) if x.strip().lstrip("-").isdigit()]
-
+    ints = int_list
     p_extra = [v for x in values("-p", "--n-prompt") for v in ints(x)]
     n_extra = [v for x in values("-n", "--n-gen") for v in ints(x)]
     d_extra = [v for x in values("-d", "--n-depth") for v in ints(x)]

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.core.cliargs import flag_values, int_list
 from tokensleuth.core.errors import UserError, show
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND
@@ -80,22 +81,6 @@ class Settings:
     n_ctx: int = 512
     n_tokens: int = 512
     repack: bool = True  # --repack 0: the CPU backend uses the weights as they are mapped
-
-
-def _values(flags: Sequence[str], *names: str) -> list[str]:
-    out = []
-    for i, f in enumerate(flags):
-        key, eq, val = f.partition("=")
-        if key in names:
-            if eq:
-                out.append(val)
-            elif i + 1 < len(flags):
-                out.append(flags[i + 1])
-    return out
-
-
-def _ints(text: str) -> list[int]:
-    return [int(x) for x in re.split(r"[,;/]", text) if x.strip().lstrip("-").isdigit()]
 
 
 def _shown(text: str) -> str:
@@ -139,25 +124,25 @@ def settings_from_flags(flags: Sequence[str],
     """Settings from llama-bench flags and the tests to run ((prompt, generated, depth) each).
     Where a flag lists several values (``-ngl 0,99``) the one that needs most counts."""
     def last_int(*names: str, default: int) -> int:
-        vals = [v for x in _values(flags, *names) for v in _ints(x)]
+        vals = [v for x in flag_values(flags, *names) for v in int_list(x)]
         return max(vals, key=lambda v: v if v >= 0 else 10 ** 9) if vals else default
 
     ngl = last_int("-ngl", "--n-gpu-layers", default=-1)
-    ncmoe = min((v for x in _values(flags, "-ncmoe", "--n-cpu-moe") for v in _ints(x)), default=0)
-    ot = [pair for x in _values(flags, "-ot", "--override-tensor") for pair in overrides_of(x)]
-    no_mmap = any(v.strip() in ("0", "false") for x in _values(flags, "-mmp", "--mmap") for v in x.split(","))
-    no_mmap |= any(v.strip() in ("none", "dio", "mlock") for x in _values(flags, "-lm", "--load-mode")
+    ncmoe = min((v for x in flag_values(flags, "-ncmoe", "--n-cpu-moe") for v in int_list(x)), default=0)
+    ot = [pair for x in flag_values(flags, "-ot", "--override-tensor") for pair in overrides_of(x)]
+    no_mmap = any(v.strip() in ("0", "false") for x in flag_values(flags, "-mmp", "--mmap") for v in x.split(","))
+    no_mmap |= any(v.strip() in ("none", "dio", "mlock") for x in flag_values(flags, "-lm", "--load-mode")
                    for v in x.split(","))
-    nkvo = any(v.strip() == "1" for x in _values(flags, "-nkvo", "--no-kv-offload") for v in x.split(","))
-    tk = (_values(flags, "-ctk", "--cache-type-k") or ["f16"])[-1].split(",")[0]
-    tv = (_values(flags, "-ctv", "--cache-type-v") or ["f16"])[-1].split(",")[0]
+    nkvo = any(v.strip() == "1" for x in flag_values(flags, "-nkvo", "--no-kv-offload") for v in x.split(","))
+    tk = (flag_values(flags, "-ctk", "--cache-type-k") or ["f16"])[-1].split(",")[0]
+    tv = (flag_values(flags, "-ctv", "--cache-type-v") or ["f16"])[-1].split(",")[0]
     # the tests the flags name themselves (llama-bench's -p/-n/-d/-pg), beside the workloads'
     sizes = [p + n + d for p, n, d in (*tests, *engine_for(DEFAULT_KIND).flag_tests(flags))]
     tokens = max(sizes or [512])
     ctx = -(-max(tokens, 1) // 256) * 256
     # (several values: the one that needs most, repacking on)
-    repack = not all(v.strip() == "0" for x in _values(flags, "--repack") for v in x.split(",")) \
-        or not _values(flags, "--repack")
+    repack = not all(v.strip() == "0" for x in flag_values(flags, "--repack") for v in x.split(",")) \
+        or not flag_values(flags, "--repack")
     return Settings(ngl, ncmoe, tuple(ot), not no_mmap, nkvo, tk, tv,
                     last_int("-b", "--batch-size", default=2048), last_int("-ub", "--ubatch-size", default=512), ctx,
                     max(tokens, 1), repack)
