@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tokensleuth.core.errors import UserError
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.kernels import MEMCPY, OP, short_name, tracer_for
 from tokensleuth.kernels import cupti, rocprof, vulkan
 
@@ -100,9 +100,18 @@ def test_the_cuda_tracers_file_is_read_demangled_and_on_the_monotonic_clock(tmp_
     assert [t.names[i] for i in t.name] == ["[memcpy HtoD]", "mul_mat_vec_q<(ggml_type)8, 1>"]
     assert t.start.tolist() == [1000, 4000] and t.busy_ns.tolist() == [1000, 2000]  # realtime - 1000
     assert t.registers.tolist() == [-1, 64] and t.shared.tolist() == [-1, 1040] and t.grid[1].tolist() == [128, 1, 1]
-    assert t.notes == ["CUPTI dropped 3 records (its buffers were full): the kernel figures miss them"]
+    assert t.notes == ["3 records were lost (CUPTI's buffers full, or given without a start or an end): the kernel "
+                       "figures miss them"]
+    whole = (tmp_path / "kernels-7.bin").read_bytes()
+    (tmp_path / "kernels-7.bin").write_bytes(whole[:-10])  # killed while writing
+    with pytest.raises(UserError, match="is cut short"):
+        cupti.TRACER.read(tmp_path, [])
     (tmp_path / "kernels-7.bin").write_bytes(b"nothing of ours")
     with pytest.raises(UserError, match="not a kernel trace of tokensleuth's CUDA tracer"):
+        cupti.TRACER.read(tmp_path, [])
+    (tmp_path / "kernels-7.bin").unlink()
+    (tmp_path / "kernels-8.err").write_text("cuptiActivityEnable(CONCURRENT_KERNEL): CUPTI_ERROR_NOT_INITIALIZED\n")
+    with pytest.raises(EngineError, match="could not start: cuptiActivityEnable.*NOT_INITIALIZED"):
         cupti.TRACER.read(tmp_path, [])
 
 

@@ -22,6 +22,7 @@ Floor 2: imports core, kernels (floor 1) and stats.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,26 +60,38 @@ class ProcessKernels:
     launches: dict[str, set[Launch]] = field(default_factory=dict)
     union_ns: int | None = 0  # None: the trace has no timeline (totals per block)
     notes: list[str] = field(default_factory=list)
+    span_ns: int | None = 0  # per window, its first kernel's start to its last one's end, summed
 
     def ms_per_token(self, name: str) -> float:
-        return self.busy_ns.get(name, 0) / self.tokens / 1e6
+        return self.busy_ns.get(name, 0) / self.tokens / 1e6 if self.tokens else 0.0
 
     @property
     def kernel_ms_per_token(self) -> float:
-        return sum(self.busy_ns.values()) / self.tokens / 1e6
+        return sum(self.busy_ns.values()) / self.tokens / 1e6 if self.tokens else 0.0
 
     @property
     def idle_ms_per_token(self) -> float | None:
-        return None if self.union_ns is None else (self.window_ns - self.union_ns) / self.tokens / 1e6
+        """The GPU's idle time between kernels (the gaps inside each repetition's kernel span), per token."""
+        if self.union_ns is None or self.span_ns is None or not self.tokens:
+            return None
+        return (self.span_ns - self.union_ns) / self.tokens / 1e6
+
+    @property
+    def outside_ms_per_token(self) -> float | None:
+        """Each repetition's time before its first kernel and after its last (host work, launch
+        latency and the windows' own edges), per token: not the GPU's idle time between kernels."""
+        if self.span_ns is None or not self.tokens:
+            return None
+        return (self.window_ns - self.span_ns) / self.tokens / 1e6
 
     @property
     def bench_ms_per_token(self) -> float | None:
-        return None if self.bench_ns is None else self.bench_ns / self.tokens / 1e6
+        return None if self.bench_ns is None or not self.tokens else self.bench_ns / self.tokens / 1e6
 
     def to_state(self) -> dict[str, Any]:
         """What the store keeps of the process (from_state reads it back)."""
         return {"tokens": self.tokens, "window_ns": self.window_ns, "bench_ns": self.bench_ns,
-                "union_ns": self.union_ns, "calls": self.calls, "busy_ns": self.busy_ns,
+                "union_ns": self.union_ns, "span_ns": self.span_ns, "calls": self.calls, "busy_ns": self.busy_ns,
                 "launches": {n: [[list(x[0]), list(x[1]), x[2], x[3]] for x in sorted(v)]
                              for n, v in self.launches.items()}, "notes": self.notes}
 
@@ -87,13 +100,14 @@ class ProcessKernels:
         launches = {n: {(tuple(x[0]), tuple(x[1]), int(x[2]), int(x[3])) for x in v}
                     for n, v in d.get("launches", {}).items()}
         return cls(int(d["tokens"]), int(d["window_ns"]), d.get("bench_ns"), dict(d["calls"]), dict(d["busy_ns"]),
-                   launches, d.get("union_ns"), list(d.get("notes", [])))
+                   launches, d.get("union_ns"), list(d.get("notes", [])), d.get("span_ns"))
 
     def to_json(self) -> dict[str, Any]:
         total = sum(self.busy_ns.values()) or 1
         rows = sorted(self.busy_ns, key=lambda n: -self.busy_ns[n])
         return {"tokens": self.tokens, "kernel_ms_per_token": self.kernel_ms_per_token,
-                "idle_ms_per_token": self.idle_ms_per_token, "bench_ms_per_token": self.bench_ms_per_token,
+                "idle_ms_per_token": self.idle_ms_per_token, "outside_ms_per_token": self.outside_ms_per_token,
+                "bench_ms_per_token": self.bench_ms_per_token,
                 "kernels": [{"name": n, "calls_per_token": self.calls[n] / self.tokens,
                              "ms_per_token": self.ms_per_token(n), "share": self.busy_ns[n] / total,
                              "launches": [launch_json(x) for x in sorted(self.launches.get(n, ()))]} for n in rows],
@@ -131,20 +145,24 @@ def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
                          notes=list(trace.notes))
     at = trace.start if trace.timeline else trace.end
     inside = np.zeros(len(trace), dtype=bool)
-    union = 0
+    union = span = 0
     for w in windows:
         m = (at >= w.start_ns) & (at < w.end_ns) if trace.timeline else (at > w.start_ns) & (at <= w.end_ns)
         inside |= m
-        if trace.timeline:
-            union += _union_within(trace.start, trace.end, w.start_ns, w.end_ns)
+        if trace.timeline and m.any():
+            lo, hi = int(trace.start[m].min()), min(int(trace.end[m].max()), w.end_ns)
+            union += _union_within(trace.start, trace.end, lo, hi)
+            span += max(0, hi - lo)
     out.union_ns = union if trace.timeline else None
+    out.span_ns = span if trace.timeline else None
     idx = np.flatnonzero(inside)
     names = trace.name[idx]
     calls = np.bincount(names, weights=trace.calls[idx], minlength=len(trace.names))
     busy = np.bincount(names, weights=trace.busy_ns[idx], minlength=len(trace.names))
-    for i in np.flatnonzero(calls):
-        out.calls[trace.names[i]] = int(calls[i])
-        out.busy_ns[trace.names[i]] = int(busy[i])
+    for i in np.flatnonzero(calls):  # two records' names may read alike once shortened: one row
+        name = trace.names[i]
+        out.calls[name] = out.calls.get(name, 0) + int(calls[i])
+        out.busy_ns[name] = out.busy_ns.get(name, 0) + int(busy[i])
     if trace.timeline:
         for i in idx:
             launch: Launch = (tuple(int(x) for x in trace.grid[i]), tuple(int(x) for x in trace.block[i]),  # type: ignore[assignment]
@@ -152,6 +170,8 @@ def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
             out.launches.setdefault(trace.names[trace.name[i]], set()).add(launch)
     if out.tokens == 0:
         out.notes.append("no repetition of this process was kept: no kernel figures")
+    elif trace.timeline and len(trace) and not inside.any():
+        out.notes.append("no kernel fell inside a timed repetition: the trace's clock is not the windows'")
     return out
 
 
@@ -170,7 +190,10 @@ def one_token(trace: Trace, w: Window, most: int = 4000) -> list[list[Any]]:
 
 
 def coverage(p: ProcessKernels) -> float | None:
-    """(kernel sum + idle) / llama-bench's ms per token: 1 where the trace saw the whole of every repetition."""
+    """(kernel sum + the idle time between kernels) / llama-bench's ms per token. Near 1 where the
+    trace saw every repetition whole; below where kernels are missing at a repetition's edges or
+    host time lies outside the kernels' span (outside_ms_per_token); above where kernels ran
+    concurrently (their sum counts overlap twice)."""
     idle, bench = p.idle_ms_per_token, p.bench_ms_per_token
     if idle is None or not bench:
         return None
@@ -220,31 +243,53 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
                      "launch_changed": _launch_words(la, lb)})
     rows.sort(key=lambda r: -abs(r["delta_ms_per_token"]))
     out: dict[str, Any] = {"rows": rows, "band": band, "processes": [len(base), len(cand)]}
-    idle_a = [p.idle_ms_per_token for p in base]
-    idle_b = [p.idle_ms_per_token for p in cand]
     named = float(sum(r["delta_ms_per_token"] for r in rows if r["verdict"] in ("appeared", "vanished", "grew", "shrank")))
-    explained = named
-    if all(x is not None for x in (*idle_a, *idle_b)):
-        d, lo, hi = welch([x or 0.0 for x in idle_a], [x or 0.0 for x in idle_b], conf)
-        out["idle"] = {"ms_per_token": [float(np.mean([x or 0.0 for x in idle_a])),
-                                        float(np.mean([x or 0.0 for x in idle_b]))],
-                       "delta_ms_per_token": d, "ci": [lo, hi]}
-        explained += d
+    for key in ("idle", "outside"):
+        xa = [getattr(p, f"{key}_ms_per_token") for p in base]
+        xb = [getattr(p, f"{key}_ms_per_token") for p in cand]
+        if all(x is not None for x in (*xa, *xb)):
+            d, lo, hi = welch([x or 0.0 for x in xa], [x or 0.0 for x in xb], conf)
+            out[key] = {"ms_per_token": [float(np.mean([x or 0.0 for x in xa])), float(np.mean([x or 0.0 for x in xb]))],
+                        "delta_ms_per_token": d, "ci": [lo, hi]}
     if all(bench_a) and all(bench_b):
         d, lo, hi = welch([x or 0.0 for x in bench_a], [x or 0.0 for x in bench_b], CONFIDENCE)
         out["measured"] = {"delta_ms_per_token": d, "ci": [lo, hi]}
-        out["accounted"] = None if d == 0 else explained / d
+        moved = not math.isnan(lo) and (lo > 0 or hi < 0)  # a share of noise says nothing
+        out["kernels_share"] = named / d if moved else None
+        out["idle_share"] = out["idle"]["delta_ms_per_token"] / d if moved and "idle" in out else None
+        out["accounted"] = (named + (out["idle"]["delta_ms_per_token"] if "idle" in out else 0.0)) / d if moved \
+            else None
     out["sentence"] = sentence(out, named)
-    return out
+    clean: dict[str, Any] = finite(out)
+    return clean
+
+
+def finite(o: Any) -> Any:
+    """``o`` with every NaN or infinity as None (JSON has neither: an interval that does not exist is null)."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, dict):
+        return {k: finite(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [finite(v) for v in o]
+    return o
 
 
 def sentence(d: dict[str, Any], named: float) -> str:
+    """One line: how much of the measured difference the named kernels and the idle time between
+    kernels account for, each share said (none where no difference was measured)."""
     m = d.get("measured")
     idle = d.get("idle")
-    parts = [f"kernels {named:+.3g}"] + ([f"idle {idle['delta_ms_per_token']:+.3g}"] if idle else [])
+    parts = [f"kernels {named:+.3g}"] + ([f"idle between kernels {idle['delta_ms_per_token']:+.3g}"] if idle else [])
+    if d.get("outside"):
+        parts.append(f"outside the kernels' span {d['outside']['delta_ms_per_token']:+.3g}")
     if not m:
-        return f"The named kernels{' and the idle time' if idle else ''} changed by {' and '.join(parts)} ms/token."
-    acc = d.get("accounted")
-    share = "" if acc is None else f"{acc:.0%} of "
-    return (f"The named kernels{' and the idle time' if idle else ''} account for {share}the measured difference "
-            f"of {m['delta_ms_per_token']:+.3g} ms/token ({', '.join(parts)}).")
+        return f"The named kernels changed by {named:+.3g} ms/token ({', '.join(parts)})."
+    if d.get("accounted") is None:
+        return (f"llama-bench measured no difference beyond its interval ({m['delta_ms_per_token']:+.3g} ms/token); "
+                f"the trace: {', '.join(parts)} ms/token.")
+    shares = f"kernels {d['kernels_share']:.0%}" + (f", idle {d['idle_share']:.0%}" if d.get("idle_share") is not None
+                                                       else "")
+    return (f"The named kernels{' and the idle time' if idle else ''} account for {d['accounted']:.0%} of the "
+            f"measured difference of {m['delta_ms_per_token']:+.3g} ms/token ({shares}; {', '.join(parts)} "
+            f"ms/token).")

@@ -32,6 +32,7 @@ from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome, spec_hash
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+from tokensleuth.engines.llamabench import OWNED_FLAGS
 from tokensleuth.kernels import Trace, Tracer, tracer_for
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
@@ -52,10 +53,34 @@ def traced(backends: Iterable[Sequence[str]]) -> bool:
     return True
 
 
+def check_flags(flags: Sequence[str], workloads: Sequence[str]) -> None:
+    """What a traced llama-bench run cannot take, refused in one line before any build: a
+    workload's flags (the workload says the test), tokensleuth's own, a list of values (more
+    tests than the one traced), a workload llama-bench cannot run."""
+    engine = engine_for(DEFAULT_KIND)
+    engine.check(ArmRuntime("kernels", None, tuple(flags), {}), workloads)
+    for i, f in enumerate(flags):
+        name = f.split("=", 1)[0]
+        if name in engine.workload_flags:
+            raise UserError(f"flag {f} conflicts with --workload — a traced run takes its test from -w")
+        if name in OWNED_FLAGS:
+            raise UserError(f"llama-bench flag {name} is set by tokensleuth — remove it")
+        value = f.split("=", 1)[1] if "=" in f else (flags[i + 1] if i + 1 < len(flags) and f.startswith("-")
+                                                      and not flags[i + 1].startswith("-") else "")
+        if f.startswith("-") and "," in value:
+            raise UserError(f"{name} {value}: a list of values runs one test each — trace one value at a time")
+    for w in workloads:
+        if not engine.argv_for([w]):
+            raise UserError(f"workload {w} cannot be traced in one llama-bench process — give pp, tg or pp+tg")
+
+
 def kept_windows(outcome: TrialOutcome) -> list[Window]:
     """The process's timed repetitions that count (not cold, not stalled), as windows."""
     if not outcome.results:
         return []
+    if len(outcome.results) != 1:
+        raise EngineError(f"the traced llama-bench ran {len(outcome.results)} tests, not the one traced "
+                          "(a flag with several values?)")
     samples = outcome.results[0].samples
     spans = {w.rep: w for w in outcome.windows if w.test_idx == outcome.results[0].test_idx}
     durations = [s.duration_ns for s in samples]
@@ -94,8 +119,14 @@ def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, wor
         raise EngineError(f"the {tracer.name} tracer recorded no kernel of {name} on {Path(model).name} {workload}: "
                           "the model ran on no GPU (-ngl 0?) or the tracer was not loaded")
     windows = kept_windows(run.outcome)
-    middle = windows[len(windows) // 2] if windows else None
-    return process_kernels(trace, windows), (one_token(trace, middle) if middle else [])
+    if not windows:
+        raise EngineError(f"no timed repetition of {name} on {Path(model).name} {workload} had a window "
+                          "(llama-bench printed no progress lines?)")
+    pk = process_kernels(trace, windows)
+    if not pk.busy_ns:
+        raise EngineError(f"none of the {tracer.name} tracer's {len(trace)} records of {name} fell inside a timed "
+                          "repetition: its clock is not the one the repetitions were stamped with")
+    return pk, one_token(trace, windows[len(windows) // 2])
 
 
 def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],

@@ -166,12 +166,14 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
     GPU builds are traced by their kernels (drivers/kernels.py: llama-bench as measured, every
     flag); CPU builds get the per-op diff of the profiler built with them (drivers/profile.py)."""
     def run(parent: str, culprit: str, model: str, workload: str) -> dict[str, Any]:
+        from tokensleuth.drivers.kernels import check_flags as check_kernel_flags
         from tokensleuth.drivers.kernels import run_kernels, traced
         from tokensleuth.drivers.profile import flags_from, run_profile, workload_args
         from tokensleuth.sources.profiler import TARGET
 
         builds = {s: build(s, cmake, DEFAULT_TARGETS, say) for s in (parent, culprit)}
         if traced(b.backends for b in builds.values()):
+            check_kernel_flags(flags, [workload])
             sid, obj = run_kernels(store, builds, [model], [workload], flags, timeout_s=timeout_s, resume=True,
                                    log=say.line)
             return summarize(sid, obj)

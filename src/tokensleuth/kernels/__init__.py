@@ -146,8 +146,11 @@ def demangle(names: Sequence[str]) -> list[str]:
     tool = shutil.which("c++filt")
     if not mangled or tool is None:
         return list(names)
-    done = subprocess.run([tool], input="\n".join(n.removesuffix(".kd") for n in mangled) + "\n",
-                          capture_output=True, text=True, timeout=60)
+    try:
+        done = subprocess.run([tool], input="\n".join(n.removesuffix(".kd") for n in mangled) + "\n",
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return list(names)  # kept as they are: still one row per kernel
     out = done.stdout.splitlines() if done.returncode == 0 else []
     table = dict(zip(mangled, out, strict=False)) if len(out) == len(mangled) else {}
     return [table.get(n, n) for n in names]

@@ -13,7 +13,8 @@ in one line that says what to install.
 
 The file one process writes (``kernels-<pid>.bin``, little-endian): the magic ``TSKTRC1\\0``;
 u32 format version, u32 clock (0 monotonic, 1 realtime), u32 CUPTI version at run time and at
-build time; i64 realtime minus monotonic at start (ns); u64 records CUPTI dropped; u32 names,
+build time; i64 realtime minus monotonic at start (ns); u64 records lost (dropped by CUPTI, its
+buffers full; memory out; or given without a start or an end); u32 names,
 u32 records; each name as u32 length and bytes; then the records (``RECORD``).
 """
 
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokensleuth.core.errors import UserError
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.paths import cache_dir
 from tokensleuth.kernels import Trace, demangle, short_name, trace_of
 
@@ -113,7 +114,9 @@ def library(found: Cupti | None = None) -> Path:
     if found in _built and _built[found].exists():
         return _built[found]
     text = SOURCE.read_text()
-    key = hashlib.sha256(f"{text}\0{found}\0{platform.machine()}".encode()).hexdigest()[:16]
+    real = os.stat(os.path.realpath(found.library))  # a toolkit upgraded in place is another CUPTI
+    key = hashlib.sha256(f"{text}\0{found}\0{real.st_size}\0{real.st_mtime_ns}\0{platform.machine()}".encode()
+                         ).hexdigest()[:16]
     out = cache_dir() / "helpers" / f"cupti-inject-{key}.so"
     if not out.exists():
         cc = next((shutil.which(c) for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)),
@@ -152,16 +155,23 @@ def read_file(path: Path) -> Trace:
     if version != 1:
         raise UserError(f"{path}: kernel trace format {version}, this tokensleuth reads 1 — trace again")
     pos, raw = 48, []
-    for _ in range(n_names):
-        (length,) = np.frombuffer(data, "<u4", 1, pos)
-        raw.append(data[pos + 4:pos + 4 + int(length)].decode("utf-8", "replace"))
-        pos += 4 + int(length)
-    rec = np.frombuffer(data, RECORD, n_records, pos)
+    try:
+        for _ in range(n_names):
+            (length,) = np.frombuffer(data, "<u4", 1, pos)
+            raw.append(data[pos + 4:pos + 4 + int(length)].decode("utf-8", "replace"))
+            pos += 4 + int(length)
+        if pos + n_records * RECORD.itemsize > len(data):
+            raise ValueError("cut short")
+        rec = np.frombuffer(data, RECORD, n_records, pos)
+    except ValueError:
+        raise UserError(f"{path} is cut short ({len(data)} bytes for {n_names} names and {n_records} records)"
+                        " — the engine was killed while writing it: trace again") from None
     names = [short_name(n) for n in demangle(raw)]
     shift = offset if clock == 1 else 0  # realtime stamps: back onto the monotonic clock
     notes = []
     if dropped:
-        notes.append(f"CUPTI dropped {dropped} records (its buffers were full): the kernel figures miss them")
+        notes.append(f"{dropped} records were lost (CUPTI's buffers full, or given without a start or an end): "
+                     "the kernel figures miss them")
     if runtime and runtime < built:
         notes.append(f"CUPTI {runtime} at run time is older than the {built} the tracer was built for")
     shared = rec["static_smem"].astype(np.int64) + rec["dynamic_smem"]
@@ -186,7 +196,11 @@ class CuptiTracer:
         return []
 
     def read(self, out_dir: Path, stderr: Sequence[tuple[int, str]]) -> list[Trace]:
-        return [read_file(p) for p in sorted(out_dir.glob("kernels-*.bin"))]
+        traces = [read_file(p) for p in sorted(out_dir.glob("kernels-*.bin"))]
+        failed = sorted(out_dir.glob("kernels-*.err"))
+        if not traces and failed:
+            raise EngineError(f"the CUDA kernel tracer could not start: {failed[0].read_text().strip()[:300]}")
+        return traces
 
 
 TRACER = CuptiTracer()

@@ -48,7 +48,8 @@ static const char **names;           /* interned: CUPTI's own pointers first, th
 static size_t n_names, cap_names;
 static const char *seen[4096];        /* CUPTI name pointer -> index + 1 (open addressing) */
 static uint32_t seen_id[4096];
-static uint64_t dropped;
+static uint64_t dropped;             /* CUPTI's own count: its buffers were full */
+static uint64_t invalid;             /* records CUPTI gave without a start or an end */
 static int monotonic;
 static int64_t realtime_minus_monotonic;
 static int initialized;
@@ -61,28 +62,41 @@ static int64_t clock_ns(clockid_t id) {
 
 static uint64_t CUPTIAPI monotonic_ns(void) { return (uint64_t) clock_ns(CLOCK_MONOTONIC); }
 
+/* The index of name ``p`` (UINT32_MAX where memory ran out). CUPTI hands the same pointer for a
+   kernel's every record; a cached pointer is checked against its text, in case a module was
+   unloaded and another name took its address. */
 static uint32_t name_of(const char *p) {
     if (!p) p = "(unnamed)";
     size_t h = ((uintptr_t) p >> 4) & 4095;
-    for (size_t i = 0; i < 4096; i++, h = (h + 1) & 4095) {
-        if (seen[h] == p) return seen_id[h];
+    size_t i;
+    for (i = 0; i < 4096; i++, h = (h + 1) & 4095) {
+        if (seen[h] == p && strcmp(names[seen_id[h]], p) == 0) return seen_id[h];
         if (!seen[h]) break;
     }
-    for (size_t i = 0; i < n_names; i++) /* a name seen through another pointer */
-        if (strcmp(names[i], p) == 0) return (uint32_t) i;
+    for (size_t k = 0; k < n_names; k++) /* a name seen through another pointer */
+        if (strcmp(names[k], p) == 0) return (uint32_t) k;
     if (n_names == cap_names) {
-        cap_names = cap_names ? cap_names * 2 : 256;
-        names = realloc(names, cap_names * sizeof *names);
+        size_t cap = cap_names ? cap_names * 2 : 256;
+        const char **grown = realloc(names, cap * sizeof *names);
+        if (!grown) return UINT32_MAX;
+        names = grown;
+        cap_names = cap;
     }
-    names[n_names] = strdup(p);
-    if (!seen[h]) { seen[h] = p; seen_id[h] = (uint32_t) n_names; }
+    char *copy = strdup(p);
+    if (!copy) return UINT32_MAX;
+    names[n_names] = copy;
+    if (i < 4096 && !seen[h]) { seen[h] = p; seen_id[h] = (uint32_t) n_names; }
     return (uint32_t) n_names++;
 }
 
+/* A zeroed record to fill, or NULL where memory ran out (the record is then counted as dropped). */
 static record_t *next_record(void) {
     if (n_records == cap_records) {
-        cap_records = cap_records ? cap_records * 2 : 65536;
-        records = realloc(records, cap_records * sizeof *records);
+        size_t cap = cap_records ? cap_records * 2 : 65536;
+        record_t *grown = realloc(records, cap * sizeof *records);
+        if (!grown) { dropped++; return NULL; }
+        records = grown;
+        cap_records = cap;
     }
     record_t *r = &records[n_records++];
     memset(r, 0, sizeof *r);
@@ -101,8 +115,8 @@ static const char *copy_kind(uint8_t k) {
 }
 
 static void CUPTIAPI requested(uint8_t **buffer, size_t *size, size_t *max_records) {
-    *size = BUFFER_SIZE;
     *buffer = aligned_alloc(8, BUFFER_SIZE);
+    *size = *buffer ? BUFFER_SIZE : 0;
     *max_records = 0;
 }
 
@@ -113,11 +127,13 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
     while (cuptiActivityGetNextRecord(buffer, valid, &a) == CUPTI_SUCCESS) {
         if (a->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || a->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
             const kernel_t *k = (const kernel_t *) a;
-            if (k->start == 0 || k->end < k->start) { dropped++; continue; }
-            record_t *r = next_record();
+            if (k->start == 0 || k->end < k->start) { invalid++; continue; }
+            uint32_t name = name_of(k->name);
+            record_t *r = name == UINT32_MAX ? NULL : next_record();
+            if (!r) { dropped += name == UINT32_MAX; continue; }
             r->start = k->start; r->end = k->end;
             r->graph_node = k->graphNodeId; r->graph = k->graphId;
-            r->name = name_of(k->name); r->stream = k->streamId; r->correlation = k->correlationId;
+            r->name = name; r->stream = k->streamId; r->correlation = k->correlationId;
             r->grid[0] = k->gridX; r->grid[1] = k->gridY; r->grid[2] = k->gridZ;
             r->block[0] = k->blockX; r->block[1] = k->blockY; r->block[2] = k->blockZ;
             r->static_smem = k->staticSharedMemory; r->dynamic_smem = k->dynamicSharedMemory;
@@ -125,29 +141,49 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
             r->kind = 0;
         } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
             const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *) a;
-            if (m->start == 0 || m->end < m->start) { dropped++; continue; }
-            record_t *r = next_record();
+            if (m->start == 0 || m->end < m->start) { invalid++; continue; }
+            uint32_t name = name_of(copy_kind(m->copyKind));
+            record_t *r = name == UINT32_MAX ? NULL : next_record();
+            if (!r) { dropped += name == UINT32_MAX; continue; }
             r->start = m->start; r->end = m->end; r->bytes = m->bytes;
             r->graph_node = m->graphNodeId; r->graph = m->graphId;
-            r->name = name_of(copy_kind(m->copyKind)); r->stream = m->streamId; r->correlation = m->correlationId;
+            r->name = name; r->stream = m->streamId; r->correlation = m->correlationId;
             r->kind = 1;
         } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *) a;
-            if (m->start == 0 || m->end < m->start) { dropped++; continue; }
-            record_t *r = next_record();
+            if (m->start == 0 || m->end < m->start) { invalid++; continue; }
+            uint32_t name = name_of("[memset]");
+            record_t *r = name == UINT32_MAX ? NULL : next_record();
+            if (!r) { dropped += name == UINT32_MAX; continue; }
             r->start = m->start; r->end = m->end; r->bytes = m->bytes;
             r->graph_node = m->graphNodeId; r->graph = m->graphId;
-            r->name = name_of("[memset]"); r->stream = m->streamId; r->correlation = m->correlationId;
+            r->name = name; r->stream = m->streamId; r->correlation = m->correlationId;
             r->kind = 2;
         }
     }
-    size_t lost = 0;
-    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &lost) == CUPTI_SUCCESS) dropped += lost;
     pthread_mutex_unlock(&lock);
+    size_t lost = 0; /* asked outside the lock: CUPTI may hold its own while it calls back */
+    if (cuptiActivityGetNumDroppedRecords(ctx, stream, &lost) == CUPTI_SUCCESS && lost) {
+        pthread_mutex_lock(&lock);
+        dropped += lost;
+        pthread_mutex_unlock(&lock);
+    }
     free(buffer);
 }
 
 static void write_all(FILE *f, const void *p, size_t n) { if (n) fwrite(p, 1, n, f); }
+
+/* One line on why the tracer could not start, beside where its records would have been. */
+static void say_failed(const char *what, CUptiResult r) {
+    const char *dir = getenv("TOKENSLEUTH_KERNELS_DIR");
+    const char *why = NULL;
+    char path[4096];
+    if (!dir) return;
+    cuptiGetResultString(r, &why);
+    snprintf(path, sizeof path, "%s/kernels-%ld.err", dir, (long) getpid());
+    FILE *f = fopen(path, "w");
+    if (f) { fprintf(f, "%s: %s\n", what, why ? why : "unknown CUPTI error"); fclose(f); }
+}
 
 static void at_exit(void) {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -156,18 +192,19 @@ static void at_exit(void) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/kernels-%ld.bin", dir, (long) getpid());
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    uint32_t runtime = 0;
+    cuptiGetVersion(&runtime);
     pthread_mutex_lock(&lock);
     FILE *f = fopen(tmp, "wb");
     if (f) {
-        uint32_t runtime = 0;
-        cuptiGetVersion(&runtime);
         const char magic[8] = {'T', 'S', 'K', 'T', 'R', 'C', '1', 0};
         uint32_t head[4] = {1u, (uint32_t) (monotonic ? 0 : 1), runtime, (uint32_t) CUPTI_API_VERSION};
         uint32_t counts[2] = {(uint32_t) n_names, (uint32_t) n_records};
         write_all(f, magic, sizeof magic);
         write_all(f, head, sizeof head);
         write_all(f, &realtime_minus_monotonic, sizeof realtime_minus_monotonic);
-        write_all(f, &dropped, sizeof dropped);
+        uint64_t lost = dropped + invalid;
+        write_all(f, &lost, sizeof lost);
         write_all(f, counts, sizeof counts);
         for (size_t i = 0; i < n_names; i++) {
             uint32_t len = (uint32_t) strlen(names[i]);
@@ -175,7 +212,9 @@ static void at_exit(void) {
             write_all(f, names[i], len);
         }
         write_all(f, records, n_records * sizeof *records);
-        if (fclose(f) == 0) rename(tmp, path);
+        int bad = ferror(f);
+        if (fclose(f) == 0 && !bad) rename(tmp, path);
+        else remove(tmp);
     }
     pthread_mutex_unlock(&lock);
 }
@@ -185,8 +224,10 @@ __attribute__((visibility("default"))) int InitializeInjection(void) {
     initialized = 1;
     realtime_minus_monotonic = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
     monotonic = cuptiActivityRegisterTimestampCallback(monotonic_ns) == CUPTI_SUCCESS;
-    if (cuptiActivityRegisterCallbacks(requested, completed) != CUPTI_SUCCESS) return 1;
-    cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    CUptiResult r = cuptiActivityRegisterCallbacks(requested, completed);
+    if (r != CUPTI_SUCCESS) { say_failed("cuptiActivityRegisterCallbacks", r); return 1; }
+    r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    if (r != CUPTI_SUCCESS) { say_failed("cuptiActivityEnable(CONCURRENT_KERNEL)", r); return 1; }
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
     atexit(at_exit);

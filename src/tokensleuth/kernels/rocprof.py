@@ -35,9 +35,12 @@ def _int(row: dict[str, str], *keys: str, default: int = -1) -> int:
         v = row.get(k)
         if v not in (None, ""):
             try:
-                return int(float(v))
+                return int(v)  # a timestamp in ns is past float's exact integers
             except ValueError:
-                continue
+                try:
+                    return int(float(v))
+                except ValueError:
+                    continue
     return default
 
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokensleuth.core.errors import UserError
 from tokensleuth.drivers import kernels, profile, shared
 from tokensleuth.drivers.requests import Say
 from tokensleuth.kernels import tracer_for
@@ -47,18 +48,31 @@ def run(request: ProfileRequest, say: Say) -> tuple[str, str]:
         for expected in backends:
             tracer_for(expected)  # one line for a build without a GPU backend to trace
     traced = request.by != "ops" and kernels.traced(backends)
-    flags = list(request.flags) if traced else profile.check_flags(request.flags)  # before any build
-    if not traced:
+    if traced:  # before any build: the flags, the workloads, the tracer's own parts (CUPTI, rocprofv3)
+        kernels.check_flags(request.flags, request.workloads)
+        for expected in backends:
+            tracer_for(expected).ready()
+        flags = list(request.flags)
+        if request.groups:
+            say.line("--groups is the op profile's: a kernel trace sees the kernels as they ran")
+    else:
+        flags = profile.check_flags(request.flags)
         for w in request.workloads:
             profile.workload_args(w)
     targets = DEFAULT_TARGETS if traced else (*DEFAULT_TARGETS, TARGET)
     builds = {n: shared.build(s, request.cmake, targets, say) for n, s in request.engines.items()}
+    if traced != (request.by != "ops" and kernels.traced(b.backends for b in builds.values())):
+        raise UserError("a build's backends are not the ones its CMake flags or folder said (no GPU library in it?) "
+                        "— give --by ops or --by kernels with a GPU build")
     for b in builds.values():
         guard(list(request.models), flags, list(request.workloads), b.backends, warn=say.line)
     with shared.open_store(request.db) as store:
         if traced:
+            reps = max(request.reps, kernels.REPS)
+            if reps != request.reps:
+                say.line(f"{reps} repetitions per traced process (cold and stalled ones are left out)")
             sid, _ = kernels.run_kernels(store, builds, request.models, request.workloads, flags,
-                                         processes=request.processes, reps=max(request.reps, kernels.REPS),
+                                         processes=request.processes, reps=reps,
                                          band=request.band, timeout_s=request.timeout_s, resume=request.resume,
                                          log=say.line, env=request.env)
             return "kernels", sid
