@@ -195,6 +195,7 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[
             "engine": e, "model": m, "workload": w, "processes": len(ps),
             "kernel_ms_per_token": float(np.mean([p.kernel_ms_per_token for p in ps])),
             "idle_ms_per_token": _mean([p.idle_ms_per_token for p in ps]),
+            "outside_ms_per_token": _mean([p.outside_ms_per_token for p in ps]),
             "bench_ms_per_token": _mean([p.bench_ms_per_token for p in ps]),
             "coverage": _mean([coverage(p) for p in ps]),
             "kernels": [{"name": n, "calls_per_token": float(np.mean([p.calls.get(n, 0) / p.tokens for p in ps])),

@@ -17,8 +17,8 @@ TOP = 12  # kernels listed per engine (the rest summed in one line)
 MOVED = ("appeared", "vanished", "grew", "shrank")
 
 
-def _ci(lo: float, hi: float) -> str:
-    return "—" if math.isnan(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
+def _ci(lo: float | None, hi: float | None) -> str:
+    return "—" if lo is None or hi is None or math.isnan(lo) else f"[{lo:+.4f}, {hi:+.4f}]"
 
 
 def _opt(x: float | None, fmt: str = "{:.3f}") -> str:
@@ -49,7 +49,8 @@ def render(sid: str, obj: dict[str, Any]) -> str:
     for c in obj["cells"]:
         out.append(f"### {c['engine']} · {Path(c['model']).stem} · {c['workload']}")
         cover = c.get("coverage")
-        out.append(f"GPU: {c['kernel_ms_per_token']:.3f} ms/token in kernels, {_opt(c['idle_ms_per_token'])} idle; "
+        out.append(f"GPU: {c['kernel_ms_per_token']:.3f} ms/token in kernels, {_opt(c['idle_ms_per_token'])} idle "
+                   f"between them, {_opt(c.get('outside_ms_per_token'))} before the first and after the last; "
                    f"llama-bench {_opt(c['bench_ms_per_token'])} ms/token"
                    + (f" (kernels + idle = {cover:.2f} × llama-bench's)" if cover else "")
                    + f"; {c['processes']} processes.")
@@ -69,10 +70,11 @@ def render(sid: str, obj: dict[str, Any]) -> str:
                  f"{r['delta_ms_per_token']:+.4f}", _ci(*r["ci"]),
                  f"{r['calls_per_token'][0]:g} → {r['calls_per_token'][1]:g}", r["verdict"],
                  r.get("launch_changed") or ""] for r in changed]
-        if "idle" in d:
-            i = d["idle"]
-            rows.append(["(GPU idle between kernels)", f"{i['ms_per_token'][0]:.4f}", f"{i['ms_per_token'][1]:.4f}",
-                         f"{i['delta_ms_per_token']:+.4f}", _ci(*i["ci"]), "", "", ""])
+        for key, label in (("idle", "(GPU idle between kernels)"), ("outside", "(before the first, after the last)")):
+            if key in d:
+                i = d[key]
+                rows.append([label, f"{i['ms_per_token'][0]:.4f}", f"{i['ms_per_token'][1]:.4f}",
+                             f"{i['delta_ms_per_token']:+.4f}", _ci(*i["ci"]), "", "", ""])
         if rows:
             out += [table(["kernel", f"{a} ms/tok", f"{b} ms/tok", "Δ ms/tok", "95% CI (table)", "calls/token",
                            "verdict", "launch"], rows, [False, True, True, True, True, True, False, False]), ""]
