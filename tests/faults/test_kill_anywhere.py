@@ -102,7 +102,11 @@ def test_bench_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env: 
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bench'").fetchone()[0] == 1
     assert [r[0] for r in con.execute("SELECT status FROM trials")] == ["done"] * trials
     assert con.execute("SELECT COUNT(*) FROM results").fetchone()[0] == trials * 2
-    assert con.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == trials * 2 * 3
+    # each trial's repetitions: the user's 3, or more where a round added the cold ones its
+    # processes showed (the plan's argv says how many): two tests each, every one stored once
+    argvs = [json.loads(a) for (a,) in con.execute("SELECT argv_json FROM trials")]
+    reps = [int(a[a.index("-r") + 1]) if "-r" in a else 3 for a in argvs]
+    assert con.execute("SELECT COUNT(*) FROM samples").fetchone()[0] == sum(2 * r for r in reps), argvs
     _no_duplicates(con)
 
 
