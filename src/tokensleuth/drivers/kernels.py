@@ -32,7 +32,6 @@ from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome, spec_hash
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
-from tokensleuth.engines.llamabench import OWNED_FLAGS
 from tokensleuth.kernels import Trace, Tracer, tracer_for
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
@@ -55,16 +54,14 @@ def traced(backends: Iterable[Sequence[str]]) -> bool:
 
 def check_flags(flags: Sequence[str], workloads: Sequence[str]) -> None:
     """What a traced llama-bench run cannot take, refused in one line before any build: a
-    workload's flags (the workload says the test), tokensleuth's own, a list of values (more
-    tests than the one traced), a workload llama-bench cannot run."""
+    workload's flags (the workload says the test), tokensleuth's own (the engine's check), a list
+    of values (more tests than the one traced), a workload llama-bench cannot run."""
     engine = engine_for(DEFAULT_KIND)
     engine.check(ArmRuntime("kernels", None, tuple(flags), {}), workloads)
     for i, f in enumerate(flags):
         name = f.split("=", 1)[0]
         if name in engine.workload_flags:
             raise UserError(f"flag {f} conflicts with --workload — a traced run takes its test from -w")
-        if name in OWNED_FLAGS:
-            raise UserError(f"llama-bench flag {name} is set by tokensleuth — remove it")
         value = f.split("=", 1)[1] if "=" in f else (flags[i + 1] if i + 1 < len(flags) and f.startswith("-")
                                                       and not flags[i + 1].startswith("-") else "")
         if f.startswith("-") and "," in value:

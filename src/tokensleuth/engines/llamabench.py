@@ -507,6 +507,9 @@ class LlamaBench:
     flag_tests = staticmethod(bench_argv.flag_tests)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
+        for f in arm.flags:
+            if f.split("=", 1)[0] in OWNED_FLAGS:
+                raise UserError(f"llama-bench flag {f.split('=', 1)[0]} is set by tokensleuth — remove it")
         for w in workloads:
             if re.search(r"xc[0-9]+$", w):  # concurrent streams (tokensleuth.core.workloads)
                 raise UserError(f"arm {arm.name}: llama-bench runs one stream; workload {show(w)} needs a server "
