@@ -31,6 +31,7 @@ from tokensleuth.analysis.stats import cold_leading, stalled_reps
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome, spec_hash
 from tokensleuth.engines import engine_for
+from tokensleuth.drivers.profile import process_order
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.kernels import Trace, Tracer, tracer_for
 from tokensleuth.sources.build import EngineBuild
@@ -148,19 +149,13 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
     with store.lease(sid):
         runs: list[dict[str, Any]] = list(store.get_state(sid, RUNS_STATE, []))
         done = {(r["engine"], r["model"], r["workload"], r["process"]) for r in runs}
-        for m in models:
-            for w in workloads:
-                for i in range(processes):
-                    for e in engines if i % 2 == 0 else engines[::-1]:
-                        if (e, m, w, i) in done:
-                            continue
-                        pk, timeline = trace_process(tracers[e], builds[e], e, m, w, flags, reps, timeout_s,
-                                                     env.get(e, {}))
-                        runs.append({"engine": e, "model": m, "workload": w, "process": i,
-                                     "kernels": pk.to_state(), "timeline": timeline if i == 0 else []})
-                        store.put_state(sid, RUNS_STATE, runs)
-                        log(f"  traced {len(runs)}: {e} {Path(m).stem} {w} ({len(pk.busy_ns)} kernels, "
-                            f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU)")
+        for e, m, w, i in process_order(engines, models, workloads, processes, done):
+            pk, timeline = trace_process(tracers[e], builds[e], e, m, w, flags, reps, timeout_s, env.get(e, {}))
+            runs.append({"engine": e, "model": m, "workload": w, "process": i, "kernels": pk.to_state(),
+                         "timeline": timeline if i == 0 else []})
+            store.put_state(sid, RUNS_STATE, runs)
+            log(f"  traced {len(runs)}: {e} {Path(m).stem} {w} ({len(pk.busy_ns)} kernels, "
+                f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU)")
         store.finish_study(sid)
     return sid, analyze(spec, runs)
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,6 +289,18 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]],
 # -- the driver ---------------------------------------------------------------------------
 
 
+def process_order(engines: Sequence[str], models: Sequence[str], workloads: Sequence[str], processes: int,
+                  done: Collection[tuple[str, str, str, int]]) -> Iterator[tuple[str, str, str, int]]:
+    """(engine, model, workload, process) of every profile process not yet ``done``, the engines
+    alternating (A B, then B A) so that the machine's drift falls on both (op profile and kernel trace)."""
+    for m in models:
+        for w in workloads:
+            for i in range(processes):
+                for e in engines if i % 2 == 0 else engines[::-1]:
+                    if (e, m, w, i) not in done:
+                        yield e, m, w, i
+
+
 def bench_ms_per_token(build: EngineBuild, model: str, workload: str, flags: Sequence[str],
                        timeout_s: float, env: Mapping[str, str] | None = None) -> float | None:
     """llama-bench's own ms/token of this build, model and workload (3 repetitions)."""
@@ -334,23 +346,19 @@ def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
         done = {(r["engine"], r["model"], r["workload"], r["process"]) for r in runs}
         for m in models:
             for w in workloads:
-                for i in range(processes):
-                    for e in engines if i % 2 == 0 else engines[::-1]:
-                        if (e, m, w, i) in done:
-                            continue
-                        argv = profiler.argv(str(builds[e].binary(TARGET)), m, w, reps, flags, groups)
-                        res = run_process(argv, env=env.get(e), timeout_s=timeout_s)
-                        if res.returncode != 0 or res.timed_out:
-                            tail = (res.tail("err").strip().splitlines() or ["no output"])[-1][:200]
-                            raise EngineError(f"the profile of {e} on {Path(m).name} {w} failed "
-                                              f"(exit {res.returncode}): {tail}")
-                        try:
-                            rows = parse_rows(res.text("out"))
-                        except ValueError as exc:
-                            raise EngineError(f"the profiler of {e} printed malformed output: {exc}") from None
-                        runs.append({"engine": e, "model": m, "workload": w, "process": i, "rows": rows})
-                        store.put_state(sid, RUNS_STATE, runs)
-                        log(f"  profile {len(runs)}: {e} {Path(m).stem} {w} ({reps} repetitions)")
+                for e, _, _, i in process_order(engines, [m], [w], processes, done):
+                    argv = profiler.argv(str(builds[e].binary(TARGET)), m, w, reps, flags, groups)
+                    res = run_process(argv, env=env.get(e), timeout_s=timeout_s)
+                    if res.returncode != 0 or res.timed_out:
+                        tail = (res.tail("err").strip().splitlines() or ["no output"])[-1][:200]
+                        raise EngineError(f"the profile of {e} on {Path(m).name} {w} failed (exit {res.returncode}): {tail}")
+                    try:
+                        rows = parse_rows(res.text("out"))
+                    except ValueError as exc:
+                        raise EngineError(f"the profiler of {e} printed malformed output: {exc}") from None
+                    runs.append({"engine": e, "model": m, "workload": w, "process": i, "rows": rows})
+                    store.put_state(sid, RUNS_STATE, runs)
+                    log(f"  profile {len(runs)}: {e} {Path(m).stem} {w} ({reps} repetitions)")
                 for e in engines:
                     if not any((b["engine"], b["model"], b["workload"]) == (e, m, w) for b in bench):
                         bench.append({"engine": e, "model": m, "workload": w,

@@ -10,6 +10,7 @@ Floor 9: imports report, drivers and below; pages ask the kinds, never the other
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 import json
 from typing import Any, Protocol
 
@@ -111,6 +112,30 @@ class KindBase:
     def step_study(self, obj: dict[str, Any], n: int) -> str:
         """The study that found its step ``n`` (1-based; `report ID --step N`)."""
         raise UserError(f"--step: a {self.name} study has no steps — drop --step")
+
+
+class DiffKind(KindBase):
+    """A study of engines profiled and diffed against the first (the op profile; the kernel
+    trace, studies/kernels.py): its module's stored, render, figures and diff headline."""
+
+    def __init__(self, name: str, stored: Callable[[Store, str], dict[str, Any]],
+                 render: Callable[[str, dict[str, Any]], str], figures: Callable[[dict[str, Any]], list[Figure]],
+                 headline: Callable[[dict[str, Any]], str]) -> None:
+        self.name = name
+        self._stored, self._render, self._figures, self._headline = stored, render, figures, headline
+
+    def describe(self, spec: dict[str, Any]) -> str:
+        return " vs ".join(spec.get("engines", [])) + " · " + ", ".join(spec.get("workloads", []))
+
+    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
+        obj = self._stored(store, study_id)
+        return self._render(study_id, obj), dict(obj, study=study_id)
+
+    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
+        return self._figures(obj)
+
+    def headline(self, obj: dict[str, Any], md: str) -> str:
+        return "; ".join(self._headline(d) for d in obj.get("diffs", [])) or super().headline(obj, md)
 
 
 class ResultKind(KindBase):

@@ -11,7 +11,7 @@ from tokensleuth.drivers.profile import BENCH_STATE, RUNS_STATE, analyze
 from tokensleuth.report.figures import Figure, cell_label, num
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
-from tokensleuth.studies import KindBase
+from tokensleuth.studies import DiffKind
 
 TOP = 12  # ops listed per engine (the rest are summed in one line)
 
@@ -139,21 +139,4 @@ def profile_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
     return out
 
 
-class ProfileKind(KindBase):
-    name = "profile"
-
-    def describe(self, spec: dict[str, Any]) -> str:
-        return " vs ".join(spec.get("engines", [])) + " · " + ", ".join(spec.get("workloads", []))
-
-    def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
-        obj = stored(store, study_id)
-        return render(study_id, obj), dict(obj, study=study_id)
-
-    def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
-        return profile_figures(obj)
-
-    def headline(self, obj: dict[str, Any], md: str) -> str:
-        return "; ".join(headline(d) for d in obj.get("diffs", [])) or super().headline(obj, md)
-
-
-KIND = ProfileKind()
+KIND = DiffKind("profile", stored, render, profile_figures, headline)
