@@ -214,7 +214,7 @@ def test_decompose_a_planted_series_keeps_what_pays_and_resumes(
         r = json.loads(out.read_text())
         assert p.returncode == _exit_code(r), p.stderr[-3000:]
         got = {s["patch"][:4]: (s["decision"], s["reason"]) for s in r["steps"]}
-        assert got["0001"] == ("skipped", "already in base"), r["steps"]
+        assert got["0001"] == ("skipped", f"already upstream as {base[:10]}"), r["steps"]  # the plant's own commit
         assert got["0002"] == ("kept", "faster"), r["steps"]
         # 0003 is neutral, an A/A: `same` or undecided after twice the pairs is the machine's noise;
         # its decision is the rule's on its stored pairs. Either drops it (only `faster`, an A/A

@@ -142,7 +142,8 @@ class Decomposer:
                              "decision": "failed", "reason": "", "cells": [], "ratio": None, "ci": None,
                              "pairs": 0, "build_s": None, "cache_hit": None, "outputs": None, "study": None}
         if self.repo.contained(kept, p):
-            return dict(s, decision="skipped", reason="already in base")
+            up = self.repo.upstream(kept, p)  # the commit that brought it, where its patch id is there
+            return dict(s, decision="skipped", reason=f"already upstream as {up[:10]}" if up else "already in base")
         try:
             sha = self.repo.apply(kept, p)
         except PatchFailed as exc:
