@@ -267,7 +267,7 @@ class Decomposer:
 
     def _log_step(self, i: int, s: dict[str, Any]) -> None:
         r = f" (ratio {s['ratio']:.4f})" if s.get("ratio") else ""
-        if s.get("outputs"):
+        if s.get("outputs") and "outputs" not in s["reason"]:
             r += f"; outputs {s['outputs'].get('verdict')}"
         self.log(f"[{i + 1}/{len(self.patches)}] {s['patch']} {s['subject']!r}: {s['decision']}"
                  f" — {s['reason']}{r}")
