@@ -19,6 +19,7 @@ from tokensleuth.commands import (
     decompose,
     doctor,
     engine,
+    history,
     model,
     profile,
     report,
@@ -38,7 +39,8 @@ class Command:
     resumable: bool = False  # takes --resume: an interrupt says to rerun it with --resume
 
 
-GROUPS = {"engine": "Build engines and list the build cache.", "model": "Synthesize and inspect GGUF models."}
+GROUPS = {"engine": "Build engines and list the build cache.", "model": "Synthesize and inspect GGUF models.",
+          "history": "Carry a release history to a machine that reaches no registry."}
 
 COMMANDS = (
     Command("bench", bench.bench, engine_flags=True, resumable=True),
@@ -49,6 +51,7 @@ COMMANDS = (
     Command("scan", scan.scan, engine_flags=True, resumable=True),
     Command("build", engine.engine_build, group="engine"),
     Command("list", engine.engine_list, group="engine"),
+    Command("pack", history.history_pack, group="history"),
     Command("synth", model.model_synth, group="model"),
     Command("fit", model.model_fit, group="model", engine_flags=True),
     Command("info", model.model_info_cmd, group="model"),

