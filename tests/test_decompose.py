@@ -99,6 +99,66 @@ def test_render_decompose() -> None:
                                                                      reason="could not decide x"))
 
 
+def _cells(ratios: dict[str, tuple[float, str]], base_ts: float = 100.0, pairs: int = 10) -> list[dict[str, Any]]:
+    """Two models x pp/tg cells: key "q8 pp512" -> (ratio, verdict)."""
+    return [{"model": f"/m/{k.split()[0]}.gguf", "workload": k.split()[1], "ratio": ratio,
+             "ci": [ratio - 0.01, ratio + 0.01], "verdict": verdict, "pairs": pairs,
+             "baseline_tokens_per_s": base_ts, "candidate_tokens_per_s": base_ts * ratio}
+            for k, (ratio, verdict) in ratios.items()]
+
+
+def _step(patch: str, decision: str, reason: str, cells: list[dict[str, Any]], state: str | None,
+          outputs: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"patch": patch, "subject": patch[5:-6], "decision": decision, "reason": reason, "state": state,
+            "cells": cells, "ratio": None, "ci": None, "pairs": max((c["pairs"] for c in cells), default=0),
+            "build_s": 1.0, "cache_hit": False, "outputs": outputs, "study": None}
+
+
+def test_render_decompose_patch_decomposition_report() -> None:
+    """The stored steps (no parent link) as the field report's table: the base row, PROFIT, NEUTRAL,
+    UNRESOLVED (never NEUTRAL), outputs changed, the product of step ratios, the skipped table."""
+    kept_r = {"q8 pp512": (1.0, "same"), "q8 tg32": (1.039, "faster"), "q6 pp512": (1.002, "same"),
+              "q6 tg32": (0.999, "same")}
+    later = {"q8 pp512": (1.001, "same"), "q8 tg32": (0.997, "same"), "q6 pp512": (1.003, "same"),
+             "q6 tg32": (1.004, "same")}
+    r = {"study": "s1", "base": "b" * 40, "final": "1" * 40, "status": "incomplete", "reason": "could not decide",
+         "steps": [_step("0001-fast.patch", "kept", "faster", _cells(kept_r, 50.0), "1" * 40),
+                   _step("0002-noop.patch", "dropped", "neutral", _cells(later, 51.95), "2" * 40),
+                   _step("0003-up.patch", "skipped", "already upstream as abcdef1234", [], None),
+                   _step("0004-vague.patch", "dropped", "unresolved",
+                         _cells(dict(later, **{"q6 tg32": (1.004, "unresolved")}), 51.95, 40), "4" * 40),
+                   _step("0005-kld.patch", "dropped", "outputs changed", [], "5" * 40,
+                         {"verdict": "changed", "mean_kld": 0.031})]}
+    md = render_decompose(r)
+    report = md[md.index("Patch decomposition report"):md.index("Patches already in the base")]
+    assert md.index("Patch decomposition report") < md.index("Steps (ratio")
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.split("|")[1:-1]]
+            for ln in report.splitlines() if ln.startswith("|")}
+    head = rows["State"]
+    assert head[:3] == ["State", "Patch", "q8 pp512"] and head[-2:] == ["Verdict", "Commit"]
+    assert "Δ vs last kept q8 tg32" in head and "Δ vs base q6 tg32" in head
+    assert "3" not in rows  # skipped: in its own table
+    assert rows["0"][2:6] == ["50.00"] * 4 and rows["0"][-2:] == ["reference", f"`{'b' * 10}`"]
+    kept = rows["1"]
+    assert kept[1] == "+0001-fast.patch" and kept[head.index("q8 tg32")] == "51.95"
+    assert kept[head.index("Δ vs last kept q8 tg32")] == "+3.90% (faster)"
+    assert kept[head.index("Δ vs last kept q8 pp512")] == "+0.00%"
+    assert kept[-2] == "PROFIT on q8 tg32 +3.90%; NEUTRAL on q8 pp512, q6 pp512, q6 tg32 → committed"
+    assert kept[-1] == f"`{'1' * 10}`"
+    assert rows["2"][-2:] == ["NEUTRAL → reverted", "(none)"]  # no band in the result: none shown
+    assert "NEUTRAL (within ±1%) → reverted" in render_decompose(dict(r, band=0.01))
+    # Δ vs base: the step's own ratio times the kept step's, along the kept chain
+    assert rows["2"][head.index("Δ vs base q6 tg32")] == f"{(1.004 * 0.999 - 1) * 100:+.2f}%"
+    assert rows["2"][head.index("Δ vs base q8 tg32")] == f"{(0.997 * 1.039 - 1) * 100:+.2f}%"
+    assert rows["4"][-2:] == ["UNRESOLVED after 40 pairs → reverted", "(none)"]
+    assert rows["4"][head.index("Δ vs last kept q6 tg32")] == "+0.40% (unresolved)"
+    assert rows["5"][-2] == "OUTPUTS CHANGED (mean KLD 0.031) → reverted"
+    assert rows["5"][head.index("q8 pp512")] == "—" and rows["5"][head.index("Δ vs base q8 pp512")] == "—"
+    skipped = md[md.index("Patches already in the base (skipped — no source change):"):md.index("Steps (ratio")]
+    assert "| 0003-up.patch | `abcdef1234`" in skipped and "already upstream as abcdef1234" in skipped
+    assert "Patches already in the base" not in render_decompose(dict(r, steps=r["steps"][:2]))
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args],
                           check=True, capture_output=True, text=True).stdout.strip()
