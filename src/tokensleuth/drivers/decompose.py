@@ -243,7 +243,7 @@ class Decomposer:
         kept = [s for s in steps if s["decision"] == "kept"]
         result: dict[str, Any] = {"study": self.study, "base": self.base, "final": final,
                                   "steps": [public(s) for s in steps], "scoreboard": [],
-                                  "kept": [s["patch"] for s in kept]}
+                                  "kept": [s["patch"] for s in kept], "band": self.spec["band"]}
         incomplete = [s["patch"] for s in steps if s["reason"].startswith("unresolved") or s.get("error")]
         if final != self.base:
             self.log("verifying the final state against the base")
