@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Issue 42 item 3, the field report's backend table at its own scale on the lent H200: one release
+# built for CUDA and for Vulkan, compared on the Qwen3-30B-A3B shape (Q8_0) at pp and tg, with
+# t/s, CPU ms/token, busy cores, GPU clock, busy %, power and tokens/joule per arm; once as
+# llama-bench arms and once as llama-server arms measured through /completion (fixed-length
+# generations, cache_prompt off). Calls sent back to back, the machine kept warm between them:
+#   PHASE=build   bash bench/device_backend42.sh   # both builds side by side, and the model
+#   PHASE=bench   bash bench/device_backend42.sh   # the llama-bench form
+#   PHASE=server  bash bench/device_backend42.sh   # the llama-server form
+# Expects .whl/, .carry/ and .vk/ (Debian's Vulkan loader, headers, glslc and the libglvnd
+# .debs, as bench/device_vulkan.sh lists them) carried along; outputs in $OUT.
+DEVICE_DB=$PWD/.devcache/db.sqlite
+mkdir -p .devcache
+. bench/device_env.sh
+for f in .vk/lib{vulkan1,glvnd0,egl1,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
+mkdir -p /tmp/vk && for f in .vk/*.deb; do dpkg -x "$f" /tmp/vk; done
+export LD_LIBRARY_PATH=/tmp/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f $icd ] && export VK_DRIVER_FILES=$icd
+V=/tmp/vk/usr
+VK="-DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$V/include -DVulkan_LIBRARY=$V/lib/x86_64-linux-gnu/libvulkan.so -DVulkan_GLSLC_EXECUTABLE=$V/bin/glslc -DSPIRV-Headers_DIR=$V/share/cmake/SPIRV-Headers"
+CU="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+Q8=$PWD/.devcache/q30-q8_0.gguf
+q() { printf '"%s", ' "$@" | sed 's/, $//'; }
+study() {  # KIND WORKLOADS
+  cat > /tmp/backend.toml <<TOML
+models = ["$Q8"]
+workloads = [$2]
+max_pairs = ${PAIRS:-6}
+band = "2%"
+[[arms]]
+name = "cuda"
+source = "$E"
+cmake = [$(q $CU)]
+kind = "$1"
+flags = "-ngl 99 -fa 1"
+[[arms]]
+name = "vulkan"
+source = "$E"
+cmake = [$(q $VK)]
+kind = "$1"
+flags = "-ngl 99 -fa 1"
+TOML
+  cat /tmp/backend.toml
+}
+case "${PHASE:-build}" in
+build)
+  T0=$(date +%s)
+  (time $T engine build $C --target llama-bench --target llama-server --target llama-quantize) > $OUT/build-cuda.log 2>&1 &
+  sleep 20
+  (time $T engine build $(for f in $VK; do echo --cmake $f; done) --target llama-bench --target llama-server --target llama-quantize) > $OUT/build-vulkan.log 2>&1 &
+  [ -f $Q8 ] || python3 bench/timed.py "synth Q8_0" $T model synth --shape qwen3-30b-a3b --quant Q8_0 --out $Q8 2>&1 | tail -2
+  wait
+  tail -3 $OUT/build-cuda.log $OUT/build-vulkan.log; echo "build phase: $(( $(date +%s) - T0 )) s"
+  ;;
+bench)
+  study llama-bench '"pp2048", "tg128"'
+  timeout 560 $T compare --study /tmp/backend.toml --json $OUT/backend_bench.json 2>&1 | tee $OUT/backend_bench.md | tail -60
+  ;;
+server)
+  study llama-server '"pp2048", "tg128"'
+  timeout 560 $T compare --study /tmp/backend.toml --json $OUT/backend_server.json 2>&1 | tee $OUT/backend_server.md | tail -60
+  ;;
+esac
+cp "$DEVICE_DB" $OUT/db.sqlite
+true
