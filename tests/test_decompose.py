@@ -14,7 +14,7 @@ import pytest
 
 from tests import rules
 from tests.conftest import tokensleuth_bin
-from tokensleuth.core.errors import EngineError
+from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.drivers.decompose import classify, headline
 from tokensleuth.studies.decompose import render_decompose
 from tokensleuth.sources.build import EngineBuild
@@ -591,3 +591,27 @@ def test_each_patch_decided_by_its_speed_gets_its_diff_against_the_state_before_
     assert "0001.patch (kept), which kernel on m tg8: k_moe grew (+0.2 ms/token) (`tokensleuth report p1`)" in md
     assert "0002.patch (dropped), which kernel on m tg8: not profiled (the traced run crashed)" not in md
     assert "0002.patch (dropped), which op on m tg8: not profiled (the traced run crashed)" in md
+
+
+def test_a_decompose_that_has_not_ended_reports_the_steps_decided_so_far(tmp_path: Path) -> None:
+    """`report` of a running or killed decompose: its stored steps, marked incomplete (never as
+    if it had ended: no scoreboard, no final verdict), where it used to refuse."""
+    from tokensleuth.studies import kind_of
+
+    cell = {"model": "/m/q6.gguf", "workload": "tg128", "ratio": 1.134, "ci": [1.107, 1.162], "verdict": "faster",
+            "pairs": 5, "baseline_tokens_per_s": 202.1, "candidate_tokens_per_s": 229.3}
+    step = {"patch": "01-a.patch", "subject": "a", "parent": "b" * 40, "state": "c" * 40, "decision": "kept",
+            "reason": "faster", "cells": [cell], "ratio": 1.134, "ci": [1.107, 1.162], "pairs": 5, "build_s": 3.0,
+            "cache_hit": False, "outputs": None, "study": "s1"}
+    with Store(tmp_path / "db.sqlite") as store:
+        sid = store.create_study("decompose", {"base": "b" * 40, "band": 0.01, "patches": ["01-a.patch", "02-b.patch"]},
+                                 "h", [], [])
+        kind = kind_of("decompose")
+        with pytest.raises(UserError, match="has not finished"):  # nothing decided yet
+            kind.render_stored(store, sid)
+        store.put_state(sid, "steps", [step])
+        md, obj = kind.render_stored(store, sid)
+    assert obj["status"] == "incomplete" and obj["scoreboard"] == [] and obj["kept"] == ["01-a.patch"]
+    assert "parent" not in obj["steps"][0] and obj["final"] == "c" * 40
+    assert "INCOMPLETE: still running, or killed: 1 of 2 patches decided so far" in md
+    assert "| +01-a.patch" in md and "229.30" in md and "PROFIT on q6 tg128 +13.40%" in md

@@ -257,8 +257,30 @@ def decompose_figures(result: dict[str, Any]) -> list[Figure]:
     return out
 
 
+def partial_result(store: Store, study_id: str) -> dict[str, Any] | None:
+    """What a decompose that has not ended (running, or killed) has decided so far: its stored
+    steps as a result marked incomplete, with no scoreboard (None: no step decided yet)."""
+    steps = store.get_state(study_id, "steps")
+    if not steps:
+        return None
+    spec = store.study(study_id)["spec"]
+    kept = [s for s in steps if s["decision"] == "kept"]
+    base = str(spec.get("base") or steps[0]["parent"])
+    return {"study": study_id, "base": base, "final": kept[-1]["state"] if kept else base, "status": "incomplete",
+            "reason": f"still running, or killed: {len(steps)} of {len(spec.get('patches') or [])} patches decided so "
+                      "far — the same command with --resume goes on",
+            "steps": [{k: v for k, v in s.items() if k not in ("parent", "error")} for s in steps],
+            "scoreboard": [], "kept": [s["patch"] for s in kept], "band": spec.get("band")}
+
+
 class DecomposeKind(ResultKind):
     name = "decompose"
+
+    def stored(self, store: Store, study_id: str) -> dict[str, Any]:
+        """The result the driver stored when it ended; before that, the steps decided so far."""
+        if store.get_state(study_id, "result") is None and (part := partial_result(store, study_id)) is not None:
+            return part
+        return super().stored(store, study_id)
 
     def describe(self, spec: dict[str, Any]) -> str:
         return f"{str(spec.get('base', ''))[:10]} + {len(spec.get('patches') or [])} patches"
