@@ -469,3 +469,19 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
                          capture_output=True, text=True, timeout=300)
     assert iss.returncode == 0, iss.stderr
     assert short["ubatch"] in iss.stdout and "ubatch" in iss.stdout
+
+
+def test_the_step_table_says_which_models_moved_and_never_calls_an_undecided_one_still() -> None:
+    from tokensleuth.studies.scan import _kernel, _models
+
+    def cell(model: str, verdict: str) -> dict[str, Any]:
+        return {"model": f"/m/{model}.gguf", "workload": "tg8", "verdict": verdict}
+
+    assert _models({"cells": [cell("moe", "slower"), cell("dense", "same")]}) == "moe only"
+    assert _models({"cells": [cell("moe", "slower"), cell("dense", "unresolved")]}) == "moe; dense undecided"
+    assert _models({"cells": [cell("moe", "slower"), cell("dense", "faster")]}) == "all"
+    assert _models({"cells": [cell("moe", "slower")], "specific_to_model": True}) == "scanned only (controls still)"
+    assert _models({"cells": [cell("moe", "unresolved")]}) == "—"
+    head = "git:/r@aaaa vs git:/r@bbbb, tg128: mul_mat_vec_q<Q6_K> +0.12 ms/token (of +0.13 ms/token in all)"
+    assert _kernel({"profile": {"headline": head}}) == "mul_mat_vec_q<Q6_K> +0.12 ms/token (of +0.13 ms/token in all)"
+    assert _kernel({}) == "—"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,27 @@ def step_line(n: int, s: dict[str, Any]) -> str:
     return f"{n}. **{s['parent']} → {s['first_bad']}**{subject}: {s['direction']}: {what}. Cause: {cause}."
 
 
+def _models(s: dict[str, Any]) -> str:
+    """Which models a step moved: the scanned ones only (the control models still), all, or by name."""
+    if s.get("specific_to_model") is not None:
+        return "scanned only (controls still)" if s["specific_to_model"] else "all (a control moved)"
+    every = {Path(str(c["model"])).stem for c in s["cells"]}
+    moved = {Path(str(c["model"])).stem for c in s["cells"] if c["verdict"] in ("faster", "slower")}
+    open_ = {Path(str(c["model"])).stem for c in s["cells"] if c["verdict"] not in ("faster", "slower", "same")}
+    if not moved or moved == every:
+        return "all" if moved else "—"
+    open_ -= moved  # (a model with a moved cell moved, whatever its other cells say)
+    return ", ".join(sorted(moved)) + (f"; {', '.join(sorted(open_))} undecided" if open_ else " only")
+
+
+def _kernel(s: dict[str, Any]) -> str:
+    """The profile's headline of a step, short: the kernel (GPU) or op (CPU) that moved most."""
+    pr = s.get("profile") or {}
+    text = str(pr.get("headline") or "")
+    text = re.sub(r"^\S+ vs \S+, [^:]+: ", "", text)  # (the two engines and the cell: the row says them)
+    return (text[:70] + "…" if len(text) > 70 else text) or "—"
+
+
 def render(r: dict[str, Any]) -> str:
     steps = r.get("steps") or []
     out = [f"## Scan {r['study']}: {r['first']} → {r['last']}", "",
@@ -79,11 +102,13 @@ def render(r: dict[str, Any]) -> str:
         if s.get("verified") is False:
             extra.append("not verified against its parent in the bisect's own cell")
         out += [f"   - {e}" for e in extra]
-    rows = [[str(n), s["parent"], s["first_bad"], s["direction"], s["cause"],
-             "; ".join(f"{_cell(c)} {_ratio(c)} {c['verdict']}" for c in s["cells"])] for n, s in enumerate(steps, 1)]
+    rows = [[str(n), s["parent"], s["first_bad"], s.get("subject") or "—", s["direction"], s["cause"],
+             "; ".join(f"{_cell(c)} {_ratio(c)} {c['verdict']}" for c in s["cells"]), _models(s), _kernel(s)]
+            for n, s in enumerate(steps, 1)]
     if rows:
-        out += ["", table(["#", "parent", "first bad", "direction", "cause", "cells (ratio [99% CI])"], rows,
-                          [True, False, False, False, False, False])]
+        out += ["", table(["#", "parent", "first bad", "release", "direction", "cause", "cells (ratio [99% CI])",
+                           "models", "kernel or op"], rows, [True, False, False, False, False, False, False, False,
+                                                            False])]
     for oc in r.get("output_changes") or []:
         out += ["", f"Outputs changed first at **{oc['first_changed']}** (parent {oc['parent']})"
                 + (f" — {oc['subject']}" if oc.get("subject") else "")
