@@ -1,0 +1,90 @@
+"""Re-check a scan's steps by plain two-release compares (issue 43 item 3): none may be false.
+
+For each step the scan reported, a separate `tokensleuth compare` of its parent and its first bad
+commit, in a store of its own (fresh pairs: nothing the scan measured is reused), at the scan's
+band, models, workloads and engine flags; and the same for the first interval the scan judged
+the same (a neutral pair: it must not come out as a step). Prints, per pair, the scan's cells and
+the compare's, and whether they agree: a cell agrees when the compare's verdict is the scan's,
+or when one of the two is `unresolved` (undecided is never a contradiction, and never `same`).
+
+    .venv/bin/python bench/scan_recheck.py --db SCAN_DB --study SCAN_ID --out-db RECHECK_DB [--max-pairs 20]
+
+A git history only (a --repo checkout or a packed bundle): the sources are the scan's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tokensleuth.store import Store
+
+
+def _full(repo: str, short: str) -> str:
+    return subprocess.run(["git", "-C", repo, "rev-parse", f"{short}^{{commit}}"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _compare(args: argparse.Namespace, spec: dict[str, Any], repo: str, a: str, b: str) -> list[dict[str, Any]]:
+    out = Path(tempfile.mkdtemp()) / "c.json"
+    cmd = [sys.executable, "-m", "tokensleuth.cli", "compare", "--arm", f"parent=git:{repo}@{_full(repo, a)}",
+           "--arm", f"next=git:{repo}@{_full(repo, b)}", "--band", f"{spec['band'] * 100:g}%",
+           "--max-pairs", str(args.max_pairs), "--db", str(args.out_db), "--json", str(out), "--no-probe"]
+    for m in spec["models"] + (spec.get("control_models") or []):
+        cmd += ["--model", m]
+    for w in spec["workloads"]:
+        cmd += ["-w", w]
+    for f in spec.get("cmake") or []:
+        cmd += ["--cmake", f]
+    cmd += ["--", *(spec.get("flags") or [])]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode not in (0, 1) or not out.exists():
+        raise SystemExit(f"compare {a} → {b} failed ({p.returncode}): {p.stderr[-2000:]}")
+    return list(json.loads(out.read_text())["comparisons"])
+
+
+def _agree(scan: str, got: str) -> bool:
+    return scan == got or "unresolved" in (scan, got)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--db", type=Path, required=True)
+    ap.add_argument("--study", required=True)
+    ap.add_argument("--out-db", type=Path, required=True)
+    ap.add_argument("--max-pairs", type=int, default=20)
+    args = ap.parse_args()
+    with Store(args.db) as store:
+        sid = store.study(args.study)["id"]
+        spec = dict(store.study(sid)["spec"])
+        r = store.get_state(sid, "result") or {}
+    repo = str(spec["first"]).removeprefix("git:").rpartition("@")[0]
+    pairs = [(f"step {n} ({s.get('subject') or s['first_bad']}, {s['direction']})", s["parent"], s["first_bad"],
+              {(Path(c["model"]).stem, c["workload"]): c["verdict"] for c in s["cells"]})
+             for n, s in enumerate(r.get("steps") or [], 1)]
+    if r.get("same"):
+        same = r["same"][0]
+        pairs.append((f"neutral ({same['commits']} commits judged the same)", same["from"], same["to"], {}))
+    bad = 0
+    for label, a, b, scan in pairs:
+        comps = _compare(args, spec, repo, a, b)
+        print(f"{label}: {a} → {b}")
+        for c in comps:
+            key = (Path(c["model"]).stem, c["workload"])
+            want = scan.get(key, "same")
+            ok = _agree(want, c["verdict"])
+            bad += not ok
+            ci = f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]" if c.get("ci") else ""
+            print(f"  {key[0]} {key[1]}: scan {want}, compare {c['verdict']} {c.get('ratio') or 0:.3f} {ci} after "
+                  f"{c['pairs']} pairs — {'agrees' if ok else 'CONTRADICTS'}")
+    print(f"{len(pairs)} pairs re-checked, {bad} contradicting cell(s)")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
