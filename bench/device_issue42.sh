@@ -6,6 +6,9 @@
 #   PHASE=decompose (default): the planted repo (examples/patch-decomposition/make-repo.sh), the
 #       Qwen3-30B-A3B shape in Q8_0 and Q6_K, then examples/patch-decomposition/run.sh with --resume
 #       until LIMIT seconds have passed since the call began; each call ends with the report.
+#   BAND (default 2%): at 30B on the H200 a pair's log ratio spread ~1.9% (stop 46: the first step's
+#   three neutral cells were within ±1.6% but undecided at ±1% after 12 pairs), so ±1% would take
+#   ~40 pairs a cell, 20 minutes a patch; PAIRS (default 6, doubled when unresolved).
 # Expects .whl/ and .carry/ carried along (bench/device_env.sh).
 START=$(date +%s)
 LIMIT=${LIMIT:-570}
@@ -27,9 +30,9 @@ synth() { [ -f "$2" ] || { python3 bench/timed.py "synth $1" $T model synth --sh
   --out "${2%.gguf}.part.gguf" 2>&1 | tail -2 && mv "${2%.gguf}.part.gguf" "$2"; }; }
 synth Q8_0 $Q8 & synth Q6_K $Q6 & wait
 ls -la $Q8 $Q6 || exit 1
-export TOKENSLEUTH=$T CMAKE="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" PP=${PP:-4096} TG=${TG:-128}
+export TOKENSLEUTH=$T CMAKE="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90" PP=${PP:-4096} TG=${TG:-128} BAND=${BAND:-2%}
 t=$(left); echo "decompose for at most $t s"
-timeout -k 15 $t bash examples/patch-decomposition/run.sh $R $Q8 $Q6 --resume --max-pairs ${PAIRS:-10} --profile \
+timeout -k 15 $t bash examples/patch-decomposition/run.sh $R $Q8 $Q6 --resume --max-pairs ${PAIRS:-6} --profile \
   --json $OUT/decompose.json 2>&1 | tail -60
 echo "decompose exit ${PIPESTATUS[0]} at $(( $(date +%s) - START )) s"
 sid=$($T studies 2>/dev/null | awk '/\| decompose/ {print $2}' | tail -1)
