@@ -28,5 +28,6 @@ timeout -k 15 $left $T scan --repo .hist/h.bundle --from "${FROM:?FROM}" --to "$
 echo "scan exit ${PIPESTATUS[0]} at $(( $(date +%s) - START )) s"
 sid=$($T studies 2>/dev/null | awk '/\| scan/ {print $2}' | tail -1)
 [ -n "$sid" ] && $T report "$sid" > $OUT/scan_report.md 2>&1 && tail -c 4000 $OUT/scan_report.md
+python3 -c "import sqlite3, sys; print('engine time in this store: %.0f s' % sqlite3.connect(sys.argv[1]).execute('SELECT COALESCE(SUM(t1_ns - t0_ns), 0) / 1e9 FROM trials WHERE t1_ns IS NOT NULL').fetchone()[0])" "$DEVICE_DB"
 cp "$DEVICE_DB" $OUT/db.sqlite
 true

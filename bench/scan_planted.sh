@@ -46,6 +46,10 @@ print("planted steps:", ", ".join(f"{n} {'found ' + '/'.join(found[n]) if n in f
 print("false steps:", [n for n in found if n not in planted] or "none")
 print("undecided:", [f"{name.get(u['from'], u['from'])} → {name.get(u['to'], u['to'])}" for u in r["undecided"]] or "none")
 res = r.get("resolution") or {}
-print("builds:", r.get("cost", {}).get("builds", r.get("builds")), "| resolution:", {k: res[k] for k in list(res)[:6]})
+import sqlite3
+engine_s = sqlite3.connect(os.environ["TOKENSLEUTH_DB"]).execute(  # the store is this scan's alone
+    "SELECT COALESCE(SUM(t1_ns - t0_ns), 0) / 1e9 FROM trials WHERE t1_ns IS NOT NULL").fetchone()[0]
+print(f"builds: {r.get('builds')} | engine time: {engine_s:.0f} s in all runs of this store | wall: {r.get('wall_s', 0):.0f} s")
+print("resolution:", {k: res[k] for k in list(res)[:6]})
 PY
 exit $rc
