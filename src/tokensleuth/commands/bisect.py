@@ -28,7 +28,7 @@ def bisect(
     ctx: typer.Context,
     good: Annotated[str, typer.Option(help="Last good revision (or version / first --bin folder).")] = "",
     bad: Annotated[str, typer.Option(help="First known bad revision (or version).")] = "",
-    repo: Annotated[Optional[Path], typer.Option(help="llama.cpp git checkout to bisect.")] = None,
+    repo: Annotated[Optional[Path], typer.Option(help="llama.cpp git checkout to bisect, or a git bundle from `history pack`.")] = None,
     source: Annotated[Optional[str], typer.Option(help="Release bisect: pypi:NAME (versions between --good and --bad).")] = None,
     bin_dir: Annotated[list[str], typer.Option("--bin", help="Release bisect over prebuilt folders, in order (repeatable).")] = [],  # noqa: B006
     model: Annotated[list[Path], typer.Option("--model", "-m", help="Model that shows the regression (repeatable).")] = [],  # noqa: B006

@@ -28,7 +28,7 @@ def scan(
     ctx: typer.Context,
     from_: Annotated[str, typer.Option("--from", help="The oldest revision or version of the range.")] = "",
     to: Annotated[str, typer.Option("--to", help="The newest revision or version (later with --resume: extend a finished scan).")] = "",
-    repo: Annotated[Optional[Path], typer.Option(help="llama.cpp git checkout (first-parent commits from --from to --to).")] = None,
+    repo: Annotated[Optional[Path], typer.Option(help="llama.cpp git checkout, or a git bundle from `history pack` (first-parent commits from --from to --to).")] = None,
     source: Annotated[Optional[str], typer.Option(help="Releases: pypi:NAME (every published version from --from to --to).")] = None,
     model: Annotated[list[Path], typer.Option("--model", "-m", help="Model to measure (repeatable).")] = [],  # noqa: B006
     control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model for each step's bisect (repeatable).")] = [],  # noqa: B006
