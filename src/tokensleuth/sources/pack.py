@@ -19,6 +19,7 @@ Floor 1: imports core and its own folder.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 import shutil
@@ -74,10 +75,12 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
                     log(f"[{i}/{len(versions)}] {package} {version}")
                 left = _commit(proc.stdin, sdist, package, version, i)
             proc.stdin.write(b"done\n")
-            proc.stdin.close()
-        finally:
-            if proc.wait() != 0:
-                raise UserError(f"git fast-import failed on {package} — see its message above")
+        finally:  # (on a failure above too: fast-import then ends without "done", and nothing is written)
+            with contextlib.suppress(BrokenPipeError):  # fast-import gone: its exit status says why
+                proc.stdin.close()
+            rc = proc.wait()
+        if rc != 0:
+            raise UserError(f"git fast-import failed on {package} — see its message above")
         tags = _git("--git-dir", str(git), "for-each-ref", "--format=%(refname:short) %(objectname)",
                     "refs/tags").splitlines()
         ids = dict(line.split() for line in tags)
