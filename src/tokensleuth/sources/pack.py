@@ -68,6 +68,7 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
                                 stdin=subprocess.PIPE)
         assert proc.stdin is not None
         left: tuple[str, ...] = ()
+        broke = False
         try:
             for i, version in enumerate(versions, 1):
                 sdist = cache.sdist(parse_source(f"pypi:{package}=={version}"), log)
@@ -75,18 +76,22 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
                     log(f"[{i}/{len(versions)}] {package} {version}")
                 left = _commit(proc.stdin, sdist, package, version, i)
             proc.stdin.write(b"done\n")
+        except BrokenPipeError:  # fast-import ended early: its exit status and message say why
+            broke = True
         finally:  # (on a failure above too: fast-import then ends without "done", and nothing is written)
-            with contextlib.suppress(BrokenPipeError):  # fast-import gone: its exit status says why
+            with contextlib.suppress(BrokenPipeError):
                 proc.stdin.close()
             rc = proc.wait()
-        if rc != 0:
-            raise UserError(f"git fast-import failed on {package} — see its message above")
+        if rc != 0 or broke:
+            raise UserError(f"git fast-import failed on {package} (exit {rc}) — see its message above")
         tags = _git("--git-dir", str(git), "for-each-ref", "--format=%(refname:short) %(objectname)",
                     "refs/tags").splitlines()
         ids = dict(line.split() for line in tags)
         _git("--git-dir", str(git), "symbolic-ref", "HEAD", f"refs/heads/{package}")
         out.parent.mkdir(parents=True, exist_ok=True)
-        _git("--git-dir", str(git), "bundle", "create", "-q", str(out), "--all")
+        part = out.with_name(out.name + ".part")  # a pack killed while writing leaves no bundle behind
+        _git("--git-dir", str(git), "bundle", "create", "-q", str(part), "--all")
+        part.rename(out)
     return Packed(tuple((v, ids[v]) for v in versions), out, out.stat().st_size, time.monotonic() - t0, left)
 
 
