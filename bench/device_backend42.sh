@@ -12,35 +12,16 @@
 DEVICE_DB=$PWD/.devcache/db.sqlite
 mkdir -p .devcache
 . bench/device_env.sh
-for f in .vk/lib{vulkan1,glvnd0,egl1,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
-mkdir -p /tmp/vk && for f in .vk/*.deb; do dpkg -x "$f" /tmp/vk; done
-export LD_LIBRARY_PATH=/tmp/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f $icd ] && export VK_DRIVER_FILES=$icd
-V=/tmp/vk/usr
-VK="-DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$V/include -DVulkan_LIBRARY=$V/lib/x86_64-linux-gnu/libvulkan.so -DVulkan_GLSLC_EXECUTABLE=$V/bin/glslc -DSPIRV-Headers_DIR=$V/share/cmake/SPIRV-Headers"
+. bench/device_vulkan_env.sh
 CU="-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
 Q8=$PWD/.devcache/q30-q8_0.gguf
 q() { printf '"%s", ' "$@" | sed 's/, $//'; }
-study() {  # KIND WORKLOADS
-  cat > /tmp/backend.toml <<TOML
-models = ["$Q8"]
-workloads = [$2]
-max_pairs = ${PAIRS:-6}
-band = "2%"
-[[arms]]
-name = "cuda"
-source = "$E"
-cmake = [$(q $CU)]
-kind = "$1"
-flags = "-ngl 99 -fa 1"
-[[arms]]
-name = "vulkan"
-source = "$E"
-cmake = [$(q $VK)]
-kind = "$1"
-flags = "-ngl 99 -fa 1"
-TOML
+study() {  # KIND WORKLOADS: the CUDA and the Vulkan build as arms of one compare
+  { printf 'models = ["%s"]\nworkloads = [%s]\nmax_pairs = %s\nband = "2%%"\n' "$Q8" "$2" "${PAIRS:-6}"
+    for arm in "cuda:$CU" "vulkan:$VK_CMAKE"; do
+      printf '[[arms]]\nname = "%s"\nsource = "%s"\ncmake = [%s]\nkind = "%s"\nflags = "-ngl 99 -fa 1"\n' \
+        "${arm%%:*}" "$E" "$(q ${arm#*:})" "$1"
+    done; } > /tmp/backend.toml
   cat /tmp/backend.toml
 }
 case "${PHASE:-build}" in
@@ -48,7 +29,7 @@ build)
   T0=$(date +%s)
   (time $T engine build $C --target llama-bench --target llama-server --target llama-quantize) > $OUT/build-cuda.log 2>&1 &
   sleep 20
-  (time $T engine build $(for f in $VK; do echo --cmake $f; done) --target llama-bench --target llama-server --target llama-quantize) > $OUT/build-vulkan.log 2>&1 &
+  (time $T engine build $(for f in $VK_CMAKE; do echo --cmake $f; done) --target llama-bench --target llama-server --target llama-quantize) > $OUT/build-vulkan.log 2>&1 &
   [ -f $Q8 ] || python3 bench/timed.py "synth Q8_0" $T model synth --shape qwen3-30b-a3b --quant Q8_0 --out $Q8 2>&1 | tail -2
   wait
   tail -3 $OUT/build-cuda.log $OUT/build-vulkan.log; echo "build phase: $(( $(date +%s) - T0 )) s"

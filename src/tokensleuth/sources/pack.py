@@ -27,7 +27,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -184,9 +184,3 @@ def open_repo(path: Path) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
     return dest
 
-
-def releases(repo: Path) -> Iterator[tuple[str, str]]:
-    """(tag, commit) of a packed history, oldest first."""
-    for line in _git("-C", str(repo), "log", "--reverse", "--first-parent", "--format=%H %s", "--all").splitlines():
-        sha, _, subject = line.partition(" ")
-        yield subject.rpartition(" ")[2], sha

@@ -260,6 +260,8 @@ def decompose_figures(result: dict[str, Any]) -> list[Figure]:
 def partial_result(store: Store, study_id: str) -> dict[str, Any] | None:
     """What a decompose that has not ended (running, or killed) has decided so far: its stored
     steps as a result marked incomplete, with no scoreboard (None: no step decided yet)."""
+    from tokensleuth.drivers.decompose import public  # (the steps as the driver's result shows them)
+
     steps = store.get_state(study_id, "steps")
     if not steps:
         return None
@@ -269,7 +271,7 @@ def partial_result(store: Store, study_id: str) -> dict[str, Any] | None:
     return {"study": study_id, "base": base, "final": kept[-1]["state"] if kept else base, "status": "incomplete",
             "reason": f"still running, or killed: {len(steps)} of {len(spec.get('patches') or [])} patches decided so "
                       "far — the same command with --resume goes on",
-            "steps": [{k: v for k, v in s.items() if k not in ("parent", "error")} for s in steps],
+            "steps": [public(s) for s in steps],
             "scoreboard": [], "kept": [s["patch"] for s in kept], "band": spec.get("band")}
 
 
