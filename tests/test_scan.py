@@ -403,6 +403,17 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     proc.wait()
     judged = _state(db, "scan-intervals")
     assert judged, "killed before an interval was judged"
+    con = sqlite3.connect(db)
+
+    def trials_s(after_id: int = 0) -> float:  # engine time of the stored trials (levels are not stored)
+        return float(con.execute("SELECT COALESCE(SUM(t1_ns - t0_ns), 0) / 1e9 FROM trials WHERE t1_ns IS NOT NULL"
+                                 " AND id > ?", (after_id,)).fetchone()[0])
+
+    killed_at = int(con.execute("SELECT COALESCE(MAX(id), 0) FROM trials").fetchone()[0])
+    spent = _state(db, "scan-spent")
+    # the cost so far is kept as it goes: the level rounds' engine time (20 trials, not stored as
+    # trials) beyond the pairs' (a trial or two may have been stored after the last write)
+    assert spent["engine_s"] > trials_s() and spent["builds"] >= 1, (spent, trials_s())
     # what it has so far, from the store alone, while it is not finished
     sid = sqlite3.connect(db).execute("SELECT id FROM studies WHERE kind='scan'").fetchone()[0]
     live = subprocess.run([tokensleuth_bin(), "report", sid], env=cli_env, capture_output=True, text=True, timeout=300)
@@ -451,9 +462,11 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
         assert not any(index[u["from"]] < i <= index[u["to"]] for i in planted), u
         assert "not \"no change\"" in p.stdout and f"{u['from']} → {u['to']}" in p.stdout
     assert r["status"] == ("undecided" if r["undecided"] else "done")
+    # the cost over both runs: the killed one's kept, the resumed one's pairs added, within the wall
+    assert spent["engine_s"] + trials_s(killed_at) <= r["engine_s"] < r["wall_s"], (spent, r["engine_s"], r["wall_s"])
+    assert r["builds_all"] >= spent["builds"] and "min of it engine time" in p.stdout
     assert r["resolution"]["smallest_step_seen"] is not None and r["resolution"]["longest_unsampled"] <= 32
     # resumed, not started again: one scan study, every judged interval kept
-    con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='scan'").fetchone()[0] == 1
     after = _state(db, "scan-intervals")
     assert all(after[k]["study"] == v["study"] for k, v in judged.items() if "study" in v)

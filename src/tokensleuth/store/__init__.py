@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
+import threading
 import time
 import urllib.parse
 import uuid
@@ -71,9 +72,26 @@ FLOOR = 1  # the layers: a module imports its own folder and lower floors (tests
 __all__ = [
     "APPLICATION_ID", "ArmRow", "StudyRow", "CORE_TABLES", "HANDED_OUT", "MACHINE_LOST", "MIGRATIONS", "NODE_LOST", "SCHEMA_VERSION",
     "STUDY_STATUSES", "TRIAL_STATUSES", "UNFINISHED", "Holder", "Lease", "LiveTimeline", "LostTrial",
-    "PlannedTrial", "ResultRow", "SampleRow", "Store", "StudyHandle", "TrialOutcome", "WindowRow", "store_errors",
-    "this_process", "translate",
+    "PlannedTrial", "ResultRow", "SampleRow", "Store", "StudyHandle", "TrialOutcome", "WindowRow", "count_engine",
+    "engine_ns", "store_errors", "this_process", "translate",
 ]
+
+_engine = [0]  # ns of engine time this process has measured, every store and thread together
+_engine_lock = threading.Lock()
+
+
+def engine_ns() -> int:
+    """The engine time (ns) of every trial this process has measured: stored ones
+    (:meth:`Store.finish_trials`) and those a driver keeps in its own state (a scan's levels,
+    :func:`count_engine`). A long study's cost is the difference between two readings."""
+    return _engine[0]
+
+
+def count_engine(out: TrialOutcome) -> None:
+    """Add a finished trial's engine time (its process's start to end) to :func:`engine_ns`."""
+    if out.t0_ns is not None and out.t1_ns is not None:
+        with _engine_lock:
+            _engine[0] += max(0, out.t1_ns - out.t0_ns)
 
 def _study(r: sqlite3.Row) -> StudyRow:
     return StudyRow(**{f: r[f] for f in StudyRow.__slots__ if f in r.keys()})
@@ -571,6 +589,8 @@ class Store:
                     # count its samples twice.
                     raise RuntimeError(f"trial {trial_id} is not running; refusing to store it twice")
                 self._insert_outcome_rows(db, trial_id, out)
+        for _, out in done:  # (once stored: a trial whose transaction failed is measured again)
+            count_engine(out)
 
     def import_trial(
         self, study_id: str, arm: str, model: str, out: TrialOutcome

@@ -67,11 +67,22 @@ def _kernel(s: dict[str, Any]) -> str:
     return (text[:70] + "…" if len(text) > 70 else text) or "—"
 
 
+def _cost(r: dict[str, Any]) -> str:
+    """What the scan cost, over all its runs (a result stored before engine time was kept says
+    builds and wall only)."""
+    builds = r.get("builds", 0)
+    every = r.get("builds_all")
+    made = (f"{every} builds over all its runs ({builds} by the last)" if every is not None and every != builds
+            else f"{builds} builds")
+    engine = f", {r['engine_s'] / 60:.1f} min of it engine time" if r.get("engine_s") is not None else ""
+    return f"Cost: {made}, {r.get('wall_s', 0) / 60:.1f} min of wall time{engine}."
+
+
 def render(r: dict[str, Any]) -> str:
     steps = r.get("steps") or []
     out = [f"## Scan {r['study']}: {r['first']} → {r['last']}", "",
-           f"{r['candidates']} commits or releases, {len(r.get('sampled') or [])} sampled, {r.get('builds', 0)} built "
-           f"by this run, {r.get('wall_s', 0) / 60:.1f} min in all; band ±{r['band']:.1%}.", ""]
+           f"{r['candidates']} commits or releases, {len(r.get('sampled') or [])} sampled; band ±{r['band']:.1%}. "
+           + _cost(r), ""]
     state = {"done": "Every interval between sampled neighbours is the same or a step of one commit.",
              "undecided": "Some intervals stayed undecided (below): they are not \"no change\" — rerun with "
                           "--resume to add pairs.",

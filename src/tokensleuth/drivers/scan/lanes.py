@@ -53,6 +53,7 @@ def run_lanes(main: Scan, fleet: Fleet) -> None:
                     scan = Scan(st, main.sid, main.cands, main.spec, lambda line: main.log(f"[{node.label}] {line}"),
                                 None, fleet=fleet, node=node, lock=main.lock, judges=main.judges)
                     scan.started, scan.spent0 = main.started, main.spent0  # one clock: the scan's wall time
+                    scan.engine0, scan.engine_mark, scan.builds0 = main.engine0, main.engine_mark, main.builds0
                     lanes.append(scan)
                     scan.update(BLOCKS, [], lambda bs: [{**b, "node": node.label} if k == j else b
                                                          for k, b in enumerate(bs)])

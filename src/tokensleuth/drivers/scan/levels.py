@@ -14,6 +14,7 @@ from tokensleuth.drivers.scan.resolve import noise_line, noise_of
 from tokensleuth.drivers.scan.state import LEVELS, NOISE, Scan
 from tokensleuth.drivers.scan.steps import FitStep, fit_steps
 from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.store import count_engine
 
 if TYPE_CHECKING:
     from tokensleuth.core.records import TrialOutcome
@@ -55,6 +56,7 @@ def measure_levels(scan: Scan, rounds: int) -> None:
                                                probe=None, host_env={}).outcome
                     else:
                         out = remote_level(scan, arm, m, name, argv)
+                    count_engine(out)  # (a level is kept in the scan's state, not as a stored trial)
                     got = {canonical(x.test) if len(ws) > 1 else ws[0]: float(x.avg_ts)
                            for x in (out.results if out.status == "done" else []) if x.avg_ts}
                     levels = [{"label": c.label, "round": r, "model": m, "workload": w, "ts": got.get(w),

@@ -116,7 +116,8 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
             "same": [{"from": cands[p].label, "to": cands[q].label, "commits": q - p} for p, q, _ in same],
             "resolution": {"smallest_step_seen": seen, "longest_unsampled": max(gaps, default=0),
                            "max_gap": spec["max_gap"]},
-            "builds": scan.builds_made(), "wall_s": scan.wall_s(),
+            "builds": scan.builds_made(), "builds_all": scan.builds_all(), "wall_s": scan.wall_s(),
+            "engine_s": scan.engine_s(),
             "progress": {"points": len(pts), "intervals": len(pts) - 1, "same": len(same), "steps": len(steps),
                          "open": len(undecided)}}
 

@@ -15,6 +15,7 @@ from tokensleuth.drivers.scan.progress import eta_text, parse_budget
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
 from tokensleuth.sources.history import Candidate
+from tokensleuth.store import engine_ns
 from tokensleuth.trials.outputs import CHECK_TARGETS
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ INTERVALS = "scan-intervals"  # {"A..B": {verdict, cells, study, note}} the pair
 BISECTS = "scan-bisects"  # {"A..B": bisect result} a step's bisect inside its interval
 CAUSES = "scan-causes"  # {"parent..culprit": pinned check} a step whose settings changed
 BLOCKS = "scan-blocks"  # [{from, to, node}] with a fleet: the blocks of the range and their machines
-SPENT = "scan-spent"  # {"wall_s"} what earlier runs of this scan took
+SPENT = "scan-spent"  # {"wall_s", "engine_s", "builds"} what earlier runs of this scan took
 SKIPPED = "scan-skipped"  # {label: why} sampled points that did not build or crashed
 PROGRESS = "scan-progress"  # {machine or "": {line, at}} the latest live line (`report` shows it while it runs)
 CANDIDATES = "scan-candidates"  # the candidates of the latest run (`report` reads them while it runs)
@@ -76,7 +77,10 @@ class Scan:
         self.judges.append(self.judge)
         self.budget = parse_budget(spec.get("budget"))
         self.started = time.monotonic()
-        self.spent0 = float(store.get_state(sid, SPENT, {}).get("wall_s", 0.0))
+        spent = store.get_state(sid, SPENT, {})  # what its earlier runs cost (kept as they went)
+        self.spent0 = float(spent.get("wall_s", 0.0))
+        self.engine0, self.builds0 = float(spent.get("engine_s", 0.0)), int(spent.get("builds", 0))
+        self.engine_mark = engine_ns()
         self.compare_s: list[float] = []
         self.exhausted = False
         self.block = (0, len(self.cands) - 1)  # the part of the range this Scan works on
@@ -91,7 +95,8 @@ class Scan:
 
     def put(self, key: str, value: Any) -> None:
         self.store.put_state(self.sid, key, value)
-        self.store.put_state(self.sid, SPENT, {"wall_s": self.wall_s()})
+        self.store.put_state(self.sid, SPENT, {"wall_s": self.wall_s(), "engine_s": self.engine_s(),
+                                               "builds": self.builds_all()})
 
     def update(self, key: str, default: Any, change: Callable[[Any], Any]) -> Any:
         """Read ``key`` again, change it and store it, under the lock the lanes share (another
@@ -108,8 +113,18 @@ class Scan:
     def wall_s(self) -> float:
         return self.spent0 + time.monotonic() - self.started
 
+    def engine_s(self) -> float:
+        """Seconds of engine processes, this scan's earlier runs included (levels, pairs, bisects
+        and profiles: every trial measured since this run began, in this process)."""
+        return self.engine0 + (engine_ns() - self.engine_mark) / 1e9
+
     def builds_made(self) -> int:
+        """Builds this run made (a cache hit is none)."""
         return sum(1 for j in self.judges for b in j.builds.values() if b is not None and not b.cache_hit)
+
+    def builds_all(self) -> int:
+        """Builds made by every run of this scan (a release built again on another machine counts again)."""
+        return self.builds0 + self.builds_made()
 
     def over_budget(self) -> bool:
         if "wall_s" in self.budget and self.wall_s() >= self.budget["wall_s"]:
