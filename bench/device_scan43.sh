@@ -10,6 +10,8 @@
 #                 minute; the sdist's tokenizers are what they need). The scan starts with the
 #                 next call.
 #   PHASE=scan:   carry .whl .hist .devstore .ccache — the scan.
+#   PHASE=recheck (once the scan is done): carry the same — each step re-checked by a plain
+#                 compare of its two releases, and one interval judged the same (bench/scan_recheck.py).
 # The compiler cache travels too: each scan call returns it in $OUT as cc.tar.aa, cc.tar.ab, …
 # (15 MiB pieces, while it is under CCACHE_CARRY_MB, default 38: what is left of a call's 64 MiB
 # beside the tree, the wheels, the bundle and the store); put them under .ccache/ and a fresh
@@ -21,7 +23,13 @@ LIMIT=${LIMIT:-570}
 DEVICE_DB=$PWD/.devcache/db.sqlite
 mkdir -p .devcache
 [ -f "$DEVICE_DB" ] || { [ -f .devstore/db.sqlite ] && cp .devstore/db.sqlite "$DEVICE_DB"; }
-. bench/device_env.sh
+if [ -n "${DRY:-}" ]; then  # a rehearsal on a machine without the GPU: this checkout's venv, CPU builds,
+  T=.venv/bin/tokensleuth C= PY=.venv/bin/python  # test-sized shapes and work (MOE_SHAPE=DENSE_SHAPE=qwen3-moe-mini WORKLOADS='-w tg16')
+  export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$DEVICE_DB
+else
+  . bench/device_env.sh
+  PY=python3
+fi
 if [ ! -d .devcache/ccache ] && [ ! -d .devcache/sccache ] && ls .ccache/cc.tar.* >/dev/null 2>&1; then
   cat .ccache/cc.tar.* | tar -x -C .devcache && echo "compiler cache carried in: $(du -sh .devcache/*cache | tr '\n' ' ')"
 fi
@@ -33,16 +41,26 @@ synth() { [ -f "$3" ] || { python3 bench/timed.py "synth $1 $2" $T model synth -
 MODELS="--model $Q30"
 [ "${Q4KM:-1}" = 1 ] && MODELS="$MODELS --model $Q4"
 if [ "${PHASE:-scan}" = models ]; then
-  synth qwen3-30b-a3b Q8_0 $Q30 & synth llama-3.1-8b Q8_0 $L8 & wait
-  [ "${Q4KM:-1}" = 1 ] && synth qwen3-30b-a3b Q4_K_M $Q4
+  synth ${MOE_SHAPE:-qwen3-30b-a3b} Q8_0 $Q30 & synth ${DENSE_SHAPE:-llama-3.1-8b} Q8_0 $L8 & wait
+  [ "${Q4KM:-1}" = 1 ] && synth ${MOE_SHAPE:-qwen3-30b-a3b} Q4_K_M $Q4
   df -h / /dev/shm | sed 1d
   cp "$DEVICE_DB" $OUT/db.sqlite 2>/dev/null
+  exit 0
+fi
+sid=$($T studies 2>/dev/null | awk '/\| scan/ {print $2}' | tail -1)
+if [ "${PHASE:-scan}" = recheck ]; then  # each step the scan found, by a plain compare (and a neutral pair)
+  $PY -c "import sys; from pathlib import Path; from tokensleuth.sources.pack import open_repo
+print('history at', open_repo(Path(sys.argv[1])))" .hist/h.bundle  # (its clone, on a fresh machine)
+  left=$((LIMIT - ($(date +%s) - START)))
+  timeout -k 15 $left $PY bench/scan_recheck.py --db "$DEVICE_DB" --study "${sid:?no scan in the store}" \
+    --out-db .devcache/recheck.sqlite --max-pairs ${PAIRS:-20} 2>&1 | tee $OUT/recheck.txt | tail -40
+  cp .devcache/recheck.sqlite $OUT/recheck.sqlite
   exit 0
 fi
 git bundle list-heads .hist/h.bundle | head -3
 left=$((LIMIT - ($(date +%s) - START)))
 timeout -k 15 $left $T scan --repo .hist/h.bundle --from "${FROM:?FROM}" --to "${TO:?TO}" $MODELS \
-  --control-model $L8 -w tg128 -w pp2048 --band "${BAND:-2%}" --samples ${SAMPLES:-8} $C --resume \
+  --control-model $L8 ${WORKLOADS:--w tg128 -w pp2048} --band "${BAND:-2%}" --samples ${SAMPLES:-8} $C --resume \
   --json $OUT/scan.json -- -ngl 99 -fa 1 2>&1 | tail -40
 echo "scan exit ${PIPESTATUS[0]} at $(( $(date +%s) - START )) s"
 sid=$($T studies 2>/dev/null | awk '/\| scan/ {print $2}' | tail -1)

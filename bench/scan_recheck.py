@@ -10,6 +10,9 @@ or when one of the two is `unresolved` (undecided is never a contradiction, and 
     .venv/bin/python bench/scan_recheck.py --db SCAN_DB --study SCAN_ID --out-db RECHECK_DB [--max-pairs 20]
 
 A git history only (a --repo checkout or a packed bundle): the sources are the scan's own.
+Killed, it goes on where it was when run again with the same --out-db (each compare resumes).
+A control model's cells are shown beside the step's bisect's answer for it, not scored: the
+bisect judged the control in a band of its own.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ def _full(repo: str, short: str) -> str:
 
 def _compare(args: argparse.Namespace, spec: dict[str, Any], repo: str, a: str, b: str) -> list[dict[str, Any]]:
     out = Path(tempfile.mkdtemp()) / "c.json"
-    cmd = [sys.executable, "-m", "tokensleuth.cli", "compare", "--arm", f"parent=git:{repo}@{_full(repo, a)}",
+    cmd = [sys.executable, "-m", "tokensleuth.cli", "compare", "--resume", "--arm", f"parent=git:{repo}@{_full(repo, a)}",
            "--arm", f"next=git:{repo}@{_full(repo, b)}", "--band", f"{spec['band'] * 100:g}%",
            "--max-pairs", str(args.max_pairs), "--db", str(args.out_db), "--json", str(out), "--no-probe"]
     for m in spec["models"] + (spec.get("control_models") or []):
@@ -65,23 +68,31 @@ def main() -> int:
         r = store.get_state(sid, "result") or {}
     repo = str(spec["first"]).removeprefix("git:").rpartition("@")[0]
     pairs = [(f"step {n} ({s.get('subject') or s['first_bad']}, {s['direction']})", s["parent"], s["first_bad"],
-              {(Path(c["model"]).stem, c["workload"]): c["verdict"] for c in s["cells"]})
+              {(Path(c["model"]).stem, c["workload"]): c["verdict"] for c in s["cells"]},
+              {(Path(c["model"]).stem, c["workload"]): c["verdict"]
+               for c in (s.get("controls") or {}).get("parent_vs_culprit") or []})
              for n, s in enumerate(r.get("steps") or [], 1)]
     if r.get("same"):
         same = r["same"][0]
-        pairs.append((f"neutral ({same['commits']} commits judged the same)", same["from"], same["to"], {}))
+        pairs.append((f"neutral ({same['commits']} commits judged the same)", same["from"], same["to"], {}, {}))
+    measured = {Path(m).stem for m in spec["models"]}
     bad = 0
-    for label, a, b, scan in pairs:
+    for label, a, b, scan, controls in pairs:
         comps = _compare(args, spec, repo, a, b)
         print(f"{label}: {a} → {b}")
         for c in comps:
             key = (Path(c["model"]).stem, c["workload"])
+            ci = f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]" if c.get("ci") else ""
+            got = f"compare {c['verdict']} {c.get('ratio') or 0:.3f} {ci} after {c['pairs']} pairs"
+            if key[0] not in measured:  # a control model: the scan judged it only in the step's bisect, in a
+                # band of its own (half the step), so its answer is shown beside this one, not scored
+                said = f"the bisect's control answer {controls[key]}" if key in controls else "not measured by the scan"
+                print(f"  {key[0]} {key[1]} (control): {said}; {got}")
+                continue
             want = scan.get(key, "same")
             ok = _agree(want, c["verdict"])
             bad += not ok
-            ci = f"[{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]" if c.get("ci") else ""
-            print(f"  {key[0]} {key[1]}: scan {want}, compare {c['verdict']} {c.get('ratio') or 0:.3f} {ci} after "
-                  f"{c['pairs']} pairs — {'agrees' if ok else 'CONTRADICTS'}")
+            print(f"  {key[0]} {key[1]}: scan {want}, {got} — {'agrees' if ok else 'CONTRADICTS'}")
     print(f"{len(pairs)} pairs re-checked, {bad} contradicting cell(s)")
     return 1 if bad else 0
 

@@ -67,6 +67,7 @@ def test_each_release_is_one_commit_holding_its_tree_less_what_no_build_reads(bu
 
 def test_the_same_releases_give_the_same_commits_and_the_same_engines_anywhere(bundle: Path, tmp_path: Path) -> None:
     again = pack(PACKAGE, VERSIONS, tmp_path / "elsewhere" / "again.bundle")
+    assert again.bundle.read_bytes() == bundle.read_bytes()  # the very bytes: a carried copy can be checked
     assert again.releases == tuple((v, _git("bundle", "list-heads", str(bundle), f"refs/tags/{v}").split()[0])
                                    for v in VERSIONS)
     # A copy at another path (another machine's checkout) is read as the same engines: the
