@@ -202,6 +202,17 @@ def _result(**kw: Any) -> dict[str, Any]:
     return dict(r, **kw)
 
 
+def test_the_cost_counts_every_run_and_withholds_an_engine_time_not_kept() -> None:
+    from tokensleuth.studies.scan import _cost
+
+    assert _cost({"builds": 5, "builds_all": 14, "wall_s": 5778.0, "engine_s": 2472.0}) == (
+        "Cost: 14 builds over all its runs (5 by the last), 96.3 min of wall time, 41.2 min of it engine time.")
+    # a scan resumed from a run that did not keep its engine time: withheld, not undercounted
+    assert _cost({"builds": 2, "builds_all": 2, "wall_s": 60.0, "engine_s": None}) == (
+        "Cost: 2 builds, 1.0 min of wall time (engine time not known: a run of it before tokensleuth kept it).")
+    assert _cost({"builds": 3, "wall_s": 120.0}) == "Cost: 3 builds, 2.0 min of wall time."  # a result stored before
+
+
 def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() -> None:
     from tokensleuth.studies.scan import KIND, history_figures, render
 

@@ -74,7 +74,8 @@ def _cost(r: dict[str, Any]) -> str:
     every = r.get("builds_all")
     made = (f"{every} builds over all its runs ({builds} by the last)" if every is not None and every != builds
             else f"{builds} builds")
-    engine = f", {r['engine_s'] / 60:.1f} min of it engine time" if r.get("engine_s") is not None else ""
+    engine = (f", {r['engine_s'] / 60:.1f} min of it engine time" if r.get("engine_s") is not None else
+              " (engine time not known: a run of it before tokensleuth kept it)" if "engine_s" in r else "")
     return f"Cost: {made}, {r.get('wall_s', 0) / 60:.1f} min of wall time{engine}."
 
 

@@ -79,7 +79,10 @@ class Scan:
         self.started = time.monotonic()
         spent = store.get_state(sid, SPENT, {})  # what its earlier runs cost (kept as they went)
         self.spent0 = float(spent.get("wall_s", 0.0))
-        self.engine0, self.builds0 = float(spent.get("engine_s", 0.0)), int(spent.get("builds", 0))
+        # (a run before engine time was kept leaves it unknown: withheld, never undercounted)
+        self.engine0: float | None = float(spent["engine_s"]) if spent.get("engine_s") is not None else (
+            None if spent else 0.0)
+        self.builds0 = int(spent.get("builds", 0))
         self.engine_mark = engine_ns()
         self.compare_s: list[float] = []
         self.exhausted = False
@@ -113,10 +116,11 @@ class Scan:
     def wall_s(self) -> float:
         return self.spent0 + time.monotonic() - self.started
 
-    def engine_s(self) -> float:
+    def engine_s(self) -> float | None:
         """Seconds of engine processes, this scan's earlier runs included (levels, pairs, bisects
-        and profiles: every trial measured since this run began, in this process)."""
-        return self.engine0 + (engine_ns() - self.engine_mark) / 1e9
+        and profiles: every trial measured since this run began, in this process); None where an
+        earlier run did not keep it."""
+        return None if self.engine0 is None else self.engine0 + (engine_ns() - self.engine_mark) / 1e9
 
     def builds_made(self) -> int:
         """Builds this run made (a cache hit is none)."""
