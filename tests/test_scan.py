@@ -496,7 +496,7 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
 
 
 def test_the_step_table_says_which_models_moved_and_never_calls_an_undecided_one_still() -> None:
-    from tokensleuth.studies.scan import _kernel, _models
+    from tokensleuth.studies.scan import _files, _kernel, _models
 
     def cell(model: str, verdict: str) -> dict[str, Any]:
         return {"model": f"/m/{model}.gguf", "workload": "tg8", "verdict": verdict}
@@ -506,6 +506,20 @@ def test_the_step_table_says_which_models_moved_and_never_calls_an_undecided_one
     assert _models({"cells": [cell("moe", "slower"), cell("dense", "faster")]}) == "all"
     assert _models({"cells": [cell("moe", "slower")], "specific_to_model": True}) == "scanned only (controls still)"
     assert _models({"cells": [cell("moe", "unresolved")]}) == "—"
+    from tokensleuth.studies.scan import render
+
+    r = {"study": "s", "first": "a", "last": "b", "candidates": 2, "band": 0.03, "status": "done", "builds": 1,
+         "wall_s": 60.0, "steps": [{"parent": "a", "first_bad": "b", "direction": "slower", "cause": "engine",
+                                   "cells": [dict(cell("moe", "slower"), ratio=0.95, ci=[0.93, 0.97])],
+                                   "verified": False, "verification": [dict(cell("moe", "unresolved"), ratio=0.949,
+                                                                            ci=[0.927, 0.973], pairs=20)]}]}
+    assert "(parent vs it: moe tg8 0.949 [0.927, 0.973] unresolved after 20 pairs)" in render(r)
+    files = [{"path": p} for p in ("common/arg.cpp", "tools/x.cpp", "src/llama.cpp", "ggml/src/ggml-backend.cpp")]
+    assert _files(files, 3) == "`ggml/src/ggml-backend.cpp`, `src/llama.cpp`, `common/arg.cpp` and 1 more"
+    # controls measured by the bisect but undecided there: said, never "all" nor "moe only"
+    ctl = {"parent_vs_culprit": [cell("dense", "unresolved")]}
+    assert _models({"cells": [cell("moe", "slower")], "controls": ctl, "specific_to_model": None}) == "moe; dense undecided"
+    assert _models({"cells": [cell("moe", "slower"), cell("moe", "same")]}) == "moe (the only model measured)"
     head = "git:/r@aaaa vs git:/r@bbbb, tg128: mul_mat_vec_q<Q6_K> +0.12 ms/token (of +0.13 ms/token in all)"
     assert _kernel({"profile": {"headline": head}}) == "mul_mat_vec_q<Q6_K> +0.12 ms/token (of +0.13 ms/token in all)"
     assert _kernel({}) == "—"

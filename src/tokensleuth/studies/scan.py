@@ -50,9 +50,13 @@ def _models(s: dict[str, Any]) -> str:
     """Which models a step moved: the scanned ones only (the control models still), all, or by name."""
     if s.get("specific_to_model") is not None:
         return "scanned only (controls still)" if s["specific_to_model"] else "all (a control moved)"
-    every = {Path(str(c["model"])).stem for c in s["cells"]}
-    moved = {Path(str(c["model"])).stem for c in s["cells"] if c["verdict"] in ("faster", "slower")}
-    open_ = {Path(str(c["model"])).stem for c in s["cells"] if c["verdict"] not in ("faster", "slower", "same")}
+    # the controls the bisect measured count too: undecided there, they are said undecided here
+    cells = [*s["cells"], *((s.get("controls") or {}).get("parent_vs_culprit") or [])]
+    every = {Path(str(c["model"])).stem for c in cells}
+    moved = {Path(str(c["model"])).stem for c in cells if c["verdict"] in ("faster", "slower")}
+    open_ = {Path(str(c["model"])).stem for c in cells if c["verdict"] not in ("faster", "slower", "same")}
+    if len(every) == 1 and moved:  # one model measured: "all" would say nothing
+        return f"{next(iter(moved))} (the only model measured)"
     if not moved or moved == every:
         return "all" if moved else "—"
     open_ -= moved  # (a model with a moved cell moved, whatever its other cells say)
@@ -65,6 +69,15 @@ def _kernel(s: dict[str, Any]) -> str:
     text = str(pr.get("headline") or "")
     text = re.sub(r"^\S+ vs \S+, [^:]+: ", "", text)  # (the two engines and the cell: the row says them)
     return (text[:70] + "…" if len(text) > 70 else text) or "—"
+
+
+def _files(files: list[dict[str, Any]], most: int = 8) -> str:
+    """The compiled files a step changed, the engine's own first (ggml, then llama's src, then
+    common and the tools: a release changes dozens, and the kernels must not fall off the end)."""
+    rank = {"ggml": 0, "src": 1, "common": 2, "tools": 3}
+    paths = sorted((str(f["path"]) for f in files), key=lambda p: (rank.get(p.split("/", 1)[0], 4), p))
+    more = f" and {len(paths) - most} more" if len(paths) > most else ""
+    return ", ".join(f"`{p}`" for p in paths[:most]) + more
 
 
 def _cost(r: dict[str, Any]) -> str:
@@ -101,7 +114,7 @@ def render(r: dict[str, Any]) -> str:
         out.append(step_line(n, s))
         extra = []
         if s.get("files"):
-            extra.append("compiled files changed: " + ", ".join(f"`{f['path']}`" for f in s["files"][:8]))
+            extra.append("compiled files changed: " + _files(s["files"]))
         which = "which kernel" if (pr := s.get("profile")) and pr.get("kernels") else "which op"
         if pr and pr.get("headline"):
             extra.append(f"{which}: {pr['headline']}")
@@ -112,7 +125,10 @@ def render(r: dict[str, Any]) -> str:
         elif s.get("specific_to_model") is False:
             extra.append("a control model moved too")
         if s.get("verified") is False:
-            extra.append("not verified against its parent in the bisect's own cell")
+            said = "; ".join(f"{_cell(c)} {_ratio(c)} {c['verdict']} after {c.get('pairs')} pairs"
+                             for c in s.get("verification") or [])
+            extra.append("not verified against its parent in the bisect's own cell"
+                         + (f" (parent vs it: {said})" if said else ""))
         out += [f"   - {e}" for e in extra]
     rows = [[str(n), s["parent"], s["first_bad"], s.get("subject") or "—", s["direction"], s["cause"],
              "; ".join(f"{_cell(c)} {_ratio(c)} {c['verdict']}" for c in s["cells"]), _models(s), _kernel(s)]

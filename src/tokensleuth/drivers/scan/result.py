@@ -147,6 +147,8 @@ def _explain(scan: Scan, p: int, q: int, got: dict[str, Any], bisects: dict[str,
         **cause(scan, parent, culprit, diffs, [(c["model"], c["workload"]) for c in moved], measure),
         "files": [f for f in ((found or {}).get("changes") or {}).get("files", []) if f.get("group") == "compiled"],
         "bisect": (found or {}).get("study"), "verified": (found or {}).get("verified"),
+        "verification": [{k: c.get(k) for k in ("model", "workload", "ratio", "ci", "verdict", "pairs")}
+                         for c in (found or {}).get("verification") or []],
         "study": got.get("study"),
     }
     for k in ("profile", "controls", "specific_to_model"):
