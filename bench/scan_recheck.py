@@ -12,7 +12,8 @@ or when one of the two is `unresolved` (undecided is never a contradiction, and 
 A git history only (a --repo checkout or a packed bundle): the sources are the scan's own.
 Killed, it goes on where it was when run again with the same --out-db (each compare resumes).
 A control model's cells are shown beside the step's bisect's answer for it, not scored: the
-bisect judged the control in a band of its own.
+bisect judged the control in a band of its own. The neutral pair is compared on the scanned
+models alone, with up to twice --max-pairs (what the scan gives an interval it cannot decide).
 """
 
 from __future__ import annotations
@@ -33,12 +34,13 @@ def _full(repo: str, short: str) -> str:
                           text=True).stdout.strip()
 
 
-def _compare(args: argparse.Namespace, spec: dict[str, Any], repo: str, a: str, b: str) -> list[dict[str, Any]]:
+def _compare(args: argparse.Namespace, spec: dict[str, Any], repo: str, a: str, b: str, *, controls: bool = True,
+             pairs: int | None = None) -> list[dict[str, Any]]:
     out = Path(tempfile.mkdtemp()) / "c.json"
     cmd = [sys.executable, "-m", "tokensleuth.cli", "compare", "--resume", "--arm", f"parent=git:{repo}@{_full(repo, a)}",
            "--arm", f"next=git:{repo}@{_full(repo, b)}", "--band", f"{spec['band'] * 100:g}%",
-           "--max-pairs", str(args.max_pairs), "--db", str(args.out_db), "--json", str(out), "--no-probe"]
-    for m in spec["models"] + (spec.get("control_models") or []):
+           "--max-pairs", str(pairs or args.max_pairs), "--db", str(args.out_db), "--json", str(out), "--no-probe"]
+    for m in spec["models"] + ((spec.get("control_models") or []) if controls else []):
         cmd += ["--model", m]
     for w in spec["workloads"]:
         cmd += ["-w", w]
@@ -76,9 +78,10 @@ def main() -> int:
         same = r["same"][0]
         pairs.append((f"neutral ({same['commits']} commits judged the same)", same["from"], same["to"], {}, {}))
     measured = {Path(m).stem for m in spec["models"]}
-    bad = 0
+    bad = moved = sure = 0
     for label, a, b, scan, controls in pairs:
-        comps = _compare(args, spec, repo, a, b)
+        neutral = not scan  # (the scan measured no control there: only its own models, as many pairs as it had)
+        comps = _compare(args, spec, repo, a, b, controls=not neutral, pairs=2 * args.max_pairs if neutral else None)
         print(f"{label}: {a} → {b}")
         for c in comps:
             key = (Path(c["model"]).stem, c["workload"])
@@ -92,8 +95,17 @@ def main() -> int:
             want = scan.get(key, "same")
             ok = _agree(want, c["verdict"])
             bad += not ok
-            print(f"  {key[0]} {key[1]}: scan {want}, {got} — {'agrees' if ok else 'CONTRADICTS'}")
-    print(f"{len(pairs)} pairs re-checked, {bad} contradicting cell(s)")
+            how = "agrees" if ok else "CONTRADICTS"
+            if ok and want in ("slower", "faster"):  # how strongly: the same verdict, or at least its side of 1
+                side = c.get("ci") and (c["ci"][1] < 1 if want == "slower" else c["ci"][0] > 1)
+                how = ("confirmed" if c["verdict"] == want else
+                       f"{want} than its parent for sure, beyond the band undecided" if side else
+                       "agrees (undecided: not confirmed)")
+                moved += 1
+                sure += c["verdict"] == want or bool(side)
+            print(f"  {key[0]} {key[1]}: scan {want}, {got} — {how}")
+    print(f"{len(pairs)} pairs re-checked, {bad} contradicting cell(s); of the {moved} cells the scan said moved, "
+          f"{sure} moved the same way in the compare (its interval excludes no change)")
     return 1 if bad else 0
 
 
