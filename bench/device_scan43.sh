@@ -16,13 +16,14 @@
 # (15 MiB pieces, while it is under CCACHE_CARRY_MB, default 38: what is left of a call's 64 MiB
 # beside the tree, the wheels, the bundle and the store); put them under .ccache/ and a fresh
 # machine's first build of a release it has built before is a compile-cache hit, not 300 s.
-# Q4KM=0 leaves the Q4_K_M model out (it doubles each interval's engine time).
+# Q4KM: the Q4_K_M 30B model as a control, measured at each step's bisect beside the 8B (control,
+# the default), scanned like the Q8_0 (model: each interval's engine time twice), or left out (0).
 # FROM, TO: the range (tags of the bundle, e.g. 10705.0.0 and 11434.0.0); BAND (default 2%).
 START=$(date +%s)
 LIMIT=${LIMIT:-570}
 DEVICE_DB=$PWD/.devcache/db.sqlite
 mkdir -p .devcache
-[ -f "$DEVICE_DB" ] || { [ -f .devstore/db.sqlite ] && cp .devstore/db.sqlite "$DEVICE_DB"; }
+[ -f "$DEVICE_DB" ] || { [ -f .devstore/db.sqlite ] && cp .devstore/db.sqlite "$DEVICE_DB" && chmod u+w "$DEVICE_DB"; }
 if [ -n "${DRY:-}" ]; then  # a rehearsal on a machine without the GPU: this checkout's venv, CPU builds,
   T=.venv/bin/tokensleuth C= PY=.venv/bin/python  # test-sized shapes and work (MOE_SHAPE=DENSE_SHAPE=qwen3-moe-mini WORKLOADS='-w tg16')
   export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=$DEVICE_DB
@@ -38,11 +39,14 @@ Q4=/dev/shm/q30-q4_k_m.gguf  # 18.6 GB: beside the Q8_0 (32.5 GB) and the 8B (8.
 L8=$PWD/.devcache/l8-q8_0.gguf
 synth() { [ -f "$3" ] || { python3 bench/timed.py "synth $1 $2" $T model synth --shape $1 --quant $2 \
   --out "${3%.gguf}.part.gguf" 2>&1 | tail -2 && mv "${3%.gguf}.part.gguf" "$3"; }; }
-MODELS="--model $Q30"
-[ "${Q4KM:-1}" = 1 ] && MODELS="$MODELS --model $Q4"
+MODELS="--model $Q30 --control-model $L8"  # the field report's MoE regression is a Q8_0 one
+case "${Q4KM:-control}" in
+  control) MODELS="$MODELS --control-model $Q4" ;;  # measured at each step's bisect
+  model) MODELS="$MODELS --model $Q4" ;;  # every interval measured on it too: twice the engine time
+esac
 if [ "${PHASE:-scan}" = models ]; then
   synth ${MOE_SHAPE:-qwen3-30b-a3b} Q8_0 $Q30 & synth ${DENSE_SHAPE:-llama-3.1-8b} Q8_0 $L8 & wait
-  [ "${Q4KM:-1}" = 1 ] && synth ${MOE_SHAPE:-qwen3-30b-a3b} Q4_K_M $Q4
+  [ "${Q4KM:-control}" != 0 ] && synth ${MOE_SHAPE:-qwen3-30b-a3b} Q4_K_M $Q4
   df -h / /dev/shm | sed 1d
   cp "$DEVICE_DB" $OUT/db.sqlite 2>/dev/null
   exit 0
@@ -60,12 +64,11 @@ fi
 git bundle list-heads .hist/h.bundle | head -3
 left=$((LIMIT - ($(date +%s) - START)))
 timeout -k 15 $left $T scan --repo .hist/h.bundle --from "${FROM:?FROM}" --to "${TO:?TO}" $MODELS \
-  --control-model $L8 ${WORKLOADS:--w tg128 -w pp2048} --band "${BAND:-2%}" --samples ${SAMPLES:-8} $C --resume \
-  --json $OUT/scan.json -- -ngl 99 -fa 1 2>&1 | tail -40
+  ${WORKLOADS:--w tg128 -w pp2048} --band "${BAND:-2%}" --samples ${SAMPLES:-8} $C --resume \
+  --json $OUT/scan.json -- -ngl 99 -fa 1 2>&1 | grep -v "^## Scan" | sed '/^[0-9]* commits or releases/,$d' | tail -25
 echo "scan exit ${PIPESTATUS[0]} at $(( $(date +%s) - START )) s"
 sid=$($T studies 2>/dev/null | awk '/\| scan/ {print $2}' | tail -1)
-[ -n "$sid" ] && $T report "$sid" > $OUT/scan_report.md 2>&1 && tail -c 4000 $OUT/scan_report.md
-python3 -c "import sqlite3, sys; print('engine time in this store: %.0f s' % sqlite3.connect(sys.argv[1]).execute('SELECT COALESCE(SUM(t1_ns - t0_ns), 0) / 1e9 FROM trials WHERE t1_ns IS NOT NULL').fetchone()[0])" "$DEVICE_DB"
+[ -n "$sid" ] && $T report "$sid" > $OUT/scan_report.md 2>&1 && tail -c 4000 $OUT/scan_report.md  # (its cost included)
 cp "$DEVICE_DB" $OUT/db.sqlite
 command -v ccache >/dev/null && CCACHE_DIR=$PWD/.devcache/ccache ccache -s 2>/dev/null | grep -iE "hits|misses|size" | head -6
 caches=$(cd .devcache && ls -d ccache sccache 2>/dev/null | tr '\n' ' ')
