@@ -424,7 +424,7 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     spent = _state(db, "scan-spent")
     # the cost so far is kept as it goes: the level rounds' engine time (20 trials, not stored as
     # trials) beyond the pairs' (a trial or two may have been stored after the last write)
-    assert spent["engine_s"] > trials_s() and spent["builds"] >= 1, (spent, trials_s())
+    assert spent["engine_s"] > trials_s(), (spent, trials_s())
     # what it has so far, from the store alone, while it is not finished
     sid = sqlite3.connect(db).execute("SELECT id FROM studies WHERE kind='scan'").fetchone()[0]
     live = subprocess.run([tokensleuth_bin(), "report", sid], env=cli_env, capture_output=True, text=True, timeout=300)

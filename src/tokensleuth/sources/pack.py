@@ -91,7 +91,7 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
         # fast-import stores each changed file whole; deltas against its other releases make the
         # bundle about a quarter of that (70 releases: 42 MB -> 11 MB), which is what leaves room
         # beside it in a device call. The ids do not change.
-        _git("-c", "pack.threads=1", "--git-dir", str(git), "repack", "-a", "-d", "-f", "-q", "--window=250",
+        _git("-c", "pack.threads=1", "--git-dir", str(git), "repack", "-adfq", "--window=250",
              "--depth=250")  # (one thread: the same bytes every time)
         out.parent.mkdir(parents=True, exist_ok=True)
         part = out.with_name(out.name + ".part")  # a pack killed while writing leaves no bundle behind
