@@ -6,9 +6,9 @@
 # for many calls over many sessions: every call resumes the scan (.devcache/db.sqlite while the
 # machine stays warm; the store comes back in $OUT and a later session carries it in as
 # .devstore/db.sqlite), and stops itself LIMIT seconds after it began.
-#   PHASE=models (a session's first call): carry .whl .carry — the two models only (about a
-#                 minute; the sdist's tokenizers are what they need). The scan starts with the
-#                 next call.
+#   PHASE=models (a session's first call): carry .whl .carry — the models only: the 30B in Q8_0
+#                 and Q4_K_M, the 8B (about a minute; the sdist's tokenizers are what they need).
+#                 The scan starts with the next call.
 #   PHASE=scan:   carry .whl .hist .devstore .ccache — the scan.
 #   PHASE=recheck (once the scan is done): carry the same — each step re-checked by a plain
 #                 compare of its two releases, and one interval judged the same (bench/scan_recheck.py).
