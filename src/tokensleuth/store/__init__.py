@@ -93,6 +93,7 @@ def count_engine(out: TrialOutcome) -> None:
         with _engine_lock:
             _engine[0] += max(0, out.t1_ns - out.t0_ns)
 
+
 def _study(r: sqlite3.Row) -> StudyRow:
     return StudyRow(**{f: r[f] for f in StudyRow.__slots__ if f in r.keys()})
 
