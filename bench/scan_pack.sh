@@ -24,6 +24,7 @@ echo "scan $FROM → $TO at ±$BAND: exit $rc, $(( $(date +%s) - start )) s wall
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 n, s = db.execute("SELECT COUNT(*), COALESCE(SUM(t1_ns - t0_ns), 0) / 1e9 FROM trials WHERE t1_ns IS NOT NULL").fetchone()
-print(f"store: {n} trials, {s:.0f} s of engine time")
+print(f"store: {n} trials stored, {s:.0f} s of their engine time (the level rounds are not stored trials: "
+      "the report's cost counts them)")
 PY
 exit $rc

@@ -36,21 +36,23 @@ def _full(repo: str, short: str) -> str:
 
 def _compare(args: argparse.Namespace, spec: dict[str, Any], repo: str, a: str, b: str, *, controls: bool = True,
              pairs: int | None = None) -> list[dict[str, Any]]:
-    out = Path(tempfile.mkdtemp()) / "c.json"
-    cmd = [sys.executable, "-m", "tokensleuth.cli", "compare", "--resume", "--arm", f"parent=git:{repo}@{_full(repo, a)}",
-           "--arm", f"next=git:{repo}@{_full(repo, b)}", "--band", f"{spec['band'] * 100:g}%",
-           "--max-pairs", str(pairs or args.max_pairs), "--db", str(args.out_db), "--json", str(out), "--no-probe"]
-    for m in spec["models"] + ((spec.get("control_models") or []) if controls else []):
-        cmd += ["--model", m]
-    for w in spec["workloads"]:
-        cmd += ["-w", w]
-    for f in spec.get("cmake") or []:
-        cmd += ["--cmake", f]
-    cmd += ["--", *(spec.get("flags") or [])]
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode not in (0, 1) or not out.exists():
-        raise SystemExit(f"compare {a} → {b} failed ({p.returncode}): {p.stderr[-2000:]}")
-    return list(json.loads(out.read_text())["comparisons"])
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "c.json"
+        cmd = [sys.executable, "-m", "tokensleuth.cli", "compare", "--resume", "--arm",
+               f"parent=git:{repo}@{_full(repo, a)}", "--arm", f"next=git:{repo}@{_full(repo, b)}",
+               "--band", f"{spec['band'] * 100:g}%", "--max-pairs", str(pairs or args.max_pairs),
+               "--db", str(args.out_db), "--json", str(out), "--no-probe"]
+        for m in spec["models"] + ((spec.get("control_models") or []) if controls else []):
+            cmd += ["--model", m]
+        for w in spec["workloads"]:
+            cmd += ["-w", w]
+        for f in spec.get("cmake") or []:
+            cmd += ["--cmake", f]
+        cmd += ["--", *(spec.get("flags") or [])]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode not in (0, 1) or not out.exists():
+            raise SystemExit(f"compare {a} → {b} failed ({p.returncode}): {p.stderr[-2000:]}")
+        return list(json.loads(out.read_text())["comparisons"])
 
 
 def _agree(scan: str, got: str) -> bool:
@@ -72,15 +74,15 @@ def main() -> int:
     pairs = [(f"step {n} ({s.get('subject') or s['first_bad']}, {s['direction']})", s["parent"], s["first_bad"],
               {(Path(c["model"]).stem, c["workload"]): c["verdict"] for c in s["cells"]},
               {(Path(c["model"]).stem, c["workload"]): c["verdict"]
-               for c in (s.get("controls") or {}).get("parent_vs_culprit") or []})
+               for c in (s.get("controls") or {}).get("parent_vs_culprit") or []}, False)
              for n, s in enumerate(r.get("steps") or [], 1)]
     if r.get("same"):
         same = r["same"][0]
-        pairs.append((f"neutral ({same['commits']} commits judged the same)", same["from"], same["to"], {}, {}))
+        pairs.append((f"neutral ({same['commits']} commits judged the same)", same["from"], same["to"], {}, {}, True))
     measured = {Path(m).stem for m in spec["models"]}
     bad = moved = sure = 0
-    for label, a, b, scan, controls in pairs:
-        neutral = not scan  # (the scan measured no control there: only its own models, as many pairs as it had)
+    for label, a, b, scan, controls, neutral in pairs:
+        # (the neutral pair: the scan measured no control there; its own models, as many pairs as it had)
         comps = _compare(args, spec, repo, a, b, controls=not neutral, pairs=2 * args.max_pairs if neutral else None)
         print(f"{label}: {a} → {b}")
         for c in comps:
