@@ -337,12 +337,12 @@ def cases(f: Files) -> list[Case]:
     add("model", "synth bad arch", "model", "synth", "--arch", "gpt9", "--out", f.p("x.gguf"), expect="gpt9")
     add("model", "synth bad size", "model", "synth", "--size", "huge", "--out", f.p("x.gguf"), expect="huge")
     add("model", "synth bad quant", "model", "synth", "--quant", "Q1_X", "--out", f.p("x.gguf"), expect="Q1_X")
-    add("model", "synth --out a folder", "model", "synth", "--out", f.p("adir"), expect="directory")
+    add("model", "synth --out a folder", "model", "synth", "--out", f.p("adir"), expect="is a folder")
 
     # -- --json targets (checked before any engine time) -----------------------------------
-    for name, path, expect in (("a folder", f.p("adir"), "is a directory"),
-                               ("under a file", f.p("notes.txt/x.json"), "Not a directory"),
-                               ("/", "/", "is a directory")):
+    for name, path, expect in (("a folder", f.p("adir"), "is a folder"),
+                               ("under a file", f.p("notes.txt/x.json"), "is a file, not a folder"),
+                               ("/", "/", "is a folder")):
         add("json", f"bench --json {name}", "bench", "--model", m, "--json", path, expect=expect)
         add("json", f"compare --json {name}", "compare", *two, "--json", path, expect=expect)
         add("json", f"bisect --json {name}", "bisect", *ok2, "--json", path, expect=expect)

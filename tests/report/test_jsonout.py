@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from tokensleuth.core.errors import UserError
-from tokensleuth.report.jsonout import check_json_target, write_json
+from tokensleuth.core.writes import check_writable
+from tokensleuth.report.jsonout import write_json
 
 
 def test_regular_file_is_replaced_atomically_keeping_its_mode(tmp_path: Path) -> None:
@@ -26,7 +27,7 @@ def test_regular_file_is_replaced_atomically_keeping_its_mode(tmp_path: Path) ->
 
 def test_new_file_in_new_folders(tmp_path: Path) -> None:
     p = tmp_path / "a" / "b" / "out.json"
-    check_json_target(p)
+    check_writable("--json", p)
     write_json(p, {"a": 1})
     assert json.loads(p.read_text()) == {"a": 1}
 
@@ -34,7 +35,7 @@ def test_new_file_in_new_folders(tmp_path: Path) -> None:
 @pytest.mark.parametrize("dev", ["/dev/null", "/dev/full"])
 def test_character_devices_stay_devices(dev: str) -> None:
     # The tmp-then-rename write turned /dev/full into a regular file (and would /dev/null as root).
-    check_json_target(Path(dev))
+    check_writable("--json", Path(dev))
     if dev == "/dev/full":
         with pytest.raises(OSError):
             write_json(Path(dev), {"a": 1})
@@ -65,13 +66,13 @@ def test_symlink_stays_a_link(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda t: t, "is a directory"),
-    (lambda t: t / "file" / "x.json", "Not a directory"),
+    (lambda t: t, "is a folder"),
+    (lambda t: t / "file" / "x.json", "file is a file, not a folder"),
 ])
 def test_bad_targets_fail_before_measuring(tmp_path: Path, make: object, message: str) -> None:
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match=message):
-        check_json_target(make(tmp_path))  # type: ignore[operator]
+        check_writable("--json", make(tmp_path))  # type: ignore[operator]
 
 
 def test_read_only_targets(tmp_path: Path) -> None:
@@ -93,9 +94,9 @@ def test_read_only_targets(tmp_path: Path) -> None:
         d.chmod(0o555)
     try:
         with pytest.raises(UserError, match="not writable"):
-            check_json_target(ro)
-        with pytest.raises(UserError, match="cannot create files"):
-            check_json_target(d / "x.json")
+            check_writable("--json", ro)
+        with pytest.raises(UserError, match="is on a read-only file system" if root else "is not writable"):
+            check_writable("--json", d / "x.json")
     finally:
         if root:
             subprocess.run(["chattr", "-i", str(ro)], check=False)

@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -17,7 +18,8 @@ from tokensleuth.commands.common import (
     SampleIntervalOpt,
     command_line,
     engine_flags,
-    json_target,
+    guard_writes,
+    models_read,
     out,
     parse_env,
     save_json,
@@ -38,7 +40,7 @@ def bench(
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a trial is killed.")] = 1800,
     env: Annotated[list[str], typer.Option("--env", help="VAR=VALUE for the engine (repeatable).")] = [],  # noqa: B006
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write results as JSON here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write results as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Finish the last unfinished run of this same command.")] = False,
     resources: Annotated[bool, typer.Option(help="Show every resource column.")] = False,
     kind: Annotated[str, typer.Option("--kind", help="Engine kind: llama-bench, or llama-server (timed requests to the built server); a url: engine is measured as openai.")] = DEFAULT_KIND,
@@ -62,7 +64,7 @@ def bench(
     from tokensleuth.studies.bench import bench_json, render_bench
 
     flags = engine_flags(ctx)
-    json_target(json_out)
+    guard_writes([("--json", json_out)], reads=models_read(model), db=db)
     request = BenchRequest(engine=engine, models=[str(m) for m in model], workloads=workload, flags=flags,
                            cmake=cmake, trials=trials, timeout_s=timeout, env=parse_env(env), resume=resume,
                            json_out=json_out, kind=kind, api_key_env=api_key_env, sample_interval_s=sample_interval,

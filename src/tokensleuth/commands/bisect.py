@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -16,7 +17,8 @@ from tokensleuth.commands.common import (
     OnOpt,
     command_line,
     engine_flags,
-    json_target,
+    guard_writes,
+    models_read,
     print_result,
     seconds_option,
 )
@@ -35,11 +37,11 @@ def bisect(
     control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model, e.g. a dense one (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
     band: Annotated[str, typer.Option(help="Endpoints must differ by more than this.")] = "2%",
-    max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per comparison (unresolved ones get twice that).")] = 20,
+    max_pairs: Annotated[int, typer.Option(min=5, max=5000, help="Most pairs per comparison (unresolved ones get twice that).")] = 20,
     cmake: CmakeOpt = [],  # noqa: B006
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a trial is killed (a hang is a crash).")] = 600,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the bisect result as JSON here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write the bisect result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same bisect.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every candidate the good side's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs differ from good's (llama-perplexity KL divergence).")] = False,
@@ -59,7 +61,7 @@ def bisect(
     from tokensleuth.studies.profile import summary
 
     flags = engine_flags(ctx)
-    json_target(json_out)
+    guard_writes([("--json", json_out)], reads=[*models_read(model, control_model), ("the bundle", repo)], db=db)
     request = BisectRequest(
         good=good, bad=bad, repo=repo, source=source, bins=bin_dir, models=[str(m) for m in model],
         control_models=[str(m) for m in control_model], workloads=workload, band=band, max_pairs=max_pairs,

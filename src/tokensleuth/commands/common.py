@@ -18,6 +18,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.paths import default_db
+from tokensleuth.core.writes import check_writes, file_path
 from tokensleuth.drivers import shared
 from tokensleuth.drivers.shared import quarter_lines
 from tokensleuth.drivers.shared import targets_for as targets_for  # (tests and bench scripts import it here)
@@ -27,7 +28,7 @@ from tokensleuth.store import Store
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
-DbOpt = Annotated[Optional[Path], typer.Option("--db", help="Study store (default: TOKENSLEUTH_DB or the user data dir).")]
+DbOpt = Annotated[Optional[Path], typer.Option("--db", parser=file_path("--db"), help="Study store (default: TOKENSLEUTH_DB or the user data dir).")]
 CmakeOpt = Annotated[list[str], typer.Option("--cmake", help="Extra CMake flag for the engine build, e.g. --cmake -DGGML_CUDA=ON (repeatable).")]
 
 
@@ -138,12 +139,16 @@ def print_result(kind_name: str, result: dict[str, Any], json_out: Path | None) 
         save_json(json_out, kind.to_json(result), str(result.get("study", "ID")))
 
 
-def json_target(path: Path | None, option: str = "--json") -> None:
-    """Check an output path now: a bad one fails before any engine time is spent."""
-    if path is not None:
-        from tokensleuth.report.jsonout import check_json_target
+def guard_writes(writes: list[tuple[str, Path | None]], *, reads: list[tuple[str, Path | str | None]] | None = None,
+                 db: Path | None = None, store: bool = True, new: tuple[str, ...] = ()) -> None:
+    """Check every file the command will write before any work (core/writes.py): writable, and
+    none of its inputs (``reads``), its store (``--db`` or the default) or another output."""
+    check_writes(writes, reads=reads or [], store=(db or default_db()) if store else None, new=new)
 
-        check_json_target(path, option)
+
+def models_read(*groups: list[Path]) -> list[tuple[str, Path | str | None]]:
+    """Model paths as inputs of ``guard_writes``."""
+    return [("a model", m) for g in groups for m in g]
 
 
 def save_json(path: Path, obj: dict[str, Any], study: str) -> None:

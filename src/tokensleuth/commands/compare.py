@@ -9,6 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from tokensleuth.commands import common
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -19,7 +20,7 @@ from tokensleuth.commands.common import (
     SampleIntervalOpt,
     command_line,
     engine_flags,
-    json_target,
+    guard_writes,
     out,
     save_json,
     seconds_option,
@@ -46,7 +47,7 @@ def compare(
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a trial is killed.")] = 1800,
     study: Annotated[Optional[Path], typer.Option("--study", help="TOML study file (instead of --arm/--model/…).")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the comparisons as JSON here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write the comparisons as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same study.")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every arm the baseline's llama-bench settings (defaults that changed between versions) explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also compare each candidate's outputs with the baseline's (llama-perplexity KL divergence): identical, equivalent or changed.")] = False,
@@ -74,7 +75,6 @@ def compare(
     from tokensleuth.studies.profile import summary
 
     engine_args = engine_flags(ctx)
-    json_target(json_out)
     spec = compare_spec(study, arm, model, engine_args, lambda: compare_args(
         arm, flags, env, cmake, model_paths(model), workload, baseline, band, min_pairs, max_pairs, budget,
         timeout, engine_args, sample_interval, kind, api_key_env))
@@ -82,6 +82,8 @@ def compare(
         raise UserError("--separate-processes and --in-process ask for opposite designs — give one")
     spec = spec.model_copy(update={k: True for k, on in (("separate_processes", separate_processes),
                                                          ("in_process", in_process)) if on})
+    guard_writes([("--json", json_out)], reads=[("the study file", study), *(("a model", m) for m in spec.models)],
+                 db=db)
     request = CompareRequest(spec=spec, flags=engine_args, timeout_s=spec.timeout_s, resume=resume, json_out=json_out,
                              cluster=cluster, on=on, db=db, argv=command_line(ctx), pin_params=pin_params,
                              check_outputs=check_outputs, profile=profile, per_host=per_host, probe=not no_probe)

@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -16,7 +17,8 @@ from tokensleuth.commands.common import (
     OnOpt,
     command_line,
     engine_flags,
-    json_target,
+    guard_writes,
+    models_read,
     print_result,
     seconds_option,
 )
@@ -34,7 +36,7 @@ def decompose(
     control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model, judged like the others (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
     band: Annotated[str, typer.Option(help="Practical-equivalence band: a patch must beat it to be kept.")] = "1%",
-    max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per comparison (unresolved ones get twice that).")] = 20,
+    max_pairs: Annotated[int, typer.Option(min=5, max=5000, help="Most pairs per comparison (unresolved ones get twice that).")] = 20,
     cmake: CmakeOpt = [],  # noqa: B006
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a trial is killed.")] = 600,
@@ -43,7 +45,7 @@ def decompose(
     allow_output_change: Annotated[bool, typer.Option("--allow-output-change", help="Keep a faster patch whose outputs changed (flagged).")] = False,
     out_branch: Annotated[Optional[str], typer.Option("--out-branch", help="Write the kept patches as this new branch of --repo.")] = None,
     out_dir: Annotated[Optional[Path], typer.Option("--out-dir", help="Write the kept patches as format-patch files here.")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the decompose result as JSON here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write the decompose result as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same decompose.")] = False,
     kind: Annotated[str, typer.Option("--kind", help="Engine kind that measures each state: llama-bench or llama-server.")] = DEFAULT_KIND,
     cluster: ClusterOpt = None,
@@ -58,7 +60,8 @@ def decompose(
     from tokensleuth.studies.profile import summary
 
     flags = engine_flags(ctx)
-    json_target(json_out)
+    guard_writes([("--json", json_out)], db=db,
+                 reads=[*models_read(model, control_model), *(("a patch", p) for p in patches)])
     request = DecomposeRequest(
         base=base, repo=repo, series=series, patches=patches, models=[str(m) for m in model],
         control_models=[str(m) for m in control_model], workloads=workload, band=band, max_pairs=max_pairs,

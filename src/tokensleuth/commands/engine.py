@@ -18,6 +18,11 @@ def engine_build(
     target: Annotated[list[str], typer.Option("--target", help="Build target (repeatable; default llama-bench, llama-quantize).")] = [],  # noqa: B006
 ) -> None:
     """Build an engine (or find it in the cache) and print where its binaries are."""
+    from tokensleuth.core.errors import UserError
+    from tokensleuth.sources import parse_source
+
+    if parse_source(source).kind in ("url", "cmd"):
+        raise UserError(f"{source} is a server, not something to build — engine build takes pypi:, git: or bin:")
     b = common.get_build(source, cmake, tuple(target) or DEFAULT_TARGETS)
     out.print(b.bin_dir)
 

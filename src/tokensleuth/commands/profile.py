@@ -9,11 +9,13 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     CmakeOpt,
     DbOpt,
     engine_flags,
-    json_target,
+    guard_writes,
+    models_read,
     out,
     save_json,
     seconds_option,
@@ -42,7 +44,7 @@ def profile(
     by: Annotated[By, typer.Option("--by", help="kernels: trace the GPU's kernels (a GPU build); ops: time the graph's ops through the eval callback (on a GPU it synchronises every node); auto: kernels on a GPU build, ops on a CPU one.")] = By.auto,
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a profile process is killed.")] = 600,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the profile as JSON here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write the profile as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same profile.")] = False,
     db: DbOpt = None,
 ) -> None:
@@ -64,7 +66,7 @@ def profile(
     from tokensleuth.studies import kind_of
     from tokensleuth.trials.spec import model_paths, parse_percent
 
-    json_target(json_out)
+    guard_writes([("--json", json_out)], reads=models_read(model), db=db)
     engines, envs = engine_names(list(engine) or [DEFAULT_ENGINE], env)
     request = ProfileRequest(engines, envs, model_paths(model),
                              list(dict.fromkeys(canonical(w) for w in workload)) or ["tg32"], engine_flags(ctx),

@@ -8,15 +8,16 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.commands.common import DbOpt, err, json_target, out, save_json, save_text
+from tokensleuth.core.writes import file_path
+from tokensleuth.commands.common import DbOpt, err, guard_writes, out, save_json, save_text
 from tokensleuth.core.errors import UserError
 
 
 def report(
     study: Annotated[str, typer.Argument(help="Study id (a unique prefix is enough).")],
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write JSON here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write JSON here.")] = None,
     html_out: Annotated[Optional[Path], typer.Option(
-        "--html", help="Write a self-contained HTML page (plots as inline SVG) here.")] = None,
+        "--html", parser=file_path("--html"), help="Write a self-contained HTML page (plots as inline SVG) here.")] = None,
     issue: Annotated[bool, typer.Option(
         "--issue", help="Print Markdown in the shape of llama.cpp's bug-report form.")] = False,
     step: Annotated[Optional[int], typer.Option(
@@ -27,8 +28,7 @@ def report(
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
 
-    json_target(json_out)
-    json_target(html_out, "--html")
+    guard_writes([("--json", json_out), ("--html", html_out)], db=db)
     with common.open_store(db) as store:
         row = store.study(study)
         sid = row["id"]

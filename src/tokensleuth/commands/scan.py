@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -17,7 +18,7 @@ from tokensleuth.commands.common import (
     command_line,
     engine_flags,
     given,
-    json_target,
+    guard_writes,
     print_result,
     seconds_option,
 )
@@ -34,7 +35,7 @@ def scan(
     control_model: Annotated[list[Path], typer.Option("--control-model", help="Control model for each step's bisect (repeatable).")] = [],  # noqa: B006
     workload: Annotated[list[str], typer.Option("--workload", "-w", help="pp512, tg128, … (repeatable).")] = [],  # noqa: B006
     band: Annotated[str, typer.Option(help="A step is a change beyond this (after the level rounds the scan says which band its noise resolves, and the pairs this one would take).")] = "2%",
-    max_pairs: Annotated[int, typer.Option(min=2, max=5000, help="Most pairs per interval's verdict (undecided ones get twice that).")] = 20,
+    max_pairs: Annotated[int, typer.Option(min=5, max=5000, help="Most pairs per interval's verdict (undecided ones get twice that).")] = 20,
     samples: Annotated[int, typer.Option(min=1, max=1000, help="Intervals of the first sample (both ends and evenly spaced points).")] = 8,
     rounds: Annotated[int, typer.Option(min=1, max=50, help="Interleaved rounds over the sampled builds (the history and the step fit).")] = 2,
     max_gap: Annotated[int, typer.Option(min=1, help="An interval judged the same but longer than this many commits gets its middle point (a step and its revert could hide in it).")] = 32,
@@ -42,7 +43,7 @@ def scan(
     cmake: CmakeOpt = [],  # noqa: B006
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a trial is killed (a hang is a crash).")] = 600,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the scan as JSON here.")] = None,
+    json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write the scan as JSON here.")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last run of this scan (with a later --to: extend it).")] = False,
     pin_params: Annotated[bool, typer.Option("--pin-params", help="Give every build the oldest one's llama-bench settings explicitly.")] = False,
     check_outputs: Annotated[bool, typer.Option("--check-outputs", help="Also find the first commit whose outputs changed (llama-perplexity KL divergence).")] = False,
@@ -68,7 +69,6 @@ def scan(
     from tokensleuth.trials.spec import load_scan_toml
 
     flags = engine_flags(ctx)
-    json_target(json_out)
     was_given = given(ctx, flags)
     request = ScanRequest(
         from_=from_, to=to, repo=str(repo) if repo is not None else None, source=source,
@@ -81,6 +81,8 @@ def scan(
         file = load_scan_toml(study).model_dump()
         request = merged(request, file, was_given)
         request = dataclasses.replace(request, band_given=was_given("band") or file.get("band") is not None)
+    guard_writes([("--json", json_out)], db=db, reads=[("the study file", study), ("the bundle", request.repo),
+                 *(("a model", m) for m in (*request.models, *request.control_models))])
     result = run(request, SAY, summary)
     print_result("scan", result, json_out)
     if result["status"] != "done":  # undecided intervals or budget spent: no full answer

@@ -9,7 +9,6 @@ import typer
 
 from tokensleuth.commands import common
 from tokensleuth.commands.common import DbOpt, out
-from tokensleuth.core.errors import UserError
 
 
 def import_cmd(
@@ -20,10 +19,9 @@ def import_cmd(
     from tokensleuth.engines import importer_for
     from tokensleuth.engines.base import DEFAULT_KIND
 
-    if file.is_dir():
-        raise UserError(f"{file} is a folder — give the path of a llama-bench output file")
-    if not file.is_file():
-        raise UserError(f"{file} does not exist — give the path of a llama-bench output file")
+    from tokensleuth.core.writes import check_readable_file
+
+    check_readable_file("a llama-bench output file", file)  # a FIFO or /dev/zero would never end
     with common.open_store(db) as store:
         study, n = importer_for(DEFAULT_KIND)(store, file)  # llama-bench's -o json|jsonl|sql
     out.print(f"imported {n} results as study {study}")

@@ -223,7 +223,7 @@ class Bisector:
         b = self.judge_.build(self.cands[i].source)
         if b is None:
             self.log(f"  {self.cands[i].label}: build failed "
-                     f"({self.judge_.build_errors.get(self.cands[i].source, '')[:100]})")
+                     f"({self.judge_.build_errors.get(self.cands[i].source, 'build failed')})")
         return b
 
     @property

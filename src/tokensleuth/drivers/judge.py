@@ -20,7 +20,7 @@ from tokensleuth.drivers.compare import run_compare, still_open
 from tokensleuth.drivers.comparisons import Comparison
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
-from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
+from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild, failure_line
 from tokensleuth.store import Store
 from tokensleuth.trials.spec import build_compare_spec
 
@@ -95,7 +95,7 @@ class Judge:
             try:
                 self.builds[source] = self.cache.get(source, self.cmake, targets=self.targets)
             except EngineError as exc:
-                self.build_errors[source] = str(exc).splitlines()[0][:200] if str(exc) else "build failed"
+                self.build_errors[source] = failure_line(exc)
                 self.builds[source] = None
             else:
                 self._check(source, self.builds[source])

@@ -226,6 +226,10 @@ def check_judged(spec: dict[str, Any], command: str) -> None:
     as a compare's settings are (models, workloads, band, pairs, flags, watchdog)."""
     from tokensleuth.trials.spec import check_settings
 
+    from tokensleuth.engines.checks import check_arm
+
     check_settings({"models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
                     "max_pairs": spec["max_pairs"], "common_flags": spec["flags"], "timeout_s": spec["timeout_s"]},
                    "command line", command)
+    # what the flags and workloads alone show (tokensleuth's own flags, -r), before any build
+    check_arm(None, command, spec.get("kind", DEFAULT_KIND), list(spec["flags"]), {}, list(spec["workloads"]))

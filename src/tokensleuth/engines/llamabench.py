@@ -507,6 +507,8 @@ class LlamaBench:
     flag_tests = staticmethod(bench_argv.flag_tests)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
+        bench_argv.check_repetitions(arm.flags)
+        bench_argv.check_flag_values(arm.flags)
         for f in arm.flags:
             if f.split("=", 1)[0] in OWNED_FLAGS:
                 raise UserError(f"llama-bench flag {f.split('=', 1)[0]} is set by tokensleuth — remove it")

@@ -3,6 +3,7 @@ repetitions per process. The planner names workloads; these are the flags that r
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from tokensleuth.core.cliargs import flag_values, int_list
@@ -66,6 +67,52 @@ def argv_for(workloads: Sequence[str], repetitions: int | None = None) -> list[s
     if argv is None:
         return None
     return argv + (["-r", str(repetitions)] if repetitions is not None else [])
+
+
+# flags whose values tokensleuth reads (the memory prediction), and the values llama-bench takes
+# for them (each value of a list)
+_INT_FLAGS: dict[tuple[str, ...], int] = {("-ngl", "--n-gpu-layers"): -1, ("-ncmoe", "--n-cpu-moe"): 0, ("-b", "--batch-size"): 1,
+              ("-ub", "--ubatch-size"): 1, ("-t", "--threads"): 1}
+_CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+_CHOICES: dict[tuple[str, ...], tuple[str, ...]] = {("-ctk", "--cache-type-k"): _CACHE_TYPES, ("-ctv", "--cache-type-v"): _CACHE_TYPES,
+            ("-mmp", "--mmap"): ("0", "1"), ("-nkvo", "--no-kv-offload"): ("0", "1"),
+            ("-fa", "--flash-attn"): ("0", "1", "on", "off", "auto"), ("--repack",): ("0", "1")}
+
+
+def check_flag_values(flags: Sequence[str]) -> None:
+    """Refuse a value the memory prediction reads that llama-bench would not take (``-ub 0``,
+    ``-ngl abc``, ``-ctk nope``): a prediction from it would say "fits" for a run that cannot start, and a study would find out
+    only after its build."""
+    from tokensleuth.core.errors import UserError, show
+
+    for names, least in _INT_FLAGS.items():
+        for value in flag_values(flags, *names):
+            for v in value.split(","):
+                if not re.fullmatch(r"-?\d{1,9}", v.strip()) or int(v) < least:
+                    raise UserError(f"llama-bench flag {names[0]} {show(value)}: give whole numbers of at least "
+                                    f"{least} (a list is comma-separated)")
+    for names, choices in _CHOICES.items():
+        for value in flag_values(flags, *names):
+            bad = [v for v in value.split(",") if v.strip().lower() not in choices]
+            if bad:
+                raise UserError(f"llama-bench flag {names[0]} {show(value)}: {show(bad[0])} is not one of "
+                                f"{', '.join(choices)}")
+
+
+def check_repetitions(flags: Sequence[str]) -> None:
+    """Refuse a ``-r`` that is not a whole number of at least 1 (tokensleuth reads it to plan
+    trials; llama-bench would end on it with exit 1 after the build)."""
+    from tokensleuth.core.errors import UserError, show
+
+    for i, f in enumerate(flags):
+        name, eq, value = f.partition("=")
+        if name not in REPETITION_FLAGS:
+            continue
+        if not eq:
+            value = flags[i + 1] if i + 1 < len(flags) else ""
+        if not value.isdigit() or int(value) < 1 or len(value) > 6:
+            raise UserError(f"llama-bench flag {name} {show(value)}: repetitions are a whole number of at least 1 "
+                            "— e.g. -r 5")
 
 
 def sets_repetitions(flags: Sequence[str]) -> bool:

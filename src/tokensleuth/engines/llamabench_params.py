@@ -13,7 +13,6 @@ asks what the engine change alone is worth.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -217,11 +216,15 @@ def bench(build: Any) -> Path:
 
 def help_text(bench_bin: Path) -> str:
     """llama-bench's ``--help`` (the flags and values this version accepts)."""
+    from tokensleuth.sources.build import run_in_session
+
     try:
-        p = subprocess.run([str(bench_bin), "--help"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        text = run_in_session([str(bench_bin), "--help"], 30)
+    except OSError as exc:
         raise EngineError(f"{bench_bin} --help failed: {exc}") from exc
-    return p.stdout + p.stderr
+    if text is None:
+        raise EngineError(f"{bench_bin} --help did not finish in 30 s (its processes were killed)")
+    return text
 
 
 def pin_line(name: str, base: str, flags: Sequence[str], cannot: Sequence[str]) -> str:

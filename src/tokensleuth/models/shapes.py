@@ -194,6 +194,17 @@ def _splice(path: Path, raw: bytes, n: int) -> None:
     path.write_bytes(buf[:16] + (n_kv + n).to_bytes(8, "little") + buf[24:kv_end] + raw + buf[kv_end:])
 
 
+def check_shape(name: str | RealShape, quant: str) -> None:
+    """Refuse a shape or quant that --shape cannot write (before the engine's tree is fetched)."""
+    if isinstance(name, str) and name not in REAL_SHAPES:
+        raise UserError(f"no shape {name!r} — choose from {', '.join(REAL_SHAPES)}")
+    if quant not in DIRECT_QUANTS:
+        raise UserError(f"--shape writes {', '.join(DIRECT_QUANTS)} directly, not {quant!r}")
+    s = REAL_SHAPES[name] if isinstance(name, str) else name
+    if quant == "MXFP4" and not s.n_expert:
+        raise UserError(f"{quant} is an expert format and the shape has no experts — give --quant Q8_0, Q4_0 or F16")
+
+
 def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, seed: int = 0,
                 sparse: bool = False) -> Path:
     """Write the real-size shape ``name`` (or a shape of one's own) at ``quant`` to ``out``
@@ -201,14 +212,9 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
     hole of the right size (its header is complete; nothing can run it, everything can read it)."""
     from tokensleuth.models.synth import find_vocab, out_file
 
-    if isinstance(name, str) and name not in REAL_SHAPES:
-        raise UserError(f"no shape {name!r} — choose from {', '.join(REAL_SHAPES)}")
-    if quant not in DIRECT_QUANTS:
-        raise UserError(f"--shape writes {', '.join(DIRECT_QUANTS)} directly, not {quant!r}")
+    check_shape(name, quant)
     out_file(out)
     s = REAL_SHAPES[name] if isinstance(name, str) else name
-    if quant == "MXFP4" and not s.n_expert:
-        raise UserError(f"{quant} is an expert format and the shape has no experts — give --quant Q8_0, Q4_0 or F16")
     label = name if isinstance(name, str) else "custom"
     rng = np.random.default_rng(seed)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.part")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import gzip
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -189,6 +191,43 @@ def _run(argv: Sequence[str], log: Log | None, cwd: Path | None = None,
     return "".join(out)
 
 
+def failure_line(exc: BaseException, most: int = 240) -> str:
+    """A build failure as one short line: its first line without the source it names (the
+    caller names it), and the compiler's or CMake's first error line from the output's tail,
+    each shortened at a word, never mid-path."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    if not lines:
+        return "build failed"
+    head = re.sub(r"^build of \S+ failed: ", "build failed: ", lines[0])
+    head = re.sub(r"`[^`]*` failed", lambda m: m.group(0).split()[0].lstrip("`") + " failed", head)
+    errors = [ln for ln in lines[1:] if re.search(r"\berror\b|CMake Error|fatal", ln, re.I)]
+    text = head.rstrip(":") + (f": {errors[0]}" if errors else "")
+    if len(text) <= most:
+        return text
+    cut = text[:most].rsplit(" ", 1)[0]
+    return cut + " …"
+
+
+SDIST_ERRORS = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+
+
+def _opens(sdist: Path) -> bool:
+    """Whether a cached sdist opens as a tar.gz and lists its first member (a file cut to nothing
+    or overwritten does not; one damaged further in is found where it is read)."""
+    try:
+        with tarfile.open(sdist) as tf:
+            return tf.next() is not None
+    except (*SDIST_ERRORS, OSError):
+        return False
+
+
+def set_aside(sdist: Path) -> Path:
+    """Rename a damaged cached sdist out of the cache's way (kept for a look); its new path."""
+    aside = sdist.with_name(f"{sdist.name}.damaged-{int(time.time())}")
+    sdist.rename(aside)
+    return aside
+
+
 class BuildCache:
     """The content-keyed build cache under the user cache dir."""
 
@@ -283,6 +322,13 @@ class BuildCache:
         assert src.package and src.version
         dest = self.sdists / f"{src.package}-{src.version}"
         sdist = next(iter(sorted(dest.glob("*.tar.gz"))), None) if dest.exists() else None
+        damaged = sdist is not None and not _opens(sdist)
+        if damaged:  # (a cached file cut short or overwritten: set aside, fetched again)
+            assert sdist is not None
+            aside = set_aside(sdist)
+            if log:
+                log(f"the cached sdist {sdist} is damaged: set aside as {aside.name}, fetching it again")
+            sdist = None
         if sdist is None:
             dest.mkdir(parents=True, exist_ok=True)
             if log:
@@ -295,10 +341,17 @@ class BuildCache:
             sdist = next(iter(sorted(dest.glob("*.tar.gz"))), None)
             if proc.returncode != 0 or sdist is None:
                 last = (proc.stderr.strip().splitlines() or ["no sdist"])[-1]
+                if damaged:
+                    raise UserError(f"the cached sdist of {src.package}=={src.version} in {dest} was damaged (set "
+                                    f"aside) and a fresh copy could not be fetched ({last}) — run again where PyPI "
+                                    f"can be reached, or put a good copy of the sdist in {dest}")
                 raise UserError(
                     f"cannot fetch {src.package}=={src.version} from PyPI ({last}) — check the name "
                     "and version (`pip index versions NAME`)"
                 )
+            if not _opens(sdist):
+                raise UserError(f"the sdist fetched for {src.package}=={src.version} ({sdist}) is not a readable "
+                                f"tar.gz — remove {dest} and try again")
         return sdist
 
     def _pypi_tree_locked(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
@@ -310,8 +363,14 @@ class BuildCache:
             tmp = tree.with_name(tree.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
-            with tarfile.open(sdist) as tf:
-                tf.extractall(tmp, filter="data")
+            try:
+                with tarfile.open(sdist) as tf:
+                    tf.extractall(tmp, filter="data")
+            except SDIST_ERRORS as exc:  # damaged past its first block: set aside, fetched next time
+                shutil.rmtree(tmp, ignore_errors=True)
+                aside = set_aside(sdist)
+                raise UserError(f"the cached sdist {sdist} is damaged ({exc}) and was set aside as {aside.name} — "
+                                "run the command again to fetch it again") from None
             tmp.rename(tree)
         root = _find_llama_tree(tree)
         if root is None:
@@ -665,20 +724,34 @@ def bench_help(bench: Path, timeout_s: float | None = None) -> str:
     if not os.access(bench, os.X_OK):
         raise UserError(f"{bench} is not executable — `chmod +x {bench}`")
     try:
-        proc = subprocess.Popen([str(bench), "--help"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        out = run_in_session([str(bench), "--help"], timeout_s)
     except OSError as exc:
         raise UserError(f"{bench} cannot be run: {_exec_failure(bench, exc)}") from None
+    if out is None:
+        raise UserError(f"`{bench} --help` did not finish in {timeout_s:g} s — is it really llama-bench?") from None
+    return out
+
+
+def run_in_session(argv: Sequence[str], timeout_s: float) -> str | None:
+    """A short command's stdout and stderr, run in a session of its own; None where it did not
+    finish in ``timeout_s``: then its whole session (a script's children too) is killed, so nothing
+    it started is left running. OSError where it cannot start."""
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
         out, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        # its session holds whatever it started (a script's children): kill them all
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
-        raise UserError(f"`{bench} --help` did not finish in {timeout_s:g} s — is it really llama-bench?") from None
+        return None
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(OSError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
     return out.decode("utf-8", "replace")
 
 
@@ -705,10 +778,11 @@ def _exec_failure(bench: Path, exc: OSError) -> str:
 
 def _bench_version(bench: Path) -> tuple[str | None, int | None]:
     try:
-        out = subprocess.run([str(bench), "--version"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
+        text = run_in_session([str(bench), "--version"], 20)
+    except OSError:
         return None, None
-    text = out.stdout + out.stderr
+    if text is None:  # (it hung: its session was killed, nothing of it left running)
+        return None, None
     # "version: 0.6.0-dev (build 11434, commit unknown)" (newer) or "version: 6901 (8da3c0e2)"
     m = re.search(r"build (\d+), commit (\w+)", text) or re.search(r"version: (\d+) \((\w+)\)", text)
     if not m:

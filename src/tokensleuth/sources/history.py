@@ -68,6 +68,9 @@ def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] |
 
     A bisect needs both ends published (they are the known good and bad builds); a scan
     (``within``) takes every published version inside the range, its ends the first and last."""
+    for opt, v in zip(names, (good, bad), strict=True):  # before any look-up: -5 is no version 5
+        if not re.fullmatch(r"[bv]?\d+(\.\d+){0,3}", v.strip()):
+            raise UserError(f"{opt} {v!r} is not a version — write a build number such as 11434")
     if versions is None:
         proc = subprocess.run([sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
                               capture_output=True, text=True)
@@ -82,9 +85,6 @@ def pypi_candidates(package: str, good: str, bad: str, versions: Sequence[str] |
     def norm(v: str) -> tuple[int, ...]:
         return key(v) + (0,) * (3 - len(key(v)))
 
-    for opt, v in zip(names, (good, bad), strict=True):
-        if not key(v):
-            raise UserError(f"{opt} {v!r} is not a version — write a build number such as 11434")
     lo, hi = norm(good), norm(bad)
     if lo > hi:
         raise UserError(f"{names[0]} {good} comes after {names[1]} {bad} — swap them")

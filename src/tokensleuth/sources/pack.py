@@ -34,7 +34,7 @@ from typing import IO
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.sources import parse_source
-from tokensleuth.sources.build import BuildCache
+from tokensleuth.sources.build import SDIST_ERRORS, BuildCache, set_aside
 
 # Top-level folders of a llama.cpp tree that no engine build reads: model and vocabulary
 # files (the tests' inputs), documentation, CI, Python packages and conversion scripts.
@@ -55,9 +55,11 @@ class Packed:
     left_out: tuple[str, ...]  # top-level folders left out of the newest tree
 
 
-def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str], None] | None = None) -> Packed:
-    """Write ``versions`` (oldest first) of ``package`` as a git bundle at ``out``."""
-    if out.exists():
+def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str], None] | None = None,
+         replace: bool = False) -> Packed:
+    """Write ``versions`` (oldest first) of ``package`` as a git bundle at ``out`` (an existing
+    one only with ``replace``)."""
+    if out.exists() and not replace:
         raise UserError(f"{out} exists — name a new file for the bundle")
     t0 = time.monotonic()
     cache = BuildCache()
@@ -74,7 +76,12 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
                 sdist = cache.sdist(parse_source(f"pypi:{package}=={version}"), log)
                 if log:
                     log(f"[{i}/{len(versions)}] {package} {version}")
-                left = _commit(proc.stdin, sdist, package, version, i)
+                try:
+                    left = _commit(proc.stdin, sdist, package, version, i)
+                except SDIST_ERRORS as exc:  # damaged past its first block: set aside, fetched next time
+                    aside = set_aside(sdist)
+                    raise UserError(f"the cached sdist {sdist} is damaged ({exc}) and was set aside as {aside.name} "
+                                    "— run the command again to fetch it again") from None
             proc.stdin.write(b"done\n")
         except BrokenPipeError:  # fast-import ended early: its exit status and message say why
             broke = True
@@ -152,7 +159,7 @@ def _quote(path: str) -> str:
 
 
 def _git(*args: str) -> str:
-    proc = subprocess.run(["git", *args], capture_output=True, text=True)
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, errors="replace")
     if proc.returncode != 0:
         raise UserError(f"git {args[0]} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     return proc.stdout
@@ -175,14 +182,25 @@ def open_repo(path: Path) -> Path:
     refs (its commits), so every machine names the same engines by the same source strings."""
     if not is_bundle(path):
         return path
-    refs = _git("bundle", "list-heads", str(path))
+    try:
+        refs = _git("bundle", "list-heads", str(path))
+        if not re.fullmatch(r"([0-9a-f]{40,64} \S+\n)+", refs):
+            raise UserError("no refs")
+    except UserError as e:
+        raise UserError(f"{path} is a damaged git bundle ({str(e)[:120]}) — pack it again with "
+                        "`tokensleuth history pack`, or copy it whole") from None
     dest = Path(tempfile.gettempdir()) / "tokensleuth-histories" / hashlib.sha256(refs.encode()).hexdigest()[:12]
     if not (dest / ".git").exists():
         tmp = dest.with_name(dest.name + f".tmp{id(path)}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.parent.mkdir(parents=True, exist_ok=True)
-        _git("clone", "-q", "--no-checkout", str(path), str(tmp))
-        _git("-C", str(tmp), "fetch", "-q", str(path), "refs/tags/*:refs/tags/*")
+        try:
+            _git("clone", "-q", "--no-checkout", str(path), str(tmp))
+            _git("-C", str(tmp), "fetch", "-q", str(path), "refs/tags/*:refs/tags/*")
+        except UserError as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise UserError(f"{path} is a damaged git bundle ({str(e)[:120]}) — pack it again with "
+                            "`tokensleuth history pack`, or copy it whole") from None
         try:
             tmp.rename(dest)
         except OSError:  # another process cloned it first

@@ -58,6 +58,7 @@ from tokensleuth.store.files import (
     SQLITE_IOERR,
     check_path,
     disk_full,
+    readable_as_is,
     store_errors,
     translate,
     unwritable,
@@ -132,6 +133,9 @@ class Store:
                     except sqlite3.OperationalError as exc:
                         if unwritable(path):  # e.g. the folder turned out read-only
                             self._open_read_only()
+                            break
+                        if disk_full(path) and readable_as_is(path):  # reads work on a full disk;
+                            self._open_read_only()  # a write says the disk is full (files.translate)
                             break
                         # A connection opened beside others of this process (a thread's) has
                         # met a transient disk I/O error while the log was being reset; try again.

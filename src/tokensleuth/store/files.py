@@ -42,7 +42,7 @@ def translate(path: Path, exc: BaseException) -> UserError | EngineError | None:
                             sqlite3.InterfaceError)):
             return None
         code = int(getattr(exc, "sqlite_errorcode", -1)) & 0xFF
-        if code == _SQLITE_FULL or (code in (SQLITE_IOERR, _SQLITE_CANTOPEN) and disk_full(path)):
+        if code == _SQLITE_FULL or (code in (SQLITE_IOERR, _SQLITE_CANTOPEN, _SQLITE_READONLY) and disk_full(path)):
             return EngineError(f"the disk holding the store {path} is full; nothing of this command "
                                "was stored — free some space and rerun it")
         if code == _SQLITE_READONLY:
@@ -81,6 +81,13 @@ def store_errors(path: Path) -> Iterator[None]:
         if mapped is None:
             raise
         raise mapped from exc
+
+
+def readable_as_is(path: Path) -> bool:
+    """A store file whose -wal holds no commits: its main file alone is the whole store, so it
+    can be read opened immutable (a full disk, where SQLite cannot grow its -wal and -shm)."""
+    wal = path.with_name(path.name + "-wal")
+    return path.is_file() and (not wal.exists() or wal.stat().st_size == 0)
 
 
 def unwritable(path: Path) -> bool:

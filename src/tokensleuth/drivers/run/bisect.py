@@ -15,16 +15,21 @@ from tokensleuth.engines import engine_for
 from tokensleuth.sources import history, parse_source
 from tokensleuth.sources.build import BuildCache
 from tokensleuth.sources.history import Candidate
+from tokensleuth.sources.pack import open_repo
 
 
 def candidates(request: BisectRequest) -> list[Candidate]:
     """good to bad: a git range, a PyPI package's versions, or prebuilt folders in order."""
     good, bad = request.good, request.bad
+    given = [o for o, v in (("--repo", request.repo), ("--source", request.source), ("--bin", request.bins)) if v]
+    if len(given) > 1:
+        raise UserError(f"{' and '.join(given)} each name a history to bisect — give one of them")
     if request.repo is not None:
         if not good or not bad:
             raise UserError("bisect needs --good REV and --bad REV — name the last good and first bad revisions")
-        parse_source(f"git:{request.repo}@{good}")
-        return history.git_candidates(str(request.repo), good, bad)
+        repo = open_repo(Path(request.repo).expanduser().resolve())  # a packed history (a git bundle): its clone
+        parse_source(f"git:{repo}@{good}")
+        return history.git_candidates(str(repo), good, bad)
     if request.source is not None:
         prefix, _, name = request.source.partition(":")
         if prefix != "pypi" or not name or "==" in name:
@@ -41,7 +46,6 @@ def candidates(request: BisectRequest) -> list[Candidate]:
 
 def run(request: BisectRequest, say: Say, summarize: Summarize) -> dict[str, Any]:
     """The bisect's result object (its ``status`` says how it ended)."""
-    cands = candidates(request)
     spec = shared.judged_spec(request, ["pp512"])
     if request.pin_params:  # only when asked: older bisects keep their identity
         spec["pin_params"] = True
@@ -49,7 +53,8 @@ def run(request: BisectRequest, say: Say, summarize: Summarize) -> dict[str, Any
         shared.check_outputs_flags(request.flags)
         spec["check_outputs"] = True
     shared.set_kind(spec, request.kind)
-    shared.check_judged(spec, "bisect")
+    shared.check_judged(spec, "bisect")  # before the history is listed or anything built
+    cands = candidates(request)
     fleet = shared.open_fleet(request, say)
     shared.refuse_on_fleet(fleet, pin_params=request.pin_params, check_outputs=request.check_outputs)
     if fleet is not None:

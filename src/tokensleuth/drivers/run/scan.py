@@ -18,6 +18,8 @@ from tokensleuth.sources.history import Candidate
 def candidates(request: ScanRequest, say: Say) -> list[Candidate]:
     """Oldest first: a git range's first-parent commits, or a PyPI package's published versions."""
     from_, to = request.from_, request.to
+    if request.repo is not None and request.source is not None:
+        raise UserError("--repo and --source each name a history to scan — give one of them")
     if request.repo is not None:
         return history.git_candidates(str(Path(request.repo).expanduser()), from_, to, ("--from", "--to"))
     if request.source is not None:
@@ -41,7 +43,6 @@ def run(request: ScanRequest, say: Say, summarize: Summarize) -> dict[str, Any]:
     scan.parse_budget(request.budget)
     fleet = shared.open_fleet(request, say)  # (an address that cannot be read, or answers not, is one line now)
     shared.refuse_on_fleet(fleet, pin_params=request.pin_params, check_outputs=request.check_outputs)
-    cands = candidates(request, say)
     spec = shared.judged_spec(request, ["pp512"], samples=request.samples, rounds=request.rounds,
                               max_gap=request.max_gap, budget=request.budget)
     spec["band_given"] = request.band_given  # (not in the scan's identity: drivers/scan/__init__.py)
@@ -50,7 +51,8 @@ def run(request: ScanRequest, say: Say, summarize: Summarize) -> dict[str, Any]:
     if request.check_outputs:
         shared.check_outputs_flags(request.flags)
         spec["check_outputs"] = True
-    shared.check_judged(spec, "scan")
+    shared.check_judged(spec, "scan")  # before the range is listed or anything built
+    cands = candidates(request, say)
     if fleet is not None:
         fleet.check_files(shared.fleet_paths(spec["models"] + spec["control_models"], [c.source for c in cands]))
     shared.doctor_line(say)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -47,14 +49,19 @@ def eta_text(left: Mapping[str, int], verdict_s: Sequence[float], build_s: Seque
 def parse_budget(text: str | None) -> dict[str, float]:
     """``--budget 4h``, ``90m``, ``40builds``, or both: ``4h,40builds`` → {"wall_s", "builds"}."""
     out: dict[str, float] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        m = _BUDGET.match(part.lower())
+    if text is None:
+        return out
+    how = "write a time (4h, 90m, 600s) and/or builds (40builds), comma-separated"
+    for part in text.split(","):
+        m = _BUDGET.match(part.strip().lower())
         if not m:
-            raise UserError(f"--budget {text!r}: write a time (4h, 90m, 600s) and/or builds (40builds), "
-                            "comma-separated")
+            raise UserError(f"--budget {text!r}: {how}")
         n, unit = float(m.group(1)), m.group(2)
+        if not math.isfinite(n) or n <= 0:
+            raise UserError(f"--budget {text!r}: a budget of {m.group(1)}{unit} lets the scan do nothing — {how}, "
+                            "each above 0 (leave --budget out for none)")
+        if unit.startswith("build") and n != int(n):
+            raise UserError(f"--budget {text!r}: builds are counted whole — {how}")
         if unit.startswith("build"):
             out["builds"] = n
         else:

@@ -165,7 +165,7 @@ class Scan:
         its memory checked; None when it does not build."""
         b = self.judge.prepare(self.cands[i].source, self.spec["models"])
         if b is None:
-            self.drop_point(i, f"does not build ({self.judge.build_errors.get(self.cands[i].source, '')[:80]})",
+            self.drop_point(i, f"does not build ({self.judge.build_errors.get(self.cands[i].source, 'build failed')})",
                             unbuildable=True)
         return b
 
