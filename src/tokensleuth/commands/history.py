@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tokensleuth.core.writes import file_path
+from tokensleuth.core.writes import file_path, holds
 from tokensleuth.commands.common import err, guard_writes, out
 from tokensleuth.core.errors import UserError
 
@@ -26,7 +26,11 @@ def history_pack(
     from tokensleuth.sources.pack import pack
 
     out_path = out_path.expanduser()
-    guard_writes([("--out", out_path)], store=False, new=() if force else ("--out",))
+    # (the store: TOKENSLEUTH_DB or the default; --force replaces a bundle, never another kind of file)
+    guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a git bundle"})
+    if force and out_path.is_file() and holds(out_path) != "a git bundle":
+        raise UserError(f"--out {out_path} exists and is not a git bundle — --force replaces a bundle only; "
+                        "give another path")
     kind, _, package = source.partition(":")
     if kind != "pypi" or not package or "==" in package:
         raise UserError(f"history pack takes pypi:NAME (every release in a range), not {source!r} — "

@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.core.writes import file_path
+from tokensleuth.core.writes import file_path, holds
 from tokensleuth.commands.common import CmakeOpt, engine_flags, guard_writes, out
 from tokensleuth.core.errors import UserError
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
@@ -32,7 +32,11 @@ def model_synth(
     from tokensleuth.models.info import model_info
     from tokensleuth.models.synth import QUANTS, SHAPES, check_vocab, synth
 
-    guard_writes([("--out", out_path)], store=False, new=() if force else ("--out",))
+    # (the store: TOKENSLEUTH_DB or the default; --force replaces a model, never another kind of file)
+    guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a GGUF model"})
+    if force and out_path.is_file() and holds(out_path) != "a GGUF model":
+        raise UserError(f"--out {out_path} exists and is not a GGUF model — --force replaces a model only; "
+                        "give another path")
     if shape is not None:
         if vocab is not None:
             raise UserError("--vocab is for --arch/--size models; a --shape model has its real model's tokenizer — leave out one of them")

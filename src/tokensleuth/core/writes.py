@@ -23,6 +23,19 @@ from pathlib import Path
 from tokensleuth.core.errors import UserError
 
 SIDECARS = ("", "-wal", "-shm", "-journal")  # SQLite's files beside a store
+# what a file holds, by its first bytes: never replaced by an output of another kind
+PRECIOUS = ((b"GGUF", "a GGUF model"), (b"SQLite format 3\0", "a SQLite database (a study store?)"),
+            (b"# v2 git bundle\n", "a git bundle"), (b"# v3 git bundle\n", "a git bundle"))
+
+
+def holds(path: Path) -> str | None:
+    """What precious kind of file ``path`` is (a model, a database, a bundle), or None."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(20)
+    except OSError:
+        return None
+    return next((what for magic, what in PRECIOUS if head.startswith(magic)), None)
 
 
 def file_path(option: str) -> Callable[[str], Path]:
@@ -62,7 +75,8 @@ def _nearest_existing(path: Path) -> Path:
             return folder
 
 
-def check_writable(option: str, path: Path, *, new: bool = False, regular: bool = False) -> None:
+def check_writable(option: str, path: Path, *, new: bool = False, regular: bool = False,
+                   replaces: str | None = None) -> None:
     """Refuse ``path`` for ``option`` unless a file can be written there now.
 
     An existing path must be a writable file (with ``regular``, a plain one; without, a device
@@ -85,6 +99,9 @@ def check_writable(option: str, path: Path, *, new: bool = False, regular: bool 
             raise UserError(f"{option} {path} exists — give a new file, or --force to replace it")
         if regular and not stat.S_ISREG(st.st_mode):
             raise UserError(f"{option} {path} is not a plain file — give the path of a new file")
+        kind = holds(path) if stat.S_ISREG(st.st_mode) else None
+        if kind is not None and kind != replaces:
+            raise UserError(f"{option} {path} is {kind} — writing there would destroy it; give another path")
         if not os.access(path, os.W_OK):
             raise UserError(f"{option} {path} is not writable — give another path or change its permissions")
         if stat.S_ISREG(path.lstat().st_mode) and not os.access(path.parent, os.W_OK | os.X_OK):
@@ -119,14 +136,14 @@ def _example(option: str) -> str:
 
 
 def check_writes(writes: Iterable[tuple[str, Path | None]], *, reads: Iterable[tuple[str, Path | str | None]] = (),
-                 store: Path | None = None, new: Sequence[str] = (), regular: Sequence[str] = ()) -> None:
-    """Refuse, in one line and before any work, an output (``writes``: option, path) that cannot
-    be written, that exists where its option is in ``new``, or that is the ``store`` (or one of
-    its SQLite files), a file the command reads (``reads``: what, path), or another output."""
+                 store: Path | None = None, new: Sequence[str] = (), regular: Sequence[str] = (),
+                 replaces: dict[str, str] | None = None) -> None:
+    """Refuse, in one line and before any work, an output (``writes``: option, path) that is the
+    ``store`` (or one of its SQLite files), that cannot be written, that exists where its option
+    is in ``new``, that holds a model, a database or a bundle (unless ``replaces`` names that kind
+    for its option), that is a file the command reads (``reads``: what, path), or another output."""
     outs = [(o, Path(p)) for o, p in writes if p is not None]
-    for option, path in outs:
-        check_writable(option, path, new=option in new, regular=option in regular)
-    if store is not None:
+    if store is not None:  # (first: the store's own words are the plainest)
         for option, path in outs:
             for suffix in SIDECARS:
                 if _same(path, Path(f"{store}{suffix}")):
@@ -139,6 +156,9 @@ def check_writes(writes: Iterable[tuple[str, Path | None]], *, reads: Iterable[t
             if _same(path, src):
                 raise UserError(f"{option} {path} is {what} this command reads — writing there would destroy it; "
                                 "give another path")
+    for option, path in outs:
+        check_writable(option, path, new=option in new, regular=option in regular,
+                       replaces=(replaces or {}).get(option))
     for i, (option, path) in enumerate(outs):
         for other, path2 in outs[i + 1:]:
             if _same(path, path2):
