@@ -113,6 +113,19 @@ def tracer_for(backends: Sequence[str]) -> Tracer:
                     f"on {', '.join(TRACERS)} builds (a CPU build's profile is the op profile: tokensleuth profile)")
 
 
+# nvcc's name for a translation unit's internal linkage (a static function, an anonymous
+# namespace): _INTERNAL_<hash of the build path>_<length><file>_<hash>::, e.g.
+# _INTERNAL_c669ff45_11_binbcast_cu_6840010b:: — another build path, another tag, one kernel
+_UNIT_TAG = re.compile(r"_INTERNAL_[0-9a-f]+_\d+_[A-Za-z0-9_]*?_[0-9a-f]{8}::")
+_ANONYMOUS = re.compile(r"\(anonymous namespace\)::|`anonymous namespace'::")
+
+
+def canonical(name: str) -> str:
+    """One name for one kernel across builds: the per-translation-unit and anonymous-namespace
+    tags (which change with the build's path) left out; the template arguments kept."""
+    return _ANONYMOUS.sub("", _UNIT_TAG.sub("", name))
+
+
 _ARGS = re.compile(r"\((?:[^()]|\([^()]*\))*\)(?:\s*const)?\s*$")
 
 
@@ -136,7 +149,7 @@ def short_name(demangled: str) -> str:
         s = s[:cut]
     if s.startswith("void "):
         s = s[5:]
-    return s.strip() or demangled
+    return canonical(s.strip()) or demangled
 
 
 def demangle(names: Sequence[str]) -> list[str]:
