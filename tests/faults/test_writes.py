@@ -304,3 +304,27 @@ def test_the_installed_program_refuses_json_onto_its_store(files: Files) -> None
                         "--json", str(files.db)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "study store" in p.stderr
     assert store_digest(files.db) == before
+
+
+def test_an_unknown_engine_flag_is_refused_before_the_build_from_llama_benchs_own_source(
+        engine: object, tmp_path: Path) -> None:
+    """scan and bisect built both ends before refusing `-- --no-such-flag`: the flags that
+    llama-bench's source parses are read from the sdist (or the git revision) first."""
+    from tokensleuth.drivers.judge import Judge
+    from tokensleuth.engines.checks import check_flags_in_source
+    from tokensleuth.sources.build import BuildCache
+    from tokensleuth.store import Store
+
+    check_flags_in_source(E, ["-t", "1", "-fa", "1", "-ngl", "99", "--poll", "0"])  # known to 11434
+    with pytest.raises(UserError, match="does not know the flag --no-such-flag"):
+        check_flags_in_source(E, ["-t", "1", "--no-such-flag", "1"])
+
+    class NoBuilds(BuildCache):
+        def get(self, *a: object, **k: object) -> object:  # type: ignore[override]
+            raise AssertionError("built before the flags were checked")
+
+    with Store(tmp_path / "s.db") as store:
+        judge = Judge(store, workloads=["tg4"], flags=["--no-such-flag", "1"], cmake=[], timeout_s=60,
+                      cache=NoBuilds())
+        with pytest.raises(UserError, match="--no-such-flag"):
+            judge.build(E)

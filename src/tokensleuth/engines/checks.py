@@ -5,6 +5,7 @@ Run where the engine runs: by the CLI on this machine, by a fleet's worker on it
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tokensleuth.sources.build import EngineBuild
@@ -20,6 +21,21 @@ def check_bench_flags(build: EngineBuild, flags: list[str], help_cache: dict[str
     if build.bin_dir not in cache:
         cache[build.bin_dir] = bench_help(build.binary("llama-bench"))
     check_flags(flags, cache[build.bin_dir])
+
+
+def check_flags_in_source(source: str, flags: list[str]) -> None:
+    """Refuse, before a build, flags that the source's llama-bench does not know: the options its
+    own source parses (``arg == "-x"``) stand in for the --help that only a build can print.
+    Nothing is refused where the source cannot be read (a bin: folder, another layout)."""
+    from tokensleuth.engines.llamabench import check_flags
+    from tokensleuth.sources.build import bench_source
+
+    text = bench_source(source)
+    if text is None or not flags:
+        return
+    known = sorted(set(re.findall(r'arg\s*==\s*"(-{1,2}[A-Za-z][\w-]*)"', text)))
+    if len(known) >= 10:  # (a file that parses its options some other way says too little)
+        check_flags(flags, "\n".join(known))
 
 
 def check_arm(build: EngineBuild | None, name: str, kind: str, flags: list[str], env: dict[str, str],

@@ -191,6 +191,27 @@ def _run(argv: Sequence[str], log: Log | None, cwd: Path | None = None,
     return "".join(out)
 
 
+BENCH_SOURCE = "tools/llama-bench/llama-bench.cpp"
+
+
+def bench_source(source: str) -> str | None:
+    """The text of llama-bench's source in a pypi: sdist (downloaded, not built) or at a git:
+    revision (read from git, nothing checked out); None for other sources or where it is not
+    there."""
+    src = parse_source(source)
+    try:
+        if src.kind == "pypi":
+            path = BuildCache().llama_tree(src) / BENCH_SOURCE
+            return path.read_text(errors="replace") if path.is_file() else None
+        if src.kind == "git" and src.path is not None and src.rev:
+            done = subprocess.run(["git", "-C", str(src.path), "show", f"{src.rev}:{BENCH_SOURCE}"],
+                                  capture_output=True, text=True, errors="replace")
+            return done.stdout if done.returncode == 0 else None
+    except OSError:
+        return None
+    return None
+
+
 def failure_line(exc: BaseException, most: int = 240) -> str:
     """A build failure as one short line: its first line without the source it names (the
     caller names it), and the compiler's or CMake's first error line from the output's tail,
