@@ -76,12 +76,14 @@ def test_the_vulkan_loggers_older_format_without_totals() -> None:
         ("ADD", 150_000, 1030), ("MUL_MAT_VEC q8_0 m=4096 n=1 k=4096", 1_920_000, 1030), ("ADD", 144_000, 1060)]
 
 
-def _cupti_file(path: Path, names: list[str], rows: list[tuple[int, ...]], clock: int = 0, offset: int = 0,
-                dropped: int = 0) -> None:
+def _cupti_file(path: Path, names: list[str], rows: list[tuple[int, ...]], offset: int = 0, dropped: int = 0,
+                mode: int = 0, every: int = 1, offset_end: int | None = None, devices: list[int] | None = None,
+                flags: list[int] | None = None) -> None:
     """A trace in the documented format (kernels/cupti.py): rows of (start, end, name, kind, regs, smem)."""
-    out = bytearray(b"TSKTRC1\0")
-    out += struct.pack("<4I", 1, clock, 28, 28) + struct.pack("<q", offset) + struct.pack("<Q", dropped)
-    out += struct.pack("<2I", len(names), len(rows))
+    out = bytearray(b"TSKTRC2\0")
+    out += struct.pack("<4I", 2, mode, 130001, 130001)
+    out += struct.pack("<2q", offset, offset if offset_end is None else offset_end) + struct.pack("<2Q", dropped, 0)
+    out += struct.pack("<4I", every, cupti.RECORD.itemsize, len(names), len(rows))
     for n in names:
         out += struct.pack("<I", len(n.encode())) + n.encode()
     rec = np.zeros(len(rows), dtype=cupti.RECORD)
@@ -89,19 +91,31 @@ def _cupti_file(path: Path, names: list[str], rows: list[tuple[int, ...]], clock
         rec[i]["start"], rec[i]["end"], rec[i]["name"], rec[i]["kind"] = start, end, name, kind
         rec[i]["registers"], rec[i]["static_smem"], rec[i]["dynamic_smem"] = regs, smem, 16
         rec[i]["grid"], rec[i]["block"] = (128, 1, 1), (256, 1, 1)
+        rec[i]["device"] = (devices or [0] * len(rows))[i]
+        rec[i]["flags"] = (flags or [0] * len(rows))[i]
     path.write_bytes(bytes(out) + rec.tobytes())
 
 
 def test_the_cuda_tracers_file_is_read_demangled_and_on_the_monotonic_clock(tmp_path: Path) -> None:
     names = ["_Z13mul_mat_vec_qIL9ggml_type8ELi1EEvPKvS2_Pfi", "[memcpy HtoD]"]
     _cupti_file(tmp_path / "kernels-7.bin", names, [(5000, 7000, 0, 0, 64, 1024), (2000, 3000, 1, MEMCPY, 0, 0)],
-                clock=1, offset=1000, dropped=3)
+                offset=1000, dropped=3, devices=[1, 0])
     (t,) = cupti.TRACER.read(tmp_path, [])
     assert [t.names[i] for i in t.name] == ["[memcpy HtoD]", "mul_mat_vec_q<(ggml_type)8, 1>"]
-    assert t.start.tolist() == [1000, 4000] and t.busy_ns.tolist() == [1000, 2000]  # realtime - 1000
+    assert t.start.tolist() == [1000, 4000] and t.busy_ns.tolist() == [1000, 2000]  # CUPTI's clock - 1000
     assert t.registers.tolist() == [-1, 64] and t.shared.tolist() == [-1, 1040] and t.grid[1].tolist() == [128, 1, 1]
-    assert t.notes == ["3 records were lost (CUPTI's buffers full, or given without a start or an end): the kernel "
-                       "figures miss them"]
+    assert t.device.tolist() == [0, 1] and t.mode == "kernels" and t.lost == 3
+    assert t.notes == ["3 records were lost (CUPTI's buffers were full): the kernel figures miss them"]
+    # a wall-clock step while the engine ran is said; a sampled trace says its mode
+    _cupti_file(tmp_path / "kernels-7.bin", names, [(5000, 7000, 0, 0, 64, 1024)], offset=1000,
+                offset_end=1000 + 5_000_000, mode=2, every=16)
+    (t,) = cupti.TRACER.read(tmp_path, [])
+    assert t.mode == "sample:16" and "moved +5.0 ms against the monotonic clock" in t.notes[0]
+    whole = (tmp_path / "kernels-7.bin").read_bytes()
+    (tmp_path / "kernels-7.bin").write_bytes(whole.replace(b"TSKTRC2", b"TSKTRC1"))
+    with pytest.raises(UserError, match="another version of tokensleuth's CUDA tracer"):
+        cupti.TRACER.read(tmp_path, [])
+    _cupti_file(tmp_path / "kernels-7.bin", names, [(5000, 7000, 0, 0, 64, 1024), (2000, 3000, 1, MEMCPY, 0, 0)])
     whole = (tmp_path / "kernels-7.bin").read_bytes()
     (tmp_path / "kernels-7.bin").write_bytes(whole[:-10])  # killed while writing
     with pytest.raises(UserError, match="is cut short"):
@@ -131,7 +145,8 @@ def test_the_cuda_tracers_library_builds_against_this_machines_cupti_or_is_refus
         assert lib.is_relative_to(tmp_path / "cache")
         assert " T InitializeInjection" in symbols and "at_exit" not in symbols  # only the entry point is exported
         env = cupti.TRACER.env(tmp_path)
-        assert env == {"CUDA_INJECTION64_PATH": str(lib), "TOKENSLEUTH_KERNELS_DIR": str(tmp_path)}
+        assert env == {"CUDA_INJECTION64_PATH": str(lib), "TOKENSLEUTH_KERNELS_DIR": str(tmp_path),
+                       "TOKENSLEUTH_CUPTI_MODE": "kernels"}
     assert cupti.find_cupti([tmp_path]) is None  # a folder without CUPTI is not taken for one
     monkeypatch.setattr(cupti, "find_cupti", lambda roots=None: None)  # a machine without CUPTI
     with pytest.raises(UserError, match="needs CUPTI, and none was found: install the CUDA toolkit"):

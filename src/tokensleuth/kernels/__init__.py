@@ -29,7 +29,11 @@ FLOOR = 1  # the layers: a module imports its own folder and lower floors (tests
 # an engine backend (EngineBuild.backends) -> the module of this package that traces it
 TRACERS = {"CUDA": "cupti", "ROCm": "rocprof", "Vulkan": "vulkan"}
 
-KERNEL, MEMCPY, MEMSET, OP = 0, 1, 2, 3  # what a record is (OP: an op's time the engine measured itself)
+# what a record is: OP an op's time the engine measured itself (Vulkan); GRAPH one CUDA graph's
+# execution (graph-level tracing); LAUNCH a graph launch's marker (sampled tracing: ``flags`` 1
+# where its kernels were traced). Only KERNEL, MEMCPY, MEMSET and OP rows are kernel figures.
+KERNEL, MEMCPY, MEMSET, OP, GRAPH, LAUNCH = 0, 1, 2, 3, 4, 5
+WORK = (KERNEL, MEMCPY, MEMSET, OP)
 
 
 @dataclass(slots=True)
@@ -40,7 +44,10 @@ class Trace:
     shapes in blocks and threads; ``registers`` per thread and ``shared`` bytes (static +
     dynamic) per block, -1 where the vendor does not say. ``timeline`` is False where the records
     are totals per interval rather than single executions (the Vulkan logger): then ``start``
-    and ``end`` bound the interval the totals were printed for and ``calls`` counts them."""
+    and ``end`` bound the interval the totals were printed for and ``calls`` counts them.
+    ``device`` is the GPU a record ran on; ``mode`` how the tracer recorded (kernels: every
+    kernel; graphs: a record per graph execution; sample:N: one graph launch in N), ``lost``
+    how many records it knows it missed."""
 
     names: list[str]
     name: np.ndarray
@@ -54,8 +61,12 @@ class Trace:
     shared: np.ndarray
     calls: np.ndarray
     busy_ns: np.ndarray  # GPU time of the record (end - start on a timeline; the total otherwise)
+    device: np.ndarray
+    flags: np.ndarray
     timeline: bool = True
     notes: list[str] = field(default_factory=list)
+    mode: str = "kernels"
+    lost: int = 0
 
     def __len__(self) -> int:
         return len(self.name)
@@ -75,8 +86,10 @@ def trace_of(names: Sequence[str], rows: Mapping[str, Any], *, timeline: bool = 
     order = np.argsort(start, kind="stable")
     t = Trace(list(names), col("name", 0), start, end, col("stream", 0), col("kind", KERNEL), col("grid", -1, (3,)),
               col("block", -1, (3,)), col("registers", -1), col("shared", -1), col("calls", 1),
-              col("busy_ns", 0) if "busy_ns" in rows else end - start, timeline, list(notes))
-    for f in ("name", "start", "end", "stream", "kind", "grid", "block", "registers", "shared", "calls", "busy_ns"):
+              col("busy_ns", 0) if "busy_ns" in rows else end - start, col("device", 0), col("flags", 0), timeline,
+              list(notes))
+    for f in ("name", "start", "end", "stream", "kind", "grid", "block", "registers", "shared", "calls", "busy_ns",
+              "device", "flags"):
         setattr(t, f, getattr(t, f)[order])
     return t
 
@@ -91,8 +104,8 @@ class Tracer(Protocol):
     def ready(self) -> None:
         """Raise UserError, one line saying what is missing and how to get it, where it cannot trace."""
 
-    def env(self, out_dir: Path) -> dict[str, str]:
-        """Environment to add to the engine's."""
+    def env(self, out_dir: Path, mode: str = "kernels") -> dict[str, str]:
+        """Environment to add to the engine's (``mode``: how to record, where the tracer has modes)."""
 
     def prefix(self, out_dir: Path) -> list[str]:
         """The command the engine runs under (empty: none), ending where the engine's argv begins."""

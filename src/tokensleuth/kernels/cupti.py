@@ -27,6 +27,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,17 +36,26 @@ import numpy as np
 
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.paths import cache_dir
-from tokensleuth.kernels import Trace, demangle, short_name, trace_of
+from tokensleuth.kernels import GRAPH, KERNEL, LAUNCH, MEMCPY, MEMSET, Trace, demangle, short_name, trace_of
 
 SOURCE = Path(__file__).with_name("cupti_inject.c")
-MAGIC = b"TSKTRC1\0"
+MAGIC = b"TSKTRC2\0"
+HEADER = 72  # magic, u32 x4, i64 x2, u64 x2, u32 x4
 RECORD = np.dtype([("start", "<u8"), ("end", "<u8"), ("graph_node", "<u8"), ("bytes", "<u8"), ("name", "<u4"),
                    ("stream", "<u4"), ("graph", "<u4"), ("correlation", "<u4"), ("grid", "<i4", (3,)),
                    ("block", "<i4", (3,)), ("static_smem", "<i4"), ("dynamic_smem", "<i4"), ("registers", "<u2"),
-                   ("kind", "u1"), ("pad", "u1", (5,))])
+                   ("kind", "u1"), ("flags", "u1"), ("device", "<u4")])
 assert RECORD.itemsize == 88
 INSTALL = ("install the CUDA toolkit (its CUPTI) or `pip install nvidia-cuda-cupti-cu12 nvidia-cuda-runtime-cu12 "
            "nvidia-cuda-nvcc-cu12`, or point CUDA_HOME at a toolkit")
+# the record structs, newest first: the newest a CUPTI's headers define is compiled in (12.0-12.7
+# have no CUpti_ActivityMemcpy6, 13.0 adds CUpti_ActivityKernel10, before 12.3 no GraphTrace2)
+RECORD_TYPES = {"TS_KERNEL": ("CUpti_ActivityKernel10", "CUpti_ActivityKernel9", "CUpti_ActivityKernel8"),
+                "TS_MEMCPY": ("CUpti_ActivityMemcpy6", "CUpti_ActivityMemcpy5"),
+                "TS_MEMSET": ("CUpti_ActivityMemset4", "CUpti_ActivityMemset3"),
+                "TS_GRAPH": ("CUpti_ActivityGraphTrace2", "CUpti_ActivityGraphTrace")}
+MODES = ("kernels", "graphs")  # and sample:N (kernels/cupti_inject.c)
+C_KINDS = {0: KERNEL, 1: MEMCPY, 2: MEMSET, 3: GRAPH, 4: LAUNCH}  # the file's kinds -> a Trace's
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +136,12 @@ def library(found: Cupti | None = None) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
         lib = Path(found.library)
+        types = record_types(cc, found)
+        if "TS_KERNEL" not in types:
+            raise UserError(f"the CUPTI headers in {found.includes[0]} define no kernel record this tracer reads "
+                            f"(CUpti_ActivityKernel8 or later: CUDA 11.6 or later): {INSTALL}")
         cmd = [cc, "-O2", "-shared", "-fPIC", "-fvisibility=hidden", *(f"-I{i}" for i in found.includes),
+               *(f"-D{k}={v}" for k, v in types.items()),
                "-o", str(tmp), str(SOURCE), f"-L{lib.parent}", f"-l:{lib.name}", f"-Wl,-rpath,{lib.parent}",
                "-lpthread"]
         try:
@@ -143,18 +158,42 @@ def library(found: Cupti | None = None) -> Path:
     return out
 
 
+def record_types(cc: str, found: Cupti) -> dict[str, str]:
+    """The newest record struct of each kind that this CUPTI's headers define (RECORD_TYPES),
+    each found by compiling a one-line probe; a kind with none is left out."""
+    out: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="tokensleuth-cupti-") as tmp:
+        for macro, names in RECORD_TYPES.items():
+            for name in names:
+                probe = Path(tmp) / f"{name}.c"
+                probe.write_text(f"#include <cupti.h>\nunsigned long size = sizeof({name});\n")
+                try:
+                    done = subprocess.run([cc, "-fsyntax-only", *(f"-I{i}" for i in found.includes), str(probe)],
+                                          capture_output=True, timeout=60)
+                except (OSError, subprocess.SubprocessError):
+                    continue
+                if done.returncode == 0:
+                    out[macro] = name
+                    break
+    return out
+
+
 def read_file(path: Path) -> Trace:
-    """One process's records (the format in the module's docstring), names demangled."""
+    """One process's records (the format in the module's docstring), names demangled, on the
+    monotonic clock."""
     data = path.read_bytes()
-    if not data.startswith(MAGIC) or len(data) < 48:
-        raise UserError(f"{path} is not a kernel trace of tokensleuth's CUDA tracer (no TSKTRC1 header)")
-    version, clock, runtime, built = np.frombuffer(data, "<u4", 4, 8)
-    offset = int(np.frombuffer(data, "<i8", 1, 24)[0])
-    dropped = int(np.frombuffer(data, "<u8", 1, 32)[0])
-    n_names, n_records = (int(x) for x in np.frombuffer(data, "<u4", 2, 40))
-    if version != 1:
-        raise UserError(f"{path}: kernel trace format {version}, this tokensleuth reads 1 — trace again")
-    pos, raw = 48, []
+    if data.startswith(b"TSKTRC") and not data.startswith(MAGIC):
+        raise UserError(f"{path}: a kernel trace of another version of tokensleuth's CUDA tracer — trace again")
+    if not data.startswith(MAGIC) or len(data) < HEADER:
+        raise UserError(f"{path} is not a kernel trace of tokensleuth's CUDA tracer (no TSKTRC2 header)")
+    version, mode, runtime, built = (int(x) for x in np.frombuffer(data, "<u4", 4, 8))
+    start_offset, end_offset = (int(x) for x in np.frombuffer(data, "<i8", 2, 24))
+    dropped, invalid = (int(x) for x in np.frombuffer(data, "<u8", 2, 40))
+    every, size, n_names, n_records = (int(x) for x in np.frombuffer(data, "<u4", 4, 56))
+    if version != 2 or size != RECORD.itemsize:
+        raise UserError(f"{path}: kernel trace format {version} ({size}-byte records), this tokensleuth reads 2 "
+                        f"({RECORD.itemsize}) — trace again")
+    pos, raw = HEADER, []
     try:
         for _ in range(n_names):
             (length,) = np.frombuffer(data, "<u4", 1, pos)
@@ -167,19 +206,35 @@ def read_file(path: Path) -> Trace:
         raise UserError(f"{path} is cut short ({len(data)} bytes for {n_names} names and {n_records} records)"
                         " — the engine was killed while writing it: trace again") from None
     names = [short_name(n) for n in demangle(raw)]
-    shift = offset if clock == 1 else 0  # realtime stamps: back onto the monotonic clock
     notes = []
     if dropped:
-        notes.append(f"{dropped} records were lost (CUPTI's buffers full, or given without a start or an end): "
-                     "the kernel figures miss them")
+        notes.append(f"{dropped} records were lost (CUPTI's buffers were full): the kernel figures miss them")
+    if invalid:
+        notes.append(f"{invalid} records came without a start or an end: the kernel figures miss them")
+    if abs(end_offset - start_offset) > 1_000_000:
+        notes.append(f"CUPTI's clock moved {(end_offset - start_offset) / 1e6:+.1f} ms against the monotonic clock "
+                     "while the engine ran (a wall-clock step): records are placed by the offset at its start")
     if runtime and runtime < built:
         notes.append(f"CUPTI {runtime} at run time is older than the {built} the tracer was built for")
     shared = rec["static_smem"].astype(np.int64) + rec["dynamic_smem"]
-    return trace_of(names, {
-        "name": rec["name"], "start": rec["start"].astype(np.int64) - shift, "end": rec["end"].astype(np.int64) - shift,
-        "stream": rec["stream"], "kind": rec["kind"], "grid": rec["grid"], "block": rec["block"],
-        "registers": np.where(rec["kind"] == 0, rec["registers"].astype(np.int64), -1),
-        "shared": np.where(rec["kind"] == 0, shared, -1)}, notes=notes)
+    kind = np.array([C_KINDS.get(int(k), KERNEL) for k in rec["kind"]], dtype=np.int64)
+    is_kernel = kind == KERNEL
+    t = trace_of(names, {
+        "name": rec["name"], "start": rec["start"].astype(np.int64) - start_offset,
+        "end": rec["end"].astype(np.int64) - start_offset, "stream": rec["stream"], "kind": kind,
+        "grid": rec["grid"], "block": rec["block"], "device": rec["device"], "flags": rec["flags"],
+        "registers": np.where(is_kernel, rec["registers"].astype(np.int64), -1),
+        "shared": np.where(is_kernel, shared, -1)}, notes=notes)
+    t.mode = ("kernels", "graphs", f"sample:{every}")[mode & 0xFF] if (mode & 0xFF) < 3 else "?"
+    t.lost = dropped + invalid
+    return t
+
+
+def check_mode(mode: str) -> None:
+    """kernels, graphs or sample:N (N a whole number of at least 1)."""
+    n = mode.partition(":")[2]
+    if mode not in MODES and not (mode.startswith("sample:") and n.isdigit() and 1 <= int(n) <= 1_000_000):
+        raise UserError(f"CUDA trace mode {mode!r}: give kernels, graphs or sample:N (one graph launch in N traced)")
 
 
 class CuptiTracer:
@@ -189,8 +244,10 @@ class CuptiTracer:
     def ready(self) -> None:
         library()
 
-    def env(self, out_dir: Path) -> dict[str, str]:
-        return {"CUDA_INJECTION64_PATH": str(library()), "TOKENSLEUTH_KERNELS_DIR": str(out_dir)}
+    def env(self, out_dir: Path, mode: str = "kernels") -> dict[str, str]:
+        check_mode(mode)
+        return {"CUDA_INJECTION64_PATH": str(library()), "TOKENSLEUTH_KERNELS_DIR": str(out_dir),
+                "TOKENSLEUTH_CUPTI_MODE": mode}
 
     def prefix(self, out_dir: Path) -> list[str]:
         return []

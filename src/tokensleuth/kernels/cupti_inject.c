@@ -1,15 +1,27 @@
 /* tokensleuth's CUDA kernel tracer: loaded by the CUDA driver through CUDA_INJECTION64_PATH.
  *
- * It enables CUPTI's activity API for concurrent kernels, memcpy and memset (one record per
- * kernel node of a CUDA graph: graph-level tracing is never enabled), keeps the records in
- * memory while the engine runs, and writes them once, at exit, to
- * $TOKENSLEUTH_KERNELS_DIR/kernels-<pid>.bin (format: tokensleuth/kernels/cupti.py). It calls no
- * CUDA API and adds no synchronisation: CUPTI fills its buffers asynchronously and hands them
- * over when full or when flushed at exit.
+ * It enables CUPTI's activity API, keeps the records in memory while the engine runs, and writes
+ * them once, at exit, to $TOKENSLEUTH_KERNELS_DIR/kernels-<pid>.bin (format: kernels/cupti.py).
+ * It calls no CUDA API and adds no synchronisation: CUPTI fills its buffers asynchronously and
+ * hands them over when full or when flushed at exit.
  *
- * Timestamps are asked on CLOCK_MONOTONIC (the clock the engine's output lines are stamped
- * with); where CUPTI refuses the timestamp callback they stay on its default CLOCK_REALTIME and
- * the header carries the offset between the two clocks, measured at start.
+ * What it records ($TOKENSLEUTH_CUPTI_MODE):
+ *   kernels   every kernel (one record per kernel node of a CUDA graph), memcpy and memset;
+ *   graphs    one record per CUDA graph launch (CUPTI's graph-level trace: no node is
+ *             instrumented), memcpy and memset, and the kernels launched outside a graph
+ *             where CUPTI takes kernel records beside graph-level ones (the header says);
+ *   sample:N  as kernels, but the kernel records of CUDA graphs are taken for one graph launch
+ *             in N only (kernel activity is switched on at that launch and off at the next),
+ *             and every graph launch leaves a marker (kind 4) saying whether it was traced.
+ *
+ * Timestamps stay on CUPTI's own clock (CLOCK_REALTIME on Linux): no timestamp callback is
+ * registered (CUPTI 12.6 Update 2 to 13.0 give kernels zero timestamps with one). The header
+ * carries CUPTI's clock less CLOCK_MONOTONIC, read through cuptiGetTimestamp at start and at
+ * exit, each the tightest of several brackets; the reader moves the records onto the
+ * monotonic clock the engine's output lines are stamped with.
+ *
+ * The record structs are the newest this CUPTI's headers define, chosen when the library is
+ * compiled (TS_KERNEL, TS_MEMCPY, TS_MEMSET, TS_GRAPH: kernels/cupti.py probes for them).
  */
 #include <cupti.h>
 #include <pthread.h>
@@ -20,15 +32,20 @@
 #include <time.h>
 #include <unistd.h>
 
-#if CUPTI_API_VERSION >= 130000
-typedef CUpti_ActivityKernel10 kernel_t;
-#elif CUPTI_API_VERSION >= 18
-typedef CUpti_ActivityKernel9 kernel_t;
-#else
-#error "the kernel tracer needs CUPTI of CUDA 12.1 or later (CUpti_ActivityKernel9)"
+#ifndef TS_KERNEL
+#error "compile with -DTS_KERNEL=CUpti_ActivityKernelN (kernels/cupti.py chooses N)"
+#endif
+#ifndef TS_MEMCPY
+#define TS_MEMCPY CUpti_ActivityMemcpy5
+#endif
+#ifndef TS_MEMSET
+#define TS_MEMSET CUpti_ActivityMemset4
 #endif
 
 #define BUFFER_SIZE (8u << 20)
+#define MODE_KERNELS 0
+#define MODE_GRAPHS 1
+#define MODE_SAMPLE 2
 
 #pragma pack(push, 1)
 typedef struct {
@@ -36,31 +53,47 @@ typedef struct {
     uint32_t name, stream, graph, correlation;
     int32_t grid[3], block[3], static_smem, dynamic_smem;
     uint16_t registers;
-    uint8_t kind; /* 0 kernel, 1 memcpy, 2 memset */
-    uint8_t pad[5];
+    uint8_t kind;  /* 0 kernel, 1 memcpy, 2 memset, 3 graph execution, 4 graph launch marker */
+    uint8_t flags; /* a marker: 1 where the launch's kernels were traced */
+    uint32_t device;
 } record_t;
 #pragma pack(pop)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static record_t *records;
 static size_t n_records, cap_records;
-static const char **names;           /* interned: CUPTI's own pointers first, then copies */
+static const char **names;           /* interned: copies */
 static size_t n_names, cap_names;
 static const char *seen[4096];        /* CUPTI name pointer -> index + 1 (open addressing) */
 static uint32_t seen_id[4096];
-static uint64_t dropped;             /* CUPTI's own count: its buffers were full */
+static uint64_t dropped;             /* CUPTI's own count, and records memory could not hold */
 static uint64_t invalid;             /* records CUPTI gave without a start or an end */
-static int monotonic;
-static int64_t realtime_minus_monotonic;
+static int64_t offset_start, offset_end; /* CUPTI's clock less CLOCK_MONOTONIC (ns) */
+static int mode = MODE_KERNELS;
+static uint32_t sample_every = 1;
+static uint64_t launches;
+static int kernels_on;
+static CUpti_SubscriberHandle subscriber;
 static int initialized;
 
-static int64_t clock_ns(clockid_t id) {
+static int64_t mono_ns(void) {
     struct timespec t;
-    clock_gettime(id, &t);
+    clock_gettime(CLOCK_MONOTONIC, &t);
     return (int64_t) t.tv_sec * 1000000000LL + t.tv_nsec;
 }
 
-static uint64_t CUPTIAPI monotonic_ns(void) { return (uint64_t) clock_ns(CLOCK_MONOTONIC); }
+/* CUPTI's timestamp less the monotonic clock: the reading bracketed most tightly of 16. */
+static int64_t cupti_minus_monotonic(void) {
+    int64_t best = 0, width = INT64_MAX;
+    for (int i = 0; i < 16; i++) {
+        uint64_t c = 0;
+        int64_t a = mono_ns();
+        if (cuptiGetTimestamp(&c) != CUPTI_SUCCESS) return 0;
+        int64_t b = mono_ns();
+        if (b - a < width) { width = b - a; best = (int64_t) c - (a + (b - a) / 2); }
+    }
+    return best;
+}
 
 /* The index of name ``p`` (UINT32_MAX where memory ran out). CUPTI hands the same pointer for a
    kernel's every record; a cached pointer is checked against its text, in case a module was
@@ -89,8 +122,11 @@ static uint32_t name_of(const char *p) {
     return (uint32_t) n_names++;
 }
 
-/* A zeroed record to fill, or NULL where memory ran out (the record is then counted as dropped). */
-static record_t *next_record(void) {
+/* A zeroed record named ``name`` to fill, or NULL where memory ran out (counted as dropped).
+   Called with the lock held. */
+static record_t *next_record(const char *name, uint8_t kind) {
+    uint32_t id = name_of(name);
+    if (id == UINT32_MAX) { dropped++; return NULL; }
     if (n_records == cap_records) {
         size_t cap = cap_records ? cap_records * 2 : 65536;
         record_t *grown = realloc(records, cap * sizeof *records);
@@ -100,6 +136,8 @@ static record_t *next_record(void) {
     }
     record_t *r = &records[n_records++];
     memset(r, 0, sizeof *r);
+    r->name = id;
+    r->kind = kind;
     return r;
 }
 
@@ -126,39 +164,42 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
     pthread_mutex_lock(&lock);
     while (cuptiActivityGetNextRecord(buffer, valid, &a) == CUPTI_SUCCESS) {
         if (a->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL || a->kind == CUPTI_ACTIVITY_KIND_KERNEL) {
-            const kernel_t *k = (const kernel_t *) a;
+            const TS_KERNEL *k = (const TS_KERNEL *) a;
             if (k->start == 0 || k->end < k->start) { invalid++; continue; }
-            uint32_t name = name_of(k->name);
-            record_t *r = name == UINT32_MAX ? NULL : next_record();
-            if (!r) { dropped += name == UINT32_MAX; continue; }
-            r->start = k->start; r->end = k->end;
+            record_t *r = next_record(k->name, 0);
+            if (!r) continue;
+            r->start = k->start; r->end = k->end; r->device = k->deviceId;
             r->graph_node = k->graphNodeId; r->graph = k->graphId;
-            r->name = name; r->stream = k->streamId; r->correlation = k->correlationId;
+            r->stream = k->streamId; r->correlation = k->correlationId;
             r->grid[0] = k->gridX; r->grid[1] = k->gridY; r->grid[2] = k->gridZ;
             r->block[0] = k->blockX; r->block[1] = k->blockY; r->block[2] = k->blockZ;
             r->static_smem = k->staticSharedMemory; r->dynamic_smem = k->dynamicSharedMemory;
             r->registers = k->registersPerThread;
-            r->kind = 0;
         } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMCPY) {
-            const CUpti_ActivityMemcpy6 *m = (const CUpti_ActivityMemcpy6 *) a;
+            const TS_MEMCPY *m = (const TS_MEMCPY *) a;
             if (m->start == 0 || m->end < m->start) { invalid++; continue; }
-            uint32_t name = name_of(copy_kind(m->copyKind));
-            record_t *r = name == UINT32_MAX ? NULL : next_record();
-            if (!r) { dropped += name == UINT32_MAX; continue; }
-            r->start = m->start; r->end = m->end; r->bytes = m->bytes;
+            record_t *r = next_record(copy_kind(m->copyKind), 1);
+            if (!r) continue;
+            r->start = m->start; r->end = m->end; r->bytes = m->bytes; r->device = m->deviceId;
             r->graph_node = m->graphNodeId; r->graph = m->graphId;
-            r->name = name; r->stream = m->streamId; r->correlation = m->correlationId;
-            r->kind = 1;
+            r->stream = m->streamId; r->correlation = m->correlationId;
         } else if (a->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
-            const CUpti_ActivityMemset4 *m = (const CUpti_ActivityMemset4 *) a;
+            const TS_MEMSET *m = (const TS_MEMSET *) a;
             if (m->start == 0 || m->end < m->start) { invalid++; continue; }
-            uint32_t name = name_of("[memset]");
-            record_t *r = name == UINT32_MAX ? NULL : next_record();
-            if (!r) { dropped += name == UINT32_MAX; continue; }
-            r->start = m->start; r->end = m->end; r->bytes = m->bytes;
+            record_t *r = next_record("[memset]", 2);
+            if (!r) continue;
+            r->start = m->start; r->end = m->end; r->bytes = m->bytes; r->device = m->deviceId;
             r->graph_node = m->graphNodeId; r->graph = m->graphId;
-            r->name = name; r->stream = m->streamId; r->correlation = m->correlationId;
-            r->kind = 2;
+            r->stream = m->streamId; r->correlation = m->correlationId;
+#ifdef TS_GRAPH
+        } else if (a->kind == CUPTI_ACTIVITY_KIND_GRAPH_TRACE) {
+            const TS_GRAPH *g = (const TS_GRAPH *) a;
+            if (g->start == 0 || g->end < g->start) { invalid++; continue; }
+            record_t *r = next_record("[graph]", 3);
+            if (!r) continue;
+            r->start = g->start; r->end = g->end; r->device = g->deviceId;
+            r->graph = g->graphId; r->stream = g->streamId; r->correlation = g->correlationId;
+#endif
         }
     }
     pthread_mutex_unlock(&lock);
@@ -169,6 +210,27 @@ static void CUPTIAPI completed(CUcontext ctx, uint32_t stream, uint8_t *buffer, 
         pthread_mutex_unlock(&lock);
     }
     free(buffer);
+}
+
+/* sample:N: at each graph launch, kernel records on for one launch in N, off for the others. */
+static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
+    (void) userdata;
+    const CUpti_CallbackData *cb = (const CUpti_CallbackData *) data;
+    if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_ENTER) return;
+    if (cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch && cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz) return;
+    uint64_t n = __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
+    int on = n % sample_every == 0;
+    if (on != kernels_on) {
+        if (on) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        else cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        kernels_on = on;
+    }
+    uint64_t t = 0;
+    cuptiGetTimestamp(&t);
+    pthread_mutex_lock(&lock);
+    record_t *r = next_record("[graph launch]", 4);
+    if (r) { r->start = r->end = t; r->graph = (uint32_t) n; r->flags = (uint8_t) on; r->correlation = cb->correlationId; }
+    pthread_mutex_unlock(&lock);
 }
 
 static void write_all(FILE *f, const void *p, size_t n) { if (n) fwrite(p, 1, n, f); }
@@ -187,6 +249,7 @@ static void say_failed(const char *what, CUptiResult r) {
 
 static void at_exit(void) {
     cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    offset_end = cupti_minus_monotonic();
     const char *dir = getenv("TOKENSLEUTH_KERNELS_DIR");
     if (!dir) return;
     char path[4096], tmp[4200];
@@ -197,14 +260,17 @@ static void at_exit(void) {
     pthread_mutex_lock(&lock);
     FILE *f = fopen(tmp, "wb");
     if (f) {
-        const char magic[8] = {'T', 'S', 'K', 'T', 'R', 'C', '1', 0};
-        uint32_t head[4] = {1u, (uint32_t) (monotonic ? 0 : 1), runtime, (uint32_t) CUPTI_API_VERSION};
-        uint32_t counts[2] = {(uint32_t) n_names, (uint32_t) n_records};
+        const char magic[8] = {'T', 'S', 'K', 'T', 'R', 'C', '2', 0};
+        /* the mode, and whether kernel records were on at the start (graphs: outside graphs) */
+        uint32_t head[4] = {2u, (uint32_t) mode | (mode == MODE_GRAPHS && kernels_on ? 0x100u : 0u), runtime,
+                            (uint32_t) CUPTI_API_VERSION};
+        int64_t offsets[2] = {offset_start, offset_end};
+        uint64_t lost[2] = {dropped, invalid};
+        uint32_t counts[4] = {sample_every, (uint32_t) sizeof(record_t), (uint32_t) n_names, (uint32_t) n_records};
         write_all(f, magic, sizeof magic);
         write_all(f, head, sizeof head);
-        write_all(f, &realtime_minus_monotonic, sizeof realtime_minus_monotonic);
-        uint64_t lost = dropped + invalid;
-        write_all(f, &lost, sizeof lost);
+        write_all(f, offsets, sizeof offsets);
+        write_all(f, lost, sizeof lost);
         write_all(f, counts, sizeof counts);
         for (size_t i = 0; i < n_names; i++) {
             uint32_t len = (uint32_t) strlen(names[i]);
@@ -222,12 +288,35 @@ static void at_exit(void) {
 __attribute__((visibility("default"))) int InitializeInjection(void) {
     if (initialized) return 1;
     initialized = 1;
-    realtime_minus_monotonic = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
-    monotonic = cuptiActivityRegisterTimestampCallback(monotonic_ns) == CUPTI_SUCCESS;
+    const char *m = getenv("TOKENSLEUTH_CUPTI_MODE");
+    if (m && strcmp(m, "graphs") == 0) mode = MODE_GRAPHS;
+    else if (m && strncmp(m, "sample:", 7) == 0 && atoi(m + 7) >= 1) { mode = MODE_SAMPLE; sample_every = (uint32_t) atoi(m + 7); }
+    offset_start = cupti_minus_monotonic();
     CUptiResult r = cuptiActivityRegisterCallbacks(requested, completed);
     if (r != CUPTI_SUCCESS) { say_failed("cuptiActivityRegisterCallbacks", r); return 1; }
-    r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    if (r != CUPTI_SUCCESS) { say_failed("cuptiActivityEnable(CONCURRENT_KERNEL)", r); return 1; }
+    if (mode == MODE_GRAPHS) {
+#ifdef TS_GRAPH
+        r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_GRAPH_TRACE);
+        if (r != CUPTI_SUCCESS) { say_failed("cuptiActivityEnable(GRAPH_TRACE)", r); return 1; }
+        /* kernels launched outside a graph: their own records, where CUPTI takes both kinds */
+        kernels_on = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) == CUPTI_SUCCESS;
+#else
+        say_failed("graph-level tracing (this CUPTI has no CUpti_ActivityGraphTrace)", CUPTI_ERROR_NOT_SUPPORTED);
+        return 1;
+#endif
+    } else {
+        r = cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+        if (r != CUPTI_SUCCESS) { say_failed("cuptiActivityEnable(CONCURRENT_KERNEL)", r); return 1; }
+        kernels_on = 1;
+    }
+    if (mode == MODE_SAMPLE) {
+        r = cuptiSubscribe(&subscriber, on_api, NULL);
+        if (r == CUPTI_SUCCESS) r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch);
+        if (r == CUPTI_SUCCESS) r = cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API,
+                                                        CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz);
+        if (r != CUPTI_SUCCESS) { say_failed("cuptiSubscribe (graph launches, for sample:N)", r); return 1; }
+    }
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMCPY);
     cuptiActivityEnable(CUPTI_ACTIVITY_KIND_MEMSET);
     atexit(at_exit);

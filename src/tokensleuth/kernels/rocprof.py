@@ -83,7 +83,7 @@ class RocprofTracer:
             raise UserError("the ROCm kernel tracer runs rocprofv3, which is not on PATH: install rocprofiler-sdk "
                             "(ROCm 6.2 or later) and put /opt/rocm/bin on PATH")
 
-    def env(self, out_dir: Path) -> dict[str, str]:
+    def env(self, out_dir: Path, mode: str = "kernels") -> dict[str, str]:
         return {}
 
     def prefix(self, out_dir: Path) -> list[str]:

@@ -85,7 +85,7 @@ class VulkanTracer:
     def ready(self) -> None:
         return None
 
-    def env(self, out_dir: Path) -> dict[str, str]:
+    def env(self, out_dir: Path, mode: str = "kernels") -> dict[str, str]:
         env = {"GGML_VK_PERF_LOGGER": "1"}
         if self.concurrent:
             env["GGML_VK_PERF_LOGGER_CONCURRENT"] = "1"
