@@ -29,7 +29,7 @@ class FakeTracer:
     def ready(self) -> None:
         return None
 
-    def env(self, out_dir: Path) -> dict[str, str]:
+    def env(self, out_dir: Path, mode: str = "kernels") -> dict[str, str]:
         return {}
 
     def prefix(self, out_dir: Path) -> list[str]:

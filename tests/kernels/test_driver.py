@@ -25,10 +25,22 @@ def test_two_builds_traced_stored_resumed_and_diffed(engine: EngineBuild, dense_
     with Store(tmp_path / "s.db") as store:
         sid, obj = run_kernels(store, builds, [str(dense_model)], ["tg16"], ["-t", "1"], processes=2, reps=4,
                                env=env, log=lines.append)
-        assert len(store.get_state(sid, RUNS_STATE)) == 4 and sum("traced" in x for x in lines) == 4
+        def said(what: str) -> int:
+            return sum(x.startswith(f"  {what} ") for x in lines)
+
+        # a traced process and an untraced one for each of the 4
+        assert len(store.get_state(sid, RUNS_STATE)) == 4 and said("traced") == 4 and said("untraced") == 4
         again, _ = run_kernels(store, builds, [str(dense_model)], ["tg16"], ["-t", "1"], processes=2, reps=4,
                                env=env, resume=True, log=lines.append)
-        assert again == sid and sum("traced" in x for x in lines) == 4  # nothing measured twice
+        assert again == sid and said("traced") == 4 and said("untraced") == 4  # nothing measured twice
+        # killed between the two halves of a pair: --resume runs the half that is missing, only it
+        runs = store.get_state(sid, RUNS_STATE)
+        del runs[1]["untraced_ms_per_token"]
+        store.put_state(sid, RUNS_STATE, runs)
+        store.db.execute("UPDATE studies SET status='interrupted' WHERE id=?", (sid,))
+        run_kernels(store, builds, [str(dense_model)], ["tg16"], ["-t", "1"], processes=2, reps=4, env=env,
+                    resume=True, log=lines.append)
+        assert said("traced") == 4 and said("untraced") == 5
         md, j = kind_of("kernels").render_stored(store, sid)
         figures = kind_of("kernels").figures(store, sid, j)
     (d,) = obj["diffs"]
@@ -36,6 +48,8 @@ def test_two_builds_traced_stored_resumed_and_diffed(engine: EngineBuild, dense_
     assert rows["k_extra"]["verdict"] == "appeared" and rows["k_extra"]["calls_per_token"][0] == 0
     assert rows["k_tail"]["launch_changed"] == "registers 32 -> 96"
     assert {c["engine"] for c in obj["cells"]} == {"a", "b"} and all(c["processes"] == 2 for c in obj["cells"])
+    assert d["measured_by"] == "untraced processes" and all(c["untraced_ms_per_token"] for c in obj["cells"])
+    assert all(c["trace_cost"]["ratio"] > 0 for c in obj["cells"])
     # the records lie inside the windows (the planted kernels cover part of each one's time)
     share = {c["engine"]: c["kernel_ms_per_token"] / c["bench_ms_per_token"] for c in obj["cells"]}
     assert all(0.2 < v < 1.0 for v in share.values()), share

@@ -35,8 +35,10 @@ def test_a_process_counts_the_kernels_of_its_kept_repetitions_and_the_idle_betwe
     assert p.idle_ms_per_token == pytest.approx(300 / 8 / 1e6)
     assert p.outside_ms_per_token == pytest.approx(700 / 8 / 1e6)
     assert p.kernel_ms_per_token == pytest.approx(1100 / 8 / 1e6)
-    # concurrent kernels (a and b overlap by 100 ns) count twice in the sum; the outside time not at all
-    assert coverage(p) == pytest.approx((1100 + 300) / 2000)
+    # concurrent kernels (a and b overlap by 100 ns) count once in the busy time; the outside time not at all
+    assert p.overlap_ms_per_token == pytest.approx(100 / 8 / 1e6)
+    assert coverage(p) == pytest.approx((1000 + 300) / 2000)
+    assert coverage(p, untraced_ms_per_token=1300 / 8 / 1e6) == pytest.approx(1.0)
     j = p.to_json()
     assert [k["name"] for k in j["kernels"]] == ["a", "b"] and j["kernels"][0]["calls_per_token"] == 3 / 8
     assert j["kernels"][0]["launches"] == [{"grid": [8, 1, 1], "block": [128, 1, 1], "registers": 32,
@@ -68,6 +70,7 @@ def _processes(rng: np.random.Generator, n: int, extra: dict[str, int], regs: di
                 dur = int(dur * rng.normal(1, 0.01))
                 kernels.append((name, t, t + dur))
                 t += dur + 20 + idle
+            t -= 18 + idle  # the window closes 2 ns after its last kernel
             windows.append(Window(w0, t, 1, t - w0))
         out.append(process_kernels(_trace(kernels, regs), windows))
     return out
@@ -83,23 +86,38 @@ def test_the_diff_names_what_grew_appeared_vanished_and_changed_its_launch() -> 
     assert rows["d"]["verdict"] == "appeared" and rows["c"]["verdict"] == "vanished"
     assert rows["b"]["verdict"] == "same" and rows["b"]["launch_changed"] == "registers 32 -> 96"
     assert [r["kernel"] for r in d["rows"]][0] == "a"  # the largest change first
-    # two gaps between kernels, each 5 ns longer; the third gap, after the last kernel, is outside
+    # two gaps between kernels, each 5 ns longer
     assert d["idle"]["delta_ms_per_token"] == pytest.approx(2 * 5e-6, rel=0.05)
-    assert d["outside"]["delta_ms_per_token"] == pytest.approx(5e-6, rel=0.05)
-    # measured: +60 (a) +40 (d) -50 (c) +15 (gaps) = +65 ns; the kernels +50 and the idle +10 account for 60
-    assert d["measured"]["delta_ms_per_token"] == pytest.approx(65e-6, rel=0.1)
-    assert d["accounted"] == pytest.approx(60 / 65, abs=0.06) and d["kernels_share"] == pytest.approx(50 / 65, abs=0.06)
-    assert re.fullmatch(r"The named kernels and the idle time account for 9\d% of the measured difference of "
-                        r"\+6\.\d+e-05 ms/token \(kernels 7\d%, idle 1\d%; kernels \+4\.\d+e-05, idle between kernels "
-                        r"\+1e-05, outside the kernels' span \+5e-06 ms/token\)\.", d["sentence"]), d["sentence"]
+    # measured: +60 (a) +40 (d) -50 (c) +10 (gaps) = +60 ns; the kernels +50 and the idle +10
+    assert d["measured"]["delta_ms_per_token"] == pytest.approx(60e-6, rel=0.1)
+    assert d["measured_by"] == "the traced processes themselves"
+    assert d["kernels_share"]["share"] == pytest.approx(50 / 60, abs=0.06)
+    lo, hi = d["kernels_share"]["ci"]
+    assert lo < d["kernels_share"]["share"] < hi
+    assert d["idle_share"]["share"] == pytest.approx(10 / 60, abs=0.03)
+    assert d["unexplained_share"] == pytest.approx(0, abs=0.06)
+    assert re.fullmatch(r"Of the measured difference of \+\d\.\d+e-05 ms/token \(the traced processes themselves\), the "
+                        r"kernels' own time accounts for 8\d% \[\d+%, \d+%\], idle time between kernels 1\d% "
+                        r"\[\d+%, \d+%\]; -?\d+% is unexplained by the trace \(the trace: kernels \+\S+, idle between "
+                        r"kernels \+\S+ ms/token\)\.", d["sentence"]), d["sentence"]
 
 
-def test_one_process_a_side_decides_nothing_but_presence() -> None:
+def test_one_process_a_side_decides_nothing_not_even_presence() -> None:
+    """A kernel appeared where it ran in every process of one side and none of the other, two a side at least."""
     rng = np.random.default_rng(4)
     d = diff(_processes(rng, 1, {}), _processes(rng, 1, {"a": 60, "d": 40}), band=0.02)
     rows = {r["kernel"]: r for r in d["rows"]}
-    assert rows["a"]["verdict"] == "unresolved" and rows["d"]["verdict"] == "appeared"
+    assert rows["a"]["verdict"] == "unresolved" and rows["d"]["verdict"] == "unresolved"
+    assert rows["d"]["presence"] == [0, 1, 1, 1]
     assert diff([], _processes(rng, 2, {}))["rows"] == []
+    # in every process of one side and none of the other, two a side: appeared, however small
+    rows = {r["kernel"]: r for r in diff(_processes(rng, 2, {}), _processes(rng, 2, {"d": 1}), band=0.02)["rows"]}
+    assert rows["d"]["presence"] == [0, 2, 2, 2] and rows["d"]["verdict"] == "appeared"
+    # in some processes only: not appeared (a kernel of one build runs every time)
+    cand = _processes(rng, 3, {"d": 30})
+    del cand[1].busy_ns["d"], cand[1].calls["d"]
+    rows = {r["kernel"]: r for r in diff(_processes(rng, 3, {}), cand, band=0.02)["rows"]}
+    assert rows["d"]["presence"] == [0, 3, 2, 3] and rows["d"]["verdict"] != "appeared"
 
 
 def test_no_nan_in_the_diff_and_no_share_of_a_difference_not_measured() -> None:
@@ -110,7 +128,68 @@ def test_no_nan_in_the_diff_and_no_share_of_a_difference_not_measured() -> None:
     assert all(r["ci"] == [None, None] for r in one["rows"])  # no interval: null, not NaN
     json.dumps(one, allow_nan=False)
     same = diff(_processes(rng, 4, {}), _processes(rng, 4, {}), band=0.02)
-    assert same["accounted"] is None and same["sentence"].startswith("llama-bench measured no difference")
+    assert "kernels_share" not in same and same["sentence"].startswith("llama-bench measured no difference")
+
+
+def test_the_measured_difference_comes_from_untraced_processes_and_a_trace_that_does_not_cover_it_gives_no_share(
+) -> None:
+    rng = np.random.default_rng(5)
+    base, cand = _processes(rng, 4, {}), _processes(rng, 4, {"a": 60})
+    # untraced processes: the 390 ns a token (+60 in B) of the traced ones' kernels and gaps
+    untraced = ([390e-6 * x for x in (1.0, 1.01, 0.99, 1.0)], [450e-6 * x for x in (1.0, 1.01, 0.99, 1.0)])
+    d = diff(base, cand, 0.02, untraced=untraced)
+    assert d["measured_by"] == "untraced processes" and d["kernels_share"]["share"] == pytest.approx(1.0, abs=0.1)
+    assert 0.95 < d["coverage"][0] <= d["coverage"][1] < 1.05
+    # the traced program ran 30% slower than the untraced one: its timeline does not account for it
+    slow = ([x / 1.3 for x in untraced[0]], [x / 1.3 for x in untraced[1]])
+    d = diff(base, cand, 0.02, untraced=slow)
+    assert "kernels_share" not in d and "beyond ±5%" in d["shares_withheld"]
+    assert re.search(r"no shares: the busy and idle time per token came to 1\.[23]\d–1\.3\d × llama-bench's", d["sentence"])
+
+
+def test_missing_records_withhold_the_table() -> None:
+    rng = np.random.default_rng(6)
+    base, cand = _processes(rng, 3, {}), _processes(rng, 3, {"a": 60})
+    cand[1].calls["b"] -= 2  # a process with fewer records a token than its siblings
+    d = diff(base, cand, 0.02)
+    assert "B: records per token differ across processes" in d["withheld"] and d["sentence"] == d["withheld"]
+    base[0].lost = 7
+    assert "A: 7 records were lost by the tracer" in diff(base, _processes(rng, 3, {}), 0.02)["withheld"]
+
+
+def test_a_sampled_trace_counts_the_tokens_it_traced_and_their_kernels_only() -> None:
+    """sample:2: graph launches at each token, the kernels of every other one recorded; per-token
+    figures as a full trace gives them."""
+    from tokensleuth.kernels import KERNEL, LAUNCH
+
+    rows: dict[str, list[int]] = {"name": [], "start": [], "end": [], "kind": [], "flags": []}
+
+    def add(name: int, start: int, end: int, kind: int, flag: int = 0) -> None:
+        for k, v in (("name", name), ("start", start), ("end", end), ("kind", kind), ("flags", flag)):
+            rows[k].append(v)
+
+    for tok in range(8):  # two windows of 4 tokens, 250 ns each: launch, then a (90 ns), 20 ns idle, b (80 ns)
+        t0 = tok * 250
+        add(2, t0, t0, LAUNCH, int(tok % 2 == 0))
+        if tok % 2 == 0:
+            add(0, t0 + 10, t0 + 100, KERNEL)
+            add(1, t0 + 120, t0 + 200, KERNEL)
+    t = trace_of(["a", "b", "[graph launch]"], rows)
+    t.mode = "sample:2"
+    p = process_kernels(t, [Window(0, 1000, 4, 1000), Window(1000, 2000, 4, 1000)])
+    assert p.tokens == 8 and p.traced_tokens == 4 and p.calls == {"a": 4, "b": 4}
+    assert p.ms_per_token("a") == pytest.approx(90e-6) and p.idle_ms_per_token == pytest.approx(20e-6)
+    assert p.outside_ms_per_token is None  # not measured where some tokens were not traced
+    # a window that fell between traced launches (records off throughout) is left out, and said
+    late = process_kernels(t, [Window(1251, 1490, 1, 239)])
+    assert late.traced_tokens == 0 and late.notes == ["1 repetition(s) fell between traced graph launches: left out of "
+                                                      "the kernel figures"]
+
+
+def test_kernels_on_several_gpus_are_rows_of_their_own() -> None:
+    t = trace_of(["k"], {"name": [0, 0, 0], "start": [0, 10, 500], "end": [100, 110, 600], "device": [0, 1, 0]})
+    p = process_kernels(t, [Window(0, 1000, 1, 1000)])
+    assert p.busy_ns == {"k [GPU 0]": 200, "k [GPU 1]": 100} and "ran on 2 GPUs" in p.notes[-1]
 
 
 def test_names_that_read_alike_once_shortened_are_one_row_and_a_clock_mismatch_is_said() -> None:

@@ -234,7 +234,7 @@ def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
                          "GPU; the busy and idle times are over all of them")
     if out.tokens == 0:
         out.notes.append("no repetition of this process was kept: no kernel figures")
-    elif trace.timeline and work.any() and not inside.any():
+    elif trace.timeline and work.any() and not inside.any() and not skipped:
         out.notes.append("no kernel fell inside a timed repetition: the trace's clock is not the windows'")
     return out
 
@@ -342,11 +342,11 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
         in_b = sum(n in p.busy_ns for p in cand)
         la = set().union(*(p.launches.get(n, set()) for p in base))
         lb = set().union(*(p.launches.get(n, set()) for p in cand))
-        verdict = change_verdict(d, lo, hi, practical)
-        if in_a == 0 and in_b == len(cand) and verdict == "grew":
-            verdict = "appeared"
-        elif in_b == 0 and in_a == len(base) and verdict == "shrank":
-            verdict = "vanished"
+        # appeared or vanished: in every process of one side and none of the other, with at least
+        # two processes a side (one a side is no evidence of anything)
+        both = len(base) >= 2 and len(cand) >= 2
+        verdict = change_verdict(d, lo, hi, practical, appeared=both and in_a == 0 and in_b == len(cand),
+                                 vanished=both and in_b == 0 and in_a == len(base))
         calls_a = float(np.mean([p.calls.get(n, 0) / p.traced for p in base]))
         calls_b = float(np.mean([p.calls.get(n, 0) / p.traced for p in cand]))
         rows.append({"kernel": n, "ms_per_token": [float(np.mean(xa)), float(np.mean(xb))], "delta_ms_per_token": d,

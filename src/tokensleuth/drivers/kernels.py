@@ -26,8 +26,16 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth.analysis.kernels import ProcessKernels, Window, coverage, diff, one_token, process_kernels
-from tokensleuth.analysis.stats import cold_leading, stalled_reps
+from tokensleuth.analysis.kernels import (
+    ProcessKernels,
+    Window,
+    coverage,
+    diff,
+    missing_records,
+    one_token,
+    process_kernels,
+)
+from tokensleuth.analysis.stats import cold_leading, stalled_reps, welch
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome, spec_hash
 from tokensleuth.engines import engine_for
@@ -37,7 +45,10 @@ from tokensleuth.kernels import Trace, Tracer, tracer_for
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 
-RUNS_STATE = "kernel-runs"  # [{engine, model, workload, process, kernels, timeline}], one entry per process
+# [{engine, model, workload, process, kernels, timeline, untraced_ms_per_token}]: one entry per
+# process pair, a traced process and an untraced one
+RUNS_STATE = "kernel-runs"
+MODE = "kernels"  # how the CUDA tracer records by default (kernels/cupti.py; bench/gpu/trace_cost.py)
 PROCESSES = 4
 REPS = 5
 Log = Callable[[str], None]
@@ -98,14 +109,33 @@ def _largest(traces: Sequence[Trace]) -> Trace | None:
     return max(traces, key=len) if traces else None
 
 
+def untraced_process(build: EngineBuild, name: str, model: str, workload: str, flags: Sequence[str], reps: int,
+                     timeout_s: float, env: Mapping[str, str]) -> float:
+    """llama-bench's own ms/token over the kept repetitions of one untraced process of ``build``
+    (the same argv and environment as a traced one): the program the trace explains."""
+    engine = engine_for(DEFAULT_KIND)
+    arm = ArmRuntime(name, Path(build.bin_dir), tuple(flags), dict(env))
+    run = engine.run_trial(arm, model, workload, engine.argv_for([workload], reps) or [], timeout_s=timeout_s,
+                           probe=None, host_env={})
+    if run.outcome.status != "done":
+        raise EngineError(f"the untraced run of {name} on {Path(model).name} {workload} {run.outcome.status}: "
+                          f"{run.outcome.message}")
+    windows = kept_windows(run.outcome)
+    tokens = sum(w.tokens for w in windows)
+    if not tokens:
+        raise EngineError(f"no timed repetition of the untraced run of {name} on {Path(model).name} {workload} was kept")
+    return sum(w.bench_ns or 0 for w in windows) / tokens / 1e6
+
+
 def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, workload: str, flags: Sequence[str],
-                  reps: int, timeout_s: float, env: Mapping[str, str]) -> tuple[ProcessKernels, list[list[Any]]]:
+                  reps: int, timeout_s: float, env: Mapping[str, str],
+                  mode: str = "kernels") -> tuple[ProcessKernels, list[list[Any]]]:
     """One llama-bench process of ``build`` under ``tracer``: its kernels over its kept repetitions,
     and one token of its middle repetition for the timeline."""
     engine = engine_for(DEFAULT_KIND)
     with tempfile.TemporaryDirectory(prefix="tokensleuth-kernels-") as tmp:
         out = Path(tmp)
-        arm = ArmRuntime(name, Path(build.bin_dir), tuple(flags), {**env, **tracer.env(out)},
+        arm = ArmRuntime(name, Path(build.bin_dir), tuple(flags), {**env, **tracer.env(out, mode)},
                          wrap=tuple(tracer.prefix(out)))
         run = engine.run_trial(arm, model, workload, engine.argv_for([workload], reps) or [], timeout_s=timeout_s,
                                probe=None, host_env={})
@@ -121,7 +151,7 @@ def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, wor
         raise EngineError(f"no timed repetition of {name} on {Path(model).name} {workload} had a window "
                           "(llama-bench printed no progress lines?)")
     pk = process_kernels(trace, windows)
-    if not pk.busy_ns:
+    if not pk.busy_ns and pk.traced_tokens != 0:  # (a sampled trace may have traced no token: said in its notes)
         raise EngineError(f"none of the {tracer.name} tracer's {len(trace)} records of {name} fell inside a timed "
                           "repetition: its clock is not the one the repetitions were stamped with")
     return pk, one_token(trace, windows[len(windows) // 2])
@@ -130,8 +160,10 @@ def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, wor
 def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],
                 flags: Sequence[str], *, processes: int = PROCESSES, reps: int = REPS, band: float = 0.02,
                 timeout_s: float = 600, resume: bool = False, log: Log | None = None,
-                env: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, dict[str, Any]]:
-    """Trace every engine on every model and workload; return (study id, its JSON)."""
+                env: Mapping[str, Mapping[str, str]] | None = None, mode: str = MODE) -> tuple[str, dict[str, Any]]:
+    """Trace every engine on every model and workload, each traced process beside an untraced one
+    (the ms/token the kernels explain, and what the trace costs); return (study id, its JSON).
+    ``mode``: how a CUDA tracer records (kernels/cupti.py)."""
     log = log or (lambda s: None)
     engines = list(builds)
     tracers = {e: tracer_for(b.backends) for e, b in builds.items()}
@@ -141,21 +173,38 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
     spec: dict[str, Any] = {"engines": engines, "models": list(models), "workloads": list(workloads),
                             "flags": list(flags), "processes": processes, "reps": reps, "band": band,
                             "builds": {e: b.key for e, b in builds.items()},
-                            "tracers": {e: t.name for e, t in tracers.items()}}
+                            "tracers": {e: t.name for e, t in tracers.items()}, "untraced": True}
+    if any(t.name == "cuda" for t in tracers.values()):
+        spec["mode"] = mode
     if env:
         spec["env"] = env
     handle = store.begin_study("kernels", spec, spec_hash(spec), resume=resume)
     sid = handle.id
     with store.lease(sid):
         runs: list[dict[str, Any]] = list(store.get_state(sid, RUNS_STATE, []))
-        done = {(r["engine"], r["model"], r["workload"], r["process"]) for r in runs}
+        done = {(r["engine"], r["model"], r["workload"], r["process"]) for r in runs
+                if "kernels" in r and ("untraced_ms_per_token" in r or not spec.get("untraced"))}
         for e, m, w, i in process_order(engines, models, workloads, processes, done):
-            pk, timeline = trace_process(tracers[e], builds[e], e, m, w, flags, reps, timeout_s, env.get(e, {}))
-            runs.append({"engine": e, "model": m, "workload": w, "process": i, "kernels": pk.to_state(),
-                         "timeline": timeline if i == 0 else []})
-            store.put_state(sid, RUNS_STATE, runs)
-            log(f"  traced {len(runs)}: {e} {Path(m).stem} {w} ({len(pk.busy_ns)} kernels, "
-                f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU)")
+            key = (e, m, w, i)
+            entry = next((r for r in runs if (r["engine"], r["model"], r["workload"], r["process"]) == key), None)
+            if entry is None:
+                entry = {"engine": e, "model": m, "workload": w, "process": i}
+                runs.append(entry)
+            # a traced process and an untraced one, in turn first (the machine's drift on both)
+            for traced_now in ((True, False) if i % 2 == 0 else (False, True)):
+                if traced_now and "kernels" not in entry:
+                    pk, timeline = trace_process(tracers[e], builds[e], e, m, w, flags, reps, timeout_s,
+                                                 env.get(e, {}), spec.get("mode", "kernels"))
+                    entry.update(kernels=pk.to_state(), timeline=timeline if i == 0 else [])
+                    log(f"  traced {e} {Path(m).stem} {w} #{i + 1}: {len(pk.busy_ns)} kernels, "
+                        f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU")
+                elif not traced_now and "untraced_ms_per_token" not in entry:
+                    entry["untraced_ms_per_token"] = untraced_process(builds[e], e, m, w, flags, reps, timeout_s,
+                                                                      env.get(e, {}))
+                    log(f"  untraced {e} {Path(m).stem} {w} #{i + 1}: {entry['untraced_ms_per_token']:.3f} ms/token")
+                else:
+                    continue
+                store.put_state(sid, RUNS_STATE, runs)
         store.finish_study(sid)
     return sid, analyze(spec, runs)
 
@@ -165,43 +214,77 @@ def _mean(xs: Sequence[float | None]) -> float | None:
     return float(np.mean(got)) if got and len(got) == len(xs) else None
 
 
+def trace_cost(traced: Sequence[float], untraced: Sequence[float]) -> dict[str, Any] | None:
+    """How much slower the traced program ran than the untraced one (llama-bench's own ms/token
+    of each process): the ratio of their means with a 95% Welch interval on the log scale, and
+    whether it is measurably slower."""
+    a = [math.log(x) for x in untraced if x and x > 0]
+    b = [math.log(x) for x in traced if x and x > 0]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    d, lo, hi = welch(a, b, 0.95)
+    return {"ratio": math.exp(d), "ci": [math.exp(lo), math.exp(hi)], "slower": lo > 0}
+
+
 def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The stored processes as figures: per engine, model and workload its kernels (means over the
-    processes), and per model and workload each engine's diff against the first."""
+    processes) and what tracing cost it, and per model and workload each engine's diff against the
+    first, set against the untraced processes' ms/token."""
     procs: dict[tuple[str, str, str], list[ProcessKernels]] = defaultdict(list)
+    plain: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     timelines: dict[tuple[str, str, str], list[list[Any]]] = {}
     for r in sorted(runs, key=lambda r: r["process"]):
         key = (r["engine"], r["model"], r["workload"])
-        procs[key].append(ProcessKernels.from_state(r["kernels"]))
+        if "kernels" in r:
+            procs[key].append(ProcessKernels.from_state(r["kernels"]))
+        if r.get("untraced_ms_per_token"):
+            plain[key].append(float(r["untraced_ms_per_token"]))
         if r.get("timeline"):
             timelines.setdefault(key, r["timeline"])
     engines = list(spec["engines"])
     cells = []
     for (e, m, w), ps in procs.items():
-        ps = [p for p in ps if p.tokens]
+        ps = [p for p in ps if p.tokens and p.traced]
         if not ps:
             continue
         names = sorted({n for p in ps for n in p.busy_ns}, key=lambda n: -sum(p.ms_per_token(n) for p in ps))
         total = sum(sum(p.busy_ns.values()) for p in ps) or 1
+        untraced = plain.get((e, m, w), [])
+        cost = trace_cost([p.bench_ms_per_token or 0.0 for p in ps], untraced)
+        notes = sorted({x for p in ps for x in p.notes})
+        if cost and cost["slower"]:
+            notes.append(f"the traced program ran {cost['ratio'] - 1:.1%} slower (95% CI {cost['ci'][0] - 1:.1%} to "
+                         f"{cost['ci'][1] - 1:.1%}) than untraced processes of the same build: the kernels' own times "
+                         "are the traced run's")
+        missing = missing_records(ps)
         cells.append({
             "engine": e, "model": m, "workload": w, "processes": len(ps),
             "kernel_ms_per_token": float(np.mean([p.kernel_ms_per_token for p in ps])),
+            "busy_ms_per_token": _mean([p.busy_ms_per_token for p in ps]),
+            "overlap_ms_per_token": _mean([p.overlap_ms_per_token for p in ps]),
             "idle_ms_per_token": _mean([p.idle_ms_per_token for p in ps]),
             "outside_ms_per_token": _mean([p.outside_ms_per_token for p in ps]),
             "bench_ms_per_token": _mean([p.bench_ms_per_token for p in ps]),
-            "coverage": _mean([coverage(p) for p in ps]),
-            "kernels": [{"name": n, "calls_per_token": float(np.mean([p.calls.get(n, 0) / p.tokens for p in ps])),
-                         "ms_per_token": float(np.mean([p.ms_per_token(n) for p in ps])),
-                         "share": sum(p.busy_ns.get(n, 0) for p in ps) / total} for n in names],
-            "notes": sorted({x for p in ps for x in p.notes}),
+            "untraced_ms_per_token": float(np.mean(untraced)) if untraced else None,
+            "trace_cost": cost,
+            "coverage": _mean([coverage(p, float(np.mean(untraced)) if untraced else None) for p in ps]),
+            "withheld": f"{missing} — the kernel table is withheld: trace again" if missing else None,
+            "kernels": [] if missing else [
+                {"name": n, "calls_per_token": float(np.mean([p.calls.get(n, 0) / p.traced for p in ps])),
+                 "ms_per_token": float(np.mean([p.ms_per_token(n) for p in ps])),
+                 "share": sum(p.busy_ns.get(n, 0) for p in ps) / total} for n in names],
+            "notes": notes,
             "timeline": timelines.get((e, m, w), [])})
     diffs = []
     for e in engines[1:]:
         for m in spec["models"]:
             for w in spec["workloads"]:
                 a, b = procs.get((engines[0], m, w)), procs.get((e, m, w))
+                ua, ub = plain.get((engines[0], m, w), []), plain.get((e, m, w), [])
                 if a and b:
-                    diffs.append(dict(diff(a, b, float(spec.get("band", 0.02))), engines=[engines[0], e], model=m,
-                                      workload=w))
+                    diffs.append(dict(diff(a, b, float(spec.get("band", 0.02)),
+                                           untraced=(ua, ub) if len(ua) >= 2 and len(ub) >= 2 else None),
+                                      engines=[engines[0], e], model=m, workload=w))
     return {"schema_version": JSON_SCHEMA_VERSION, "engines": engines, "tracers": dict(spec.get("tracers", {})),
-            "cells": cells, "diffs": diffs, "env": dict(spec.get("env") or {}), "flags": list(spec.get("flags", []))}
+            "mode": spec.get("mode"), "cells": cells, "diffs": diffs, "env": dict(spec.get("env") or {}),
+            "flags": list(spec.get("flags", []))}

@@ -42,18 +42,30 @@ def headline(d: dict[str, Any]) -> str:
 def render(sid: str, obj: dict[str, Any]) -> str:
     out = [f"## Kernels {sid}", ""]
     tracers = obj.get("tracers") or {}
-    out += ["Traced by " + ", ".join(f"{e}: {t}" for e, t in tracers.items()) + "; llama-bench ran with "
+    mode = f" (recording {obj['mode']})" if obj.get("mode") else ""
+    out += ["Traced by " + ", ".join(f"{e}: {t}" for e, t in tracers.items()) + mode + "; llama-bench ran with "
             + (" ".join(obj.get("flags") or []) or "its defaults") + ".", ""]
     for name, env in (obj.get("env") or {}).items():
         out += [f"{name} ran with " + " ".join(f"{k}={v}" for k, v in env.items()), ""]
     for c in obj["cells"]:
         out.append(f"### {c['engine']} · {Path(c['model']).stem} · {c['workload']}")
         cover = c.get("coverage")
-        out.append(f"GPU: {c['kernel_ms_per_token']:.3f} ms/token in kernels, {_opt(c['idle_ms_per_token'])} idle "
-                   f"between them, {_opt(c.get('outside_ms_per_token'))} before the first and after the last; "
-                   f"llama-bench {_opt(c['bench_ms_per_token'])} ms/token"
-                   + (f" (kernels + idle = {cover:.2f} × llama-bench's)" if cover else "")
+        cost = c.get("trace_cost")
+        untraced = c.get("untraced_ms_per_token")
+        overlap = c.get("overlap_ms_per_token")
+        out.append(f"GPU: {c['kernel_ms_per_token']:.3f} ms/token in kernels"
+                   + (f" ({overlap:.3f} of it beside another kernel)" if overlap else "")
+                   + f", {_opt(c['idle_ms_per_token'])} idle between them, "
+                   f"{_opt(c.get('outside_ms_per_token'))} before the first and after the last; llama-bench "
+                   f"{_opt(c['bench_ms_per_token'])} ms/token traced"
+                   + (f", {untraced:.3f} untraced" if untraced else "")
+                   + (f" (traced/untraced {cost['ratio']:.3f}, 95% CI {cost['ci'][0]:.3f}–{cost['ci'][1]:.3f})"
+                      if cost else "")
+                   + (f"; busy + idle = {cover:.2f} × llama-bench's {'untraced ' if untraced else ''}ms/token"
+                      if cover else "")
                    + f"; {c['processes']} processes.")
+        if c.get("withheld"):
+            out.append(f"Withheld: {c['withheld']}.")
         out += [f"Note: {n}" for n in c.get("notes", [])]
         rows = [[k["name"], f"{k['calls_per_token']:g}", f"{k['ms_per_token']:.4f}", f"{k['share']:.1%}"]
                 for k in c["kernels"][:TOP]]
@@ -65,12 +77,15 @@ def render(sid: str, obj: dict[str, Any]) -> str:
     for d in obj.get("diffs", []):
         a, b = d["engines"]
         out += [f"### Diff: {b} vs {a} · {Path(d['model']).stem} · {d['workload']}", "", headline(d), ""]
+        if d.get("withheld"):
+            continue
         changed = [r for r in d.get("rows", []) if r["verdict"] != "same" or r.get("launch_changed")]
         rows = [[r["kernel"], f"{r['ms_per_token'][0]:.4f}", f"{r['ms_per_token'][1]:.4f}",
                  f"{r['delta_ms_per_token']:+.4f}", _ci(*r["ci"]),
                  f"{r['calls_per_token'][0]:g} → {r['calls_per_token'][1]:g}", r["verdict"],
                  r.get("launch_changed") or ""] for r in changed]
-        for key, label in (("idle", "(GPU idle between kernels)"), ("outside", "(before the first, after the last)")):
+        for key, label in (("kernels", "(all kernels)"), ("overlap", "(kernels beside another)"),
+                           ("idle", "(GPU idle between kernels)"), ("outside", "(before the first, after the last)")):
             if key in d:
                 i = d[key]
                 rows.append([label, f"{i['ms_per_token'][0]:.4f}", f"{i['ms_per_token'][1]:.4f}",
