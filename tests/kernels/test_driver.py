@@ -77,3 +77,32 @@ def test_a_traced_run_refuses_what_it_cannot_trace_before_any_build() -> None:
         with pytest.raises(UserError, match=said):
             check_flags(flags, workloads)
     check_flags(["-ngl", "99", "-fa", "1", "-ub", "2048"], ["tg32", "pp2048", "pp512+tg128"])
+
+
+def test_arms_of_one_build_are_traced_as_each_runs_it(engine: EngineBuild, dense_model: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """compare --profile on arms that differ only in environment or flags: one build traced two
+    ways (it said "not profiled — one build" before)."""
+    from types import SimpleNamespace
+
+    from tokensleuth.drivers.profile import profile_comparisons
+    from tokensleuth.drivers.shared import profiler
+    from tokensleuth.sources import DEFAULT_ENGINE
+    from tokensleuth.studies.kernels import summary
+
+    monkeypatch.setitem(kernels.TRACERS, "CPU", "tests.fakes.kernel_tracer")
+    arms = [SimpleNamespace(name="fused", source=DEFAULT_ENGINE, cmake=[], env={}, flags=[]),
+            SimpleNamespace(name="split", source=DEFAULT_ENGINE, cmake=[], env={"FAKE_EXTRA": "1"}, flags=["-ngl", "0"])]
+    comps = [SimpleNamespace(verdict="slower", baseline="fused", candidate="split", model=str(dense_model),
+                             workload="tg16")]
+    from tokensleuth.commands.common import SAY as say
+
+    with Store(tmp_path / "s.db") as store:
+        got = profile_comparisons(comps, SimpleNamespace(arms=arms),
+                                  profiler(store, [], ["-t", "1"], 600, say, summary))  # type: ignore[arg-type]
+        (sid,) = [s["id"] for s in store.studies() if s["kind"] == "kernels"]
+        spec = store.study(sid).spec
+    (p,) = got
+    assert "skipped" not in p and "k_extra appeared" in p["headline"]
+    assert spec["engines"] == ["fused", "split"] and spec["env"] == {"split": {"FAKE_EXTRA": "1"}}
+    assert spec["engine_flags"] == {"split": ["-ngl", "0"]}

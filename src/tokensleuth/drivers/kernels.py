@@ -160,10 +160,12 @@ def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, wor
 def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],
                 flags: Sequence[str], *, processes: int = PROCESSES, reps: int = REPS, band: float = 0.02,
                 timeout_s: float = 600, resume: bool = False, log: Log | None = None,
-                env: Mapping[str, Mapping[str, str]] | None = None, mode: str = MODE) -> tuple[str, dict[str, Any]]:
+                env: Mapping[str, Mapping[str, str]] | None = None, mode: str = MODE,
+                engine_flags: Mapping[str, Sequence[str]] | None = None) -> tuple[str, dict[str, Any]]:
     """Trace every engine on every model and workload, each traced process beside an untraced one
     (the ms/token the kernels explain, and what the trace costs); return (study id, its JSON).
-    ``mode``: how a CUDA tracer records (kernels/cupti.py)."""
+    ``mode``: how a CUDA tracer records (kernels/cupti.py); ``engine_flags``: an engine's flags
+    beside the common ``flags`` (the arms of one build that differ in their flags)."""
     log = log or (lambda s: None)
     engines = list(builds)
     tracers = {e: tracer_for(b.backends) for e, b in builds.items()}
@@ -178,6 +180,9 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
         spec["mode"] = mode
     if env:
         spec["env"] = env
+    own = {e: list(f) for e, f in (engine_flags or {}).items() if f}
+    if own:
+        spec["engine_flags"] = own
     handle = store.begin_study("kernels", spec, spec_hash(spec), resume=resume)
     sid = handle.id
     with store.lease(sid):
@@ -193,14 +198,14 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
             # a traced process and an untraced one, in turn first (the machine's drift on both)
             for traced_now in ((True, False) if i % 2 == 0 else (False, True)):
                 if traced_now and "kernels" not in entry:
-                    pk, timeline = trace_process(tracers[e], builds[e], e, m, w, flags, reps, timeout_s,
-                                                 env.get(e, {}), spec.get("mode", "kernels"))
+                    pk, timeline = trace_process(tracers[e], builds[e], e, m, w, [*flags, *own.get(e, [])], reps,
+                                                 timeout_s, env.get(e, {}), spec.get("mode", "kernels"))
                     entry.update(kernels=pk.to_state(), timeline=timeline if i == 0 else [])
                     log(f"  traced {e} {Path(m).stem} {w} #{i + 1}: {len(pk.busy_ns)} kernels, "
                         f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU")
                 elif not traced_now and "untraced_ms_per_token" not in entry:
-                    entry["untraced_ms_per_token"] = untraced_process(builds[e], e, m, w, flags, reps, timeout_s,
-                                                                      env.get(e, {}))
+                    entry["untraced_ms_per_token"] = untraced_process(builds[e], e, m, w, [*flags, *own.get(e, [])],
+                                                                      reps, timeout_s, env.get(e, {}))
                     log(f"  untraced {e} {Path(m).stem} {w} #{i + 1}: {entry['untraced_ms_per_token']:.3f} ms/token")
                 else:
                     continue

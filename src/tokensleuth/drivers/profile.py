@@ -104,7 +104,7 @@ def flags_from(flags: Sequence[str]) -> list[str]:
     return out
 
 
-def profile_comparisons(comps: Sequence[Any], spec: Any, profiler: Callable[[str, str, str, str], dict[str, Any]],
+def profile_comparisons(comps: Sequence[Any], spec: Any, profiler: Callable[..., dict[str, Any]],
                         log: Log | None = None) -> list[dict[str, Any]]:
     """compare --profile: the per-op diff of each candidate's build against the baseline's, for
     every cell that came out faster or slower (arms of one build have no build diff to show)."""
@@ -116,12 +116,12 @@ def profile_comparisons(comps: Sequence[Any], spec: Any, profiler: Callable[[str
             continue
         base, cand = arms[c.baseline], arms[c.candidate]
         where = {"candidate": c.candidate, "model": c.model, "workload": c.workload}
-        if (base.source, base.cmake) == (cand.source, cand.cmake):
-            out.append(dict(where, skipped="one build: the arms differ in flags or environment, not in the engine"))
-            continue
-        log(f"profiling {c.candidate} against {c.baseline} on {Path(c.model).name} {c.workload}")
+        one = (base.source, base.cmake) == (cand.source, cand.cmake)
+        log(f"profiling {c.candidate} against {c.baseline} on {Path(c.model).name} {c.workload}"
+            + (" (one build, traced as each arm runs it)" if one else ""))
         try:
-            out.append(dict(profiler(base.source, cand.source, c.model, c.workload), **where))
+            sides = [(a.name, dict(a.env), list(a.flags)) for a in (base, cand)] if one else None
+            out.append(dict(profiler(base.source, cand.source, c.model, c.workload, sides=sides), **where))
         except (UserError, EngineError) as exc:
             out.append(dict(where, skipped=str(exc).splitlines()[0][:300]))
     return out

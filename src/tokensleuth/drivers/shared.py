@@ -165,12 +165,26 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
     and workload, stored as a study, and what the culprit's report shows of it (``summarize``).
     GPU builds are traced by their kernels (drivers/kernels.py: llama-bench as measured, every
     flag); CPU builds get the per-op diff of the profiler built with them (drivers/profile.py)."""
-    def run(parent: str, culprit: str, model: str, workload: str) -> dict[str, Any]:
+    def run(parent: str, culprit: str, model: str, workload: str,
+            sides: Sequence[tuple[str, Mapping[str, str], Sequence[str]]] | None = None) -> dict[str, Any]:
         from tokensleuth.drivers.kernels import check_flags as check_kernel_flags
         from tokensleuth.drivers.kernels import run_kernels, traced
         from tokensleuth.drivers.profile import flags_from, run_profile, workload_args
         from tokensleuth.sources.profiler import TARGET
 
+        if sides is not None:  # one build, two arms: traced two ways (their environment and flags)
+            one = build(parent, cmake, DEFAULT_TARGETS, say)
+            if not traced([one.backends]):
+                raise UserError("one CPU build two ways: the op profile compares builds — profile each arm's "
+                                "flags with `tokensleuth profile` instead")
+            names = [name for name, _, _ in sides]
+            extra = {name: list(f) for name, _, f in sides}
+            for name in names:
+                check_kernel_flags([*flags, *extra[name]], [workload])
+            sid, obj = run_kernels(store, {name: one for name in names}, [model], [workload], flags,
+                                   timeout_s=timeout_s, resume=True, log=say.line,
+                                   env={name: dict(e) for name, e, _ in sides}, engine_flags=extra)
+            return summarize(sid, obj)
         builds = {s: build(s, cmake, DEFAULT_TARGETS, say) for s in (parent, culprit)}
         if traced(b.backends for b in builds.values()):
             check_kernel_flags(flags, [workload])
