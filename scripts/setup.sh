@@ -47,3 +47,8 @@ if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; th
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fleet]'
     touch .venv/.installed
 fi
+# CUPTI's headers of CUDA 12.1, 12.9 and 13.0 (NVIDIA's wheels): the CUDA tracer is compiled against
+# each in the tests (no GPU needed to compile it)
+if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then
+    .venv/bin/python scripts/cuda_headers.py || need "CUPTI headers from NVIDIA's wheels (the CUDA tracer's compile tests)"
+fi

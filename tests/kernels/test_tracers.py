@@ -167,3 +167,37 @@ def test_rocprofv3_missing_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatc
         rocprof.TRACER.ready()
     assert rocprof.TRACER.prefix(Path("/o")) == ["rocprofv3", "--kernel-trace", "--output-format", "csv", "-d", "/o",
                                                   "-o", "%pid%", "--"]
+
+
+@pytest.mark.parametrize("release, kernel, memcpy, graph", [
+    ("12.1", "CUpti_ActivityKernel9", "CUpti_ActivityMemcpy5", "CUpti_ActivityGraphTrace"),
+    ("12.9", "CUpti_ActivityKernel9", "CUpti_ActivityMemcpy6", "CUpti_ActivityGraphTrace2"),
+    ("13.0", "CUpti_ActivityKernel10", "CUpti_ActivityMemcpy6", "CUpti_ActivityGraphTrace2")])
+def test_the_cuda_tracer_compiles_against_each_cupti_with_its_own_record_structs(
+        release: str, kernel: str, memcpy: str, graph: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUpti_ActivityMemcpy6 came with CUDA 12.8 and Kernel10 with 13.0: the newest struct each
+    CUPTI's headers define is compiled in (the headers come from NVIDIA's wheels: scripts/cuda_headers.py)."""
+    import os
+    import shutil
+
+    from tokensleuth.core.paths import cache_dir
+
+    here = cache_dir() / "cuda-headers" / release
+    if not (here / ".done").exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CUPTI headers of CUDA {release} missing: run scripts/setup.sh (scripts/cuda_headers.py)")
+        pytest.skip(f"CUPTI headers of CUDA {release} not unpacked (scripts/cuda_headers.py)")
+    found = cupti.find_cupti([here / "nvidia" / "cu13", here / "nvidia" / "cuda_cupti"])
+    assert found is not None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc is not None
+    types = cupti.record_types(cc, found)
+    assert types == {"TS_KERNEL": kernel, "TS_MEMCPY": memcpy, "TS_MEMSET": "CUpti_ActivityMemset4", "TS_GRAPH": graph}
+    monkeypatch.setenv("TOKENSLEUTH_CACHE", str(tmp_path / "cache"))
+    lib = cupti.library(found)
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+    assert " T InitializeInjection" in symbols
+    for bad in ("sample:0", "sample:x", "nodes", ""):
+        with pytest.raises(UserError, match="give kernels, graphs or sample:N"):
+            cupti.check_mode(bad)
+    cupti.check_mode("sample:16")

@@ -103,7 +103,9 @@ def find_cupti(roots: Sequence[Path] | None = None) -> Cupti | None:
         if cupti_h is None or lib is None:
             continue
         # cuda.h and crt/host_defines.h: the toolkit's own include folder, or the runtime and nvcc wheels
-        extra = [*incs, *(n / part / "include" for n in nv_sites for part in ("cuda_runtime", "cuda_nvcc", "cu13"))]
+        # (a wheel's own nvidia/ folder first: the runtime and nvcc wheels installed beside it)
+        extra = [*incs, *(n / part / "include" for n in (root.parent, *nv_sites)
+                          for part in ("cuda_runtime", "cuda_nvcc", "cu13"))]
         cuda_h = _first(extra, "cuda.h")
         defines = _first(extra, "crt/host_defines.h")
         if cuda_h is None or defines is None:
