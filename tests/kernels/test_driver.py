@@ -99,7 +99,7 @@ def test_arms_of_one_build_are_traced_as_each_runs_it(engine: EngineBuild, dense
 
     with Store(tmp_path / "s.db") as store:
         got = profile_comparisons(comps, SimpleNamespace(arms=arms),
-                                  profiler(store, [], ["-t", "1"], 600, say, summary))  # type: ignore[arg-type]
+                                  profiler(store, [], ["-t", "1"], 600, say, summary))
         (sid,) = [s["id"] for s in store.studies() if s["kind"] == "kernels"]
         spec = store.study(sid).spec
     (p,) = got
