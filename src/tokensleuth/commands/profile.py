@@ -45,6 +45,7 @@ def profile(
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a profile process is killed.")] = 600,
     json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write the profile as JSON here.")] = None,
+    trace_mode: Annotated[Optional[str], typer.Option("--trace-mode", help="How a CUDA build's kernels are recorded: sample:N (the kernels of one CUDA-graph launch in N; the default, sample:16), kernels (every kernel: slows a CUDA-graph run) or graphs (one record per graph launch).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same profile.")] = False,
     db: DbOpt = None,
 ) -> None:
@@ -70,7 +71,8 @@ def profile(
     engines, envs = engine_names(list(engine) or [DEFAULT_ENGINE], env)
     request = ProfileRequest(engines, envs, model_paths(model),
                              list(dict.fromkeys(canonical(w) for w in workload)) or ["tg32"], engine_flags(ctx),
-                             list(cmake), processes, reps, parse_percent(band), groups, by.value, timeout, resume, db)
+                             list(cmake), processes, reps, parse_percent(band), groups, by.value, timeout, resume, db,
+                             trace_mode)
     kind, sid = run(request, common.SAY)
     with common.open_store(db) as store:
         md, obj = kind_of(kind).render_stored(store, sid)

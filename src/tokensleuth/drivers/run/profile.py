@@ -33,6 +33,7 @@ class ProfileRequest:
     timeout_s: float = 600
     resume: bool = False
     db: Path | None = None
+    trace_mode: str | None = None  # how a CUDA build is traced (kernels/cupti.py); None: the default
 
 
 def expected_backends(source: str, cmake: Sequence[str]) -> tuple[str, ...]:
@@ -43,6 +44,10 @@ def expected_backends(source: str, cmake: Sequence[str]) -> tuple[str, ...]:
 
 def run(request: ProfileRequest, say: Say) -> tuple[str, str]:
     """Profile the request's engines; returns (study kind, study id)."""
+    if request.trace_mode is not None:
+        from tokensleuth.kernels.cupti import check_mode
+
+        check_mode(request.trace_mode)  # before any build
     backends = [expected_backends(s, request.cmake) for s in request.engines.values()]
     if request.by == "kernels":
         for expected in backends:
@@ -74,7 +79,7 @@ def run(request: ProfileRequest, say: Say) -> tuple[str, str]:
             sid, _ = kernels.run_kernels(store, builds, request.models, request.workloads, flags,
                                          processes=request.processes, reps=reps,
                                          band=request.band, timeout_s=request.timeout_s, resume=request.resume,
-                                         log=say.line, env=request.env)
+                                         log=say.line, env=request.env, mode=request.trace_mode or kernels.MODE)
             return "kernels", sid
         sid, _ = profile.run_profile(store, builds, request.models, request.workloads, flags,
                                      processes=request.processes, reps=request.reps, band=request.band,
