@@ -4,8 +4,11 @@ For each step the scan reported, a separate `tokensleuth compare` of its parent 
 commit, in a store of its own (fresh pairs: nothing the scan measured is reused), at the scan's
 band, models, workloads and engine flags; and the same for the first interval the scan judged
 the same (a neutral pair: it must not come out as a step). Prints, per pair, the scan's cells and
-the compare's, and whether they agree: a cell agrees when the compare's verdict is the scan's,
-or when one of the two is `unresolved` (undecided is never a contradiction, and never `same`).
+the compare's, and what the compare found of each (``classify``): confirmed (the scan's verdict,
+beyond the band the same way, or the same), moved the same way but not beyond the band (its
+interval excludes no change), contradicted (the other way, or the same where the scan saw a
+step, or a step where the scan saw none), or unresolved. An unresolved cell is never counted as
+agreement. Exit 1 where any cell is contradicted.
 
     .venv/bin/python bench/scan_recheck.py --db SCAN_DB --study SCAN_ID --out-db RECHECK_DB [--max-pairs 20]
 
@@ -55,8 +58,22 @@ def _compare(args: argparse.Namespace, spec: dict[str, Any], repo: str, a: str, 
         return list(json.loads(out.read_text())["comparisons"])
 
 
-def _agree(scan: str, got: str) -> bool:
-    return scan == got or "unresolved" in (scan, got)
+KINDS = ("confirmed", "moved, not beyond the band", "contradicted", "unresolved")
+
+
+def classify(scan: str, got: str, ci: tuple[float, float] | None) -> str:
+    """What a re-check found of one cell the scan judged ``scan`` (slower, faster or same), from
+    the compare's verdict ``got`` and its interval of the ratio."""
+    if got == scan:
+        return "confirmed"
+    if scan in ("slower", "faster"):
+        if got in ("slower", "faster", "same"):  # the other way, or within the band: not the step
+            return "contradicted"
+        side = ci is not None and (ci[1] < 1 if scan == "slower" else ci[0] > 1)
+        return "moved, not beyond the band" if side else "unresolved"
+    if got in ("slower", "faster"):  # a step where the scan judged the interval the same
+        return "contradicted"
+    return "unresolved"
 
 
 def main() -> int:
@@ -80,7 +97,7 @@ def main() -> int:
         same = r["same"][0]
         pairs.append((f"neutral ({same['commits']} commits judged the same)", same["from"], same["to"], {}, {}, True))
     measured = {Path(m).stem for m in spec["models"]}
-    bad = moved = sure = 0
+    found = dict.fromkeys(KINDS, 0)
     for label, a, b, scan, controls, neutral in pairs:
         # (the neutral pair: the scan measured no control there; its own models, as many pairs as it had)
         comps = _compare(args, spec, repo, a, b, controls=not neutral, pairs=2 * args.max_pairs if neutral else None)
@@ -95,19 +112,11 @@ def main() -> int:
                 print(f"  {key[0]} {key[1]} (control): {said}; {got}")
                 continue
             want = scan.get(key, "same")
-            ok = _agree(want, c["verdict"])
-            bad += not ok
-            how = "agrees" if ok else "CONTRADICTS"
-            if ok and want in ("slower", "faster"):  # how strongly: the same verdict, or at least its side of 1
-                side = c.get("ci") and (c["ci"][1] < 1 if want == "slower" else c["ci"][0] > 1)
-                how = ("confirmed" if c["verdict"] == want else
-                       f"{want} than its parent for sure, beyond the band undecided" if side else
-                       "agrees (undecided: not confirmed)")
-                moved += 1
-                sure += c["verdict"] == want or bool(side)
-            print(f"  {key[0]} {key[1]}: scan {want}, {got} — {how}")
-    print(f"{len(pairs)} pairs re-checked, {bad} contradicting cell(s); of the {moved} cells the scan said moved, "
-          f"{sure} moved the same way in the compare (its interval excludes no change)")
+            kind = classify(want, c["verdict"], tuple(c["ci"]) if c.get("ci") else None)
+            found[kind] += 1
+            print(f"  {key[0]} {key[1]}: scan {want}, {got} — {kind}")
+    print(f"{len(pairs)} pairs re-checked: " + ", ".join(f"{n} {k}" for k, n in found.items()))
+    bad = found["contradicted"]
     return 1 if bad else 0
 
 

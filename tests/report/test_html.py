@@ -77,7 +77,7 @@ def test_a_bad_html_path_is_one_line(studies: dict[str, str]) -> None:
     p = subprocess.run([tokensleuth_bin(), "report", studies["bench"], "--html", studies["dir"]], env=env_of(studies),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and p.stdout == ""
-    assert p.stderr.strip().splitlines() == [f"error: --html {studies['dir']} is a directory — give a file path, "
+    assert p.stderr.strip().splitlines() == [f"error: --html {studies['dir']} is a folder — give a file path, "
                                              f"e.g. {Path(studies['dir']) / 'report.html'}"]
 
 
