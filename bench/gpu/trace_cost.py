@@ -57,6 +57,9 @@ def one(bin_dir: Path, model: str, workload: str, mode: str, flags: list[str], r
             return row
         windows = kept_windows(run.outcome)
         row["tokens"] = sum(w.tokens for w in windows)
+        if not row["tokens"]:
+            row["status"] = "no repetition kept"
+            return row
         row["bench_ms_per_token"] = sum(w.bench_ns or 0 for w in windows) / row["tokens"] / 1e6
         row["ts"] = [s.tokens / (s.duration_ns / 1e9) for s in run.outcome.results[0].samples]
         row["kept"] = len(windows)
@@ -103,10 +106,9 @@ def figures(t: Trace, windows: list[Window], mode: str, tokens: int) -> dict[str
             later = marks[marks > a0]
             a1 = int(later[0]) if len(later) else w.end_ns
             seg = work & (t.start >= a0) & (t.start < a1)
-            if seg.any():
-                s0, s1 = int(t.start[seg].min()), int(t.end[seg].max())
-                per["seg_union"] += _union_within(t.start[seg], t.end[seg], s0, s1)
-                per["seg_span"] += s1 - s0
+            if seg.any():  # a traced token: its launch to the next launch (process_kernels's span)
+                per["seg_union"] += _union_within(t.start[seg], t.end[seg], a0, a1)
+                per["seg_span"] += a1 - a0
         gi = graphs & (t.start >= w.start_ns) & (t.start < w.end_ns)
         per["graph"] += int((t.end[gi] - t.start[gi]).sum())
         # tokens whose kernels are in the records: every token, but in sample mode the sampled launches
@@ -142,7 +144,8 @@ def summary(rows: list[dict[str, Any]]) -> None:
             m = {k: statistics.fmean(x[k] for x in mp) for k in mp[0]}
             own = statistics.fmean(r["bench_ms_per_token"] for r in rs)
             untraced = statistics.fmean(r["bench_ms_per_token"] for r in by.get((w, "plain"), rs))
-            idle = m["span"] - m["union"]
+            # (sample mode: the union is per traced token, the span per token of all: idle from the segments)
+            idle = m["seg_span"] - m["seg_union"] if m["seg_span"] else m["span"] - m["union"]
             line += (f"\n{'':20}per token: kernels {m['sum']:.4f} union {m['union']:.4f} overlap {m['sum'] - m['union']:.4f}"
                      f" idle {idle:.4f} outside {m['window'] - m['span']:.4f} graphs {m['graph']:.4f} | llama-bench "
                      f"{own:.4f} (untraced {untraced:.4f}) | (union+idle)/own {(m['union'] + idle) / own:.3f}, "

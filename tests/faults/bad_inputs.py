@@ -392,6 +392,16 @@ def cases(f: Files) -> list[Case]:
             expect="ends in '/'")
     add("outputs", "bench --json ending in a slash", "bench", "--model", m, "--json", f.p("r.json") + "/",
         expect="ends in '/'")
+    add("outputs", "decompose --out-dir the patches' folder", "decompose", "--base", E, "--patches", f.p("x.patch"),
+        "--model", m, "--out-dir", str(f.root), expect="holds a patch this command reads")
+    add("outputs", "decompose --out-dir a file", "decompose", "--base", E, "--patches", f.p("x.patch"), "--model", m,
+        "--out-dir", f.p("notes.txt"), expect="is a file")
+    add("outputs", "model synth --force --out /dev/null", "model", "synth", "--shape", "qwen3-moe-mini", "--out",
+        "/dev/null", "--force", expect="not a plain file")
+    add("outputs", "profile --trace-mode graphs", "profile", "--model", m, "--trace-mode", "graphs",
+        expect="records graph launches, not kernels")
+    add("outputs", "profile --trace-mode sample:0", "profile", "--model", m, "--trace-mode", "sample:0",
+        expect="sample:N")
     add("outputs", "import a FIFO", "import", f.p("fifo"), expect="FIFO")
     add("outputs", "import /dev/zero", "import", "/dev/zero", expect="device")
 

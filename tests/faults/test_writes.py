@@ -328,3 +328,20 @@ def test_an_unknown_engine_flag_is_refused_before_the_build_from_llama_benchs_ow
                       cache=NoBuilds())
         with pytest.raises(UserError, match="--no-such-flag"):
             judge.build(E)
+
+
+def test_the_next_synth_removes_only_what_a_killed_writer_of_the_same_out_left(tmp_path: Path) -> None:
+    """.m.gguf.PID[.RANDOM].part of a dead PID goes; a live writer's, another --out's (m.gguf.5's
+    own partial reads like PID 5 to a loose parse), and other files stay."""
+    from tokensleuth.models.synth import out_file
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    keep = [tmp_path / f".m.gguf.5.{dead.pid}.part", tmp_path / f".m.gguf.{os.getpid()}.part",
+            tmp_path / ".m.gguf.notes.part", tmp_path / "m.gguf.part"]
+    gone = [tmp_path / f".m.gguf.{dead.pid}.part", tmp_path / f".m.gguf.{dead.pid}.ab_12.part"]
+    for p in (*keep, *gone):
+        p.mkdir() if p.name.endswith("ab_12.part") else p.write_text("x")
+    (tmp_path / ".m.gguf.5").write_text("another model's name")
+    out_file(tmp_path / "m.gguf")
+    assert all(p.exists() for p in keep) and not any(p.exists() for p in gone)

@@ -97,9 +97,9 @@ def test_the_diff_names_what_grew_appeared_vanished_and_changed_its_launch() -> 
     assert d["idle_share"]["share"] == pytest.approx(10 / 60, abs=0.03)
     assert d["unexplained_share"] == pytest.approx(0, abs=0.06)
     assert re.fullmatch(r"Of the measured difference of \+\d\.\d+e-05 ms/token \(the traced processes themselves\), the "
-                        r"kernels' own time accounts for 8\d% \[\d+%, \d+%\], idle time between kernels 1\d% "
-                        r"\[\d+%, \d+%\]; -?\d+% is unexplained by the trace \(the trace: kernels \+\S+, idle between "
-                        r"kernels \+\S+ ms/token\)\.", d["sentence"]), d["sentence"]
+                        r"kernels' busy time accounts for 8\d% \[\d+%, \d+%\], idle time between kernels 1\d% "
+                        r"\[\d+%, \d+%\]; -?\d+% is unexplained by the trace \(the trace: kernels' busy time \+\S+, "
+                        r"idle between kernels \+\S+ ms/token\)\.", d["sentence"]), d["sentence"]
 
 
 def test_one_process_a_side_decides_nothing_not_even_presence() -> None:
@@ -178,12 +178,17 @@ def test_a_sampled_trace_counts_the_tokens_it_traced_and_their_kernels_only() ->
     t.mode = "sample:2"
     p = process_kernels(t, [Window(0, 1000, 4, 1000), Window(1000, 2000, 4, 1000)])
     assert p.tokens == 8 and p.traced_tokens == 4 and p.calls == {"a": 4, "b": 4}
-    assert p.ms_per_token("a") == pytest.approx(90e-6) and p.idle_ms_per_token == pytest.approx(20e-6)
+    # idle: a traced token's launch to the next launch, less its kernels (as a repetition's span
+    # counts the host's gaps between its tokens)
+    assert p.ms_per_token("a") == pytest.approx(90e-6) and p.idle_ms_per_token == pytest.approx(80e-6)
     assert p.outside_ms_per_token is None  # not measured where some tokens were not traced
     # a window that fell between traced launches (records off throughout) is left out, and said
     late = process_kernels(t, [Window(1251, 1490, 1, 239)])
     assert late.traced_tokens == 0 and late.notes == ["1 repetition(s) fell between traced graph launches: left out of "
                                                       "the kernel figures"]
+    # not one graph launch a token (a launch per GPU, a prompt beside the generation): not counted
+    two = process_kernels(t, [Window(0, 1000, 2, 1000)])
+    assert two.traced_tokens == 0 and "had 4 graph launches for 2 tokens (not one a token)" in two.notes[0]
 
 
 def test_kernels_on_several_gpus_are_rows_of_their_own() -> None:

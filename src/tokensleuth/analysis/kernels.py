@@ -162,23 +162,28 @@ def _union_within(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> int:
     return int((ends - starts).sum())
 
 
-def _segments(trace: Trace, w: Window) -> tuple[list[tuple[int, int]] | None, bool]:
+def _segments(trace: Trace, w: Window) -> tuple[list[tuple[int, int]] | None, str | None]:
     """Where in window ``w`` a sampled trace (sample:N) holds every kernel: from each traced graph
     launch to the next launch (one token each); None where the window holds no launch (every
-    kernel, if kernel records were on), and whether they were on."""
+    kernel, if kernel records were on). The second value says why the window cannot be counted
+    (records off throughout; or not one graph launch a token: a launch per GPU, a prompt beside
+    the generation), else None."""
     launch = trace.kind == LAUNCH
     if not launch.any():
-        return None, True
+        return None, None
     inside = launch & (trace.start >= w.start_ns) & (trace.start < w.end_ns)
     if not inside.any():
         before = np.flatnonzero(launch & (trace.start < w.start_ns))
-        return None, not len(before) or bool(trace.flags[before[-1]])
+        return None, (None if not len(before) or bool(trace.flags[before[-1]])
+                      else "fell between traced graph launches")
+    if int(inside.sum()) != w.tokens:
+        return None, f"had {int(inside.sum())} graph launches for {w.tokens} tokens (not one a token)"
     marks = np.sort(trace.start[inside])
     out = []
     for j in np.flatnonzero(inside & (trace.flags == 1)):
         later = marks[marks > trace.start[j]]
         out.append((int(trace.start[j]), int(later[0]) if len(later) else w.end_ns))
-    return out, True
+    return out, None
 
 
 def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
@@ -196,12 +201,13 @@ def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
     inside = np.zeros(len(trace), dtype=bool)
     union = span = traced = 0
     sampled = trace.mode.startswith("sample")
-    skipped = 0
+    skipped: dict[str, int] = {}
     for w in windows:
-        parts, recorded = _segments(trace, w) if sampled else (None, True)
-        if not recorded:  # kernel records were off for the whole window: nothing of it is known
-            skipped += 1
+        parts, why = _segments(trace, w) if sampled else (None, None)
+        if why is not None:  # what of this window's kernels was recorded is not known: left out
+            skipped[why] = skipped.get(why, 0) + 1
             continue
+        whole = parts is None
         if parts is None:
             parts = [(w.start_ns, w.end_ns)]
             traced += w.tokens
@@ -211,14 +217,17 @@ def process_kernels(trace: Trace, windows: Sequence[Window]) -> ProcessKernels:
             m = work & ((at >= lo_t) & (at < hi_t) if trace.timeline else (at > lo_t) & (at <= hi_t))
             inside |= m
             if trace.timeline and m.any():
-                lo, hi = int(trace.start[m].min()), min(int(trace.end[m].max()), hi_t)
+                # a repetition: its first kernel to its last; a sampled token: its launch to the next
+                # (the host's gaps between tokens counted as a repetition's span counts them)
+                lo = int(trace.start[m].min()) if whole else lo_t
+                hi = min(int(trace.end[m].max()), hi_t) if whole else hi_t
                 union += _union_within(trace.start[m], trace.end[m], lo, hi)
                 span += max(0, hi - lo)
     out.union_ns = union if trace.timeline else None
     out.span_ns = span if trace.timeline else None
     out.traced_tokens = traced if sampled else None
-    if skipped:
-        out.notes.append(f"{skipped} repetition(s) fell between traced graph launches: left out of the kernel figures")
+    for why, n in skipped.items():
+        out.notes.append(f"{n} repetition(s) {why}: left out of the kernel figures")
     idx = np.flatnonzero(inside)
     devices = sorted({int(d) for d in trace.device[idx]})
     names = [trace.names[trace.name[i]] + (f" [GPU {int(trace.device[i])}]" if len(devices) > 1 else "") for i in idx]
@@ -356,7 +365,7 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
     rows.sort(key=lambda r: -abs(r["delta_ms_per_token"]))
     out: dict[str, Any] = {"rows": rows, "band": band, "processes": [len(base), len(cand)],
                            "measured_by": "untraced processes" if untraced else "the traced processes themselves"}
-    for key in ("kernel", "idle", "overlap", "outside"):
+    for key in ("kernel", "busy", "idle", "overlap", "outside"):
         xa = [getattr(p, f"{key}_ms_per_token") for p in base]
         xb = [getattr(p, f"{key}_ms_per_token") for p in cand]
         if all(x is not None for x in (*xa, *xb)):
@@ -383,12 +392,15 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
                                       "account for the program it explains")
         elif moved and "withheld" not in out:
             den = ([x or 0.0 for x in bench_a], [x or 0.0 for x in bench_b])
-            for key, attr in (("kernels", "kernel_ms_per_token"), ("idle", "idle_ms_per_token")):
-                if key not in out:
+            # the kernels' busy time (concurrent kernels once) and the idle time: they add up to the
+            # span, which coverage held within 5% of the measured ms/token
+            for key, attr in (("kernels", "busy_ms_per_token"), ("idle", "idle_ms_per_token")):
+                num = ([getattr(p, attr) for p in base], [getattr(p, attr) for p in cand])
+                if any(x is None for x in (*num[0], *num[1])):
                     continue
-                num = ([getattr(p, attr) or 0.0 for p in base], [getattr(p, attr) or 0.0 for p in cand])
-                share = out[key]["delta_ms_per_token"] / d
-                lo_s, hi_s = _bootstrap_share(num, den)
+                xa, xb = [x or 0.0 for x in num[0]], [x or 0.0 for x in num[1]]
+                share = (float(np.mean(xb)) - float(np.mean(xa))) / d
+                lo_s, hi_s = _bootstrap_share((xa, xb), den)
                 out[f"{key}_share"] = {"share": share, "ci": [lo_s, hi_s]}
             k = out.get("kernels_share", {}).get("share", 0.0)
             i = out.get("idle_share", {}).get("share", 0.0)
@@ -421,10 +433,10 @@ def sentence(d: dict[str, Any]) -> str:
     if d.get("withheld"):
         return str(d["withheld"])
     m = d.get("measured")
-    k = d.get("kernels", {}).get("delta_ms_per_token")
+    k = d.get("busy", d.get("kernels", {})).get("delta_ms_per_token")
     i = d.get("idle", {}).get("delta_ms_per_token")
-    parts = ([f"kernels {k:+.3g}"] if k is not None else []) + ([f"idle between kernels {i:+.3g}"] if i is not None
-                                                               else [])
+    parts = ([f"kernels' busy time {k:+.3g}"] if k is not None else []) + (
+        [f"idle between kernels {i:+.3g}"] if i is not None else [])
     traced = f"the trace: {', '.join(parts)} ms/token" if parts else "no trace figures"
     if not m:
         return f"No measured difference to set the kernels against ({traced})."
@@ -435,6 +447,6 @@ def sentence(d: dict[str, Any]) -> str:
         return (f"llama-bench measured no difference beyond its interval ({m['delta_ms_per_token']:+.3g} ms/token, "
                 f"{by}); {traced}.")
     idle = f", idle time between kernels {_pct(d['idle_share'])}" if "idle_share" in d else ""
-    return (f"Of the measured difference of {m['delta_ms_per_token']:+.3g} ms/token ({by}), the kernels' own time "
-            f"accounts for {_pct(d['kernels_share'])}{idle}; {d['unexplained_share']:.0%} is unexplained by the "
-            f"trace ({traced}).")
+    rest = d["unexplained_share"] if abs(d["unexplained_share"]) >= 0.005 else 0.0
+    return (f"Of the measured difference of {m['delta_ms_per_token']:+.3g} ms/token ({by}), the kernels' busy time "
+            f"accounts for {_pct(d['kernels_share'])}{idle}; {rest:.0%} is unexplained by the trace ({traced}).")

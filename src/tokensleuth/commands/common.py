@@ -141,11 +141,11 @@ def print_result(kind_name: str, result: dict[str, Any], json_out: Path | None) 
 
 def guard_writes(writes: list[tuple[str, Path | None]], *, reads: list[tuple[str, Path | str | None]] | None = None,
                  db: Path | None = None, store: bool = True, new: tuple[str, ...] = (),
-                 replaces: dict[str, str] | None = None) -> None:
+                 replaces: dict[str, str] | None = None, regular: tuple[str, ...] = ()) -> None:
     """Check every file the command will write before any work (core/writes.py): writable, and
     none of its inputs (``reads``), its store (``--db`` or the default) or another output."""
     check_writes(writes, reads=reads or [], store=(db or default_db()) if store else None, new=new,
-                 replaces=replaces)
+                 replaces=replaces, regular=regular)
 
 
 def models_read(*groups: list[Path]) -> list[tuple[str, Path | str | None]]:

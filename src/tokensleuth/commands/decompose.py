@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.core.writes import file_path
+from tokensleuth.core.writes import check_folder, file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -62,6 +62,8 @@ def decompose(
     flags = engine_flags(ctx)
     guard_writes([("--json", json_out)], db=db,
                  reads=[*models_read(model, control_model), *(("a patch", p) for p in patches)])
+    if out_dir is not None:
+        check_folder("--out-dir", out_dir, reads=[("a patch", p) for p in patches])
     request = DecomposeRequest(
         base=base, repo=repo, series=series, patches=patches, models=[str(m) for m in model],
         control_models=[str(m) for m in control_model], workloads=workload, band=band, max_pairs=max_pairs,

@@ -27,7 +27,8 @@ def history_pack(
 
     out_path = out_path.expanduser()
     # (the store: TOKENSLEUTH_DB or the default; --force replaces a bundle, never another kind of file)
-    guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a git bundle"})
+    guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a git bundle"},
+                 regular=("--out",))
     if force and out_path.is_file() and holds(out_path) != "a git bundle":
         raise UserError(f"--out {out_path} exists and is not a git bundle — --force replaces a bundle only; "
                         "give another path")

@@ -33,7 +33,8 @@ def model_synth(
     from tokensleuth.models.synth import QUANTS, SHAPES, check_vocab, synth
 
     # (the store: TOKENSLEUTH_DB or the default; --force replaces a model, never another kind of file)
-    guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a GGUF model"})
+    guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a GGUF model"},
+                 regular=("--out",))  # (written whole and renamed into place: never a device)
     if force and out_path.is_file() and holds(out_path) != "a GGUF model":
         raise UserError(f"--out {out_path} exists and is not a GGUF model — --force replaces a model only; "
                         "give another path")

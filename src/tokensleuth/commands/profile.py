@@ -45,7 +45,7 @@ def profile(
     timeout: Annotated[float, typer.Option(callback=seconds_option(MAX_TIMEOUT_S),
                                            help="Watchdog: seconds before a profile process is killed.")] = 600,
     json_out: Annotated[Optional[Path], typer.Option("--json", parser=file_path("--json"), help="Write the profile as JSON here.")] = None,
-    trace_mode: Annotated[Optional[str], typer.Option("--trace-mode", help="How a CUDA build's kernels are recorded: sample:N (the kernels of one CUDA-graph launch in N; the default, sample:16), kernels (every kernel: slows a CUDA-graph run) or graphs (one record per graph launch).")] = None,
+    trace_mode: Annotated[Optional[str], typer.Option("--trace-mode", help="How a CUDA build's kernels are recorded: kernels (the default: every kernel; its instrumentation slows a CUDA-graph run, which the report measures and says) or sample:N (the kernels of one CUDA-graph launch in N, a token each at tg).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this same profile.")] = False,
     db: DbOpt = None,
 ) -> None:

@@ -165,6 +165,23 @@ def check_writes(writes: Iterable[tuple[str, Path | None]], *, reads: Iterable[t
                 raise UserError(f"{option} and {other} name the same file {path} — give each its own path")
 
 
+def check_folder(option: str, path: Path, *, reads: Iterable[tuple[str, Path]] = ()) -> None:
+    """Refuse an output folder (files are written into it) that is a file, cannot be made or
+    written, or holds a file the command reads (its files would be written over them)."""
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{option} {path} is a file — give a folder (made if missing)")
+    folder = path if path.is_dir() else _nearest_existing(path / "x")
+    if not folder.is_dir():
+        raise UserError(f"{option} {path}: {folder} is a file, not a folder — give a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        why = "is on a read-only file system" if _read_only(folder) else "is not writable"
+        raise UserError(f"{option} {path}: {folder} {why} — give a writable folder")
+    for what, src in reads:
+        if _same(Path(src).parent, path):
+            raise UserError(f"{option} {path} holds {what} this command reads ({Path(src).name}): the files written "
+                            "there would replace it — give another folder")
+
+
 def check_readable_file(what: str, path: Path) -> None:
     """Refuse an input that is not a plain file that can be read: missing, a folder, a FIFO or a
     device (which would block or never end), unreadable."""

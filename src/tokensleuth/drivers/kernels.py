@@ -151,7 +151,11 @@ def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, wor
         raise EngineError(f"no timed repetition of {name} on {Path(model).name} {workload} had a window "
                           "(llama-bench printed no progress lines?)")
     pk = process_kernels(trace, windows)
-    if not pk.busy_ns and pk.traced_tokens != 0:  # (a sampled trace may have traced no token: said in its notes)
+    if pk.traced_tokens == 0:
+        raise EngineError(f"no token of {name} on {Path(model).name} {workload} was traced: "
+                          f"{'; '.join(pk.notes[-2:]) or 'its sampled launches fell outside the kept repetitions'} — "
+                          "give --trace-mode kernels, or sample:N with a smaller N")
+    if not pk.busy_ns:
         raise EngineError(f"none of the {tracer.name} tracer's {len(trace)} records of {name} fell inside a timed "
                           "repetition: its clock is not the one the repetitions were stamped with")
     return pk, one_token(trace, windows[len(windows) // 2])

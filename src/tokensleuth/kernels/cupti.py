@@ -2,20 +2,22 @@
 
 The CUDA driver loads the library named by ``CUDA_INJECTION64_PATH`` into every process that
 initialises CUDA and calls its ``InitializeInjection``; ours (cupti_inject.c) enables activity
-records of concurrent kernels, memcpy and memset — one record per kernel node of a CUDA graph —
-and writes them at exit. Nothing in the engine changes, no synchronisation is added, and nothing
-is written while the engine runs.
+records and writes them at exit: in mode ``kernels`` every kernel (one record per kernel node of
+a CUDA graph), memcpy and memset; in ``sample:N`` the kernels of one graph launch in N, with a
+marker per launch; in ``graphs`` one record per graph execution. Nothing in the engine changes,
+no synchronisation is added, and nothing is written while the engine runs.
 
 The library is compiled once per machine and CUPTI, with the C compiler, into the cache (like
 the exit drain), against the CUDA toolkit's CUPTI (``$CUDA_HOME``, the ``nvcc`` on PATH,
 /usr/local/cuda*) or the ``nvidia-cuda-cupti`` wheels; where there is none, tracing is refused
 in one line that says what to install.
 
-The file one process writes (``kernels-<pid>.bin``, little-endian): the magic ``TSKTRC1\\0``;
-u32 format version, u32 clock (0 monotonic, 1 realtime), u32 CUPTI version at run time and at
-build time; i64 realtime minus monotonic at start (ns); u64 records lost (dropped by CUPTI, its
-buffers full; memory out; or given without a start or an end); u32 names,
-u32 records; each name as u32 length and bytes; then the records (``RECORD``).
+The file one process writes (``kernels-<pid>.bin``, little-endian): the magic ``TSKTRC2\\0``;
+u32 format version (2), u32 mode (0 kernels, 1 graphs, 2 sample; bit 8: kernel records on
+outside graphs), u32 CUPTI version at run time and at build time; i64 CUPTI's clock less the
+monotonic clock at start and at exit (ns); u64 records dropped (CUPTI's buffers full, or memory
+out) and records given without a start or an end; u32 N of sample:N, u32 record size (88),
+u32 names, u32 records; each name as u32 length and bytes; then the records (``RECORD``).
 """
 
 from __future__ import annotations
@@ -232,11 +234,16 @@ def read_file(path: Path) -> Trace:
     return t
 
 
-def check_mode(mode: str) -> None:
-    """kernels, graphs or sample:N (N a whole number of at least 1)."""
+def check_mode(mode: str, *, kernels: bool = False) -> None:
+    """kernels, graphs or sample:N (N a whole number of at least 1); with ``kernels``, a mode that
+    records kernels (a kernel diff cannot be read from graph-level records)."""
     n = mode.partition(":")[2]
-    if mode not in MODES and not (mode.startswith("sample:") and n.isdigit() and 1 <= int(n) <= 1_000_000):
+    ok = mode in MODES or (mode.startswith("sample:") and n.isascii() and n.isdigit() and 1 <= int(n) <= 1_000_000)
+    if not ok:
         raise UserError(f"CUDA trace mode {mode!r}: give kernels, graphs or sample:N (one graph launch in N traced)")
+    if kernels and mode == "graphs":
+        raise UserError("--trace-mode graphs records graph launches, not kernels: no kernel diff can be read from it "
+                        "— give kernels or sample:N")
 
 
 class CuptiTracer:

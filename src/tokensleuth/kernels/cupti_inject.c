@@ -60,6 +60,8 @@ typedef struct {
 #pragma pack(pop)
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* sample:N's switch and its marker, together (not ``lock``: switching may flush into completed) */
+static pthread_mutex_t switching = PTHREAD_MUTEX_INITIALIZER;
 static record_t *records;
 static size_t n_records, cap_records;
 static const char **names;           /* interned: copies */
@@ -218,7 +220,8 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
     const CUpti_CallbackData *cb = (const CUpti_CallbackData *) data;
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_ENTER) return;
     if (cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch && cbid != CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz) return;
-    uint64_t n = __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&switching);
+    uint64_t n = launches++;
     int on = n % sample_every == 0;
     if (on != kernels_on) {
         if (on) cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
@@ -231,6 +234,7 @@ static void CUPTIAPI on_api(void *userdata, CUpti_CallbackDomain domain, CUpti_C
     record_t *r = next_record("[graph launch]", 4);
     if (r) { r->start = r->end = t; r->graph = (uint32_t) n; r->flags = (uint8_t) on; r->correlation = cb->correlationId; }
     pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&switching);
 }
 
 static void write_all(FILE *f, const void *p, size_t n) { if (n) fwrite(p, 1, n, f); }

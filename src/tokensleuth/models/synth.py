@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -57,9 +58,11 @@ def out_file(out: Path) -> None:
     if out.exists() and out.is_dir():
         raise UserError(f"{out} is a directory — give a file path for --out")
     out.parent.mkdir(parents=True, exist_ok=True)
+    own = re.compile(rf"\.{re.escape(out.name)}\.(\d+)(\.[A-Za-z0-9_]+)?\.part")  # .NAME.PID[.RANDOM].part
     for left in out.parent.glob(f".{glob.escape(out.name)}.*.part"):
-        pid = left.name[len(out.name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
+        m = own.fullmatch(left.name)
+        pid = m.group(1) if m else ""
+        if pid and int(pid) != os.getpid() and not Path(f"/proc/{pid}").exists():
             if left.is_dir():
                 shutil.rmtree(left, ignore_errors=True)
             else:

@@ -47,7 +47,7 @@ def run(request: ProfileRequest, say: Say) -> tuple[str, str]:
     if request.trace_mode is not None:
         from tokensleuth.kernels.cupti import check_mode
 
-        check_mode(request.trace_mode)  # before any build
+        check_mode(request.trace_mode, kernels=True)  # before any build
     backends = [expected_backends(s, request.cmake) for s in request.engines.values()]
     if request.by == "kernels":
         for expected in backends:
