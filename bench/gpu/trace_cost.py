@@ -8,13 +8,13 @@ appended to the JSON-lines file the moment it ends, so a killed run, started aga
 only what is missing (--resume is the default: the file is the store). It prints, per mode and
 workload:
 
-* t/s (llama-bench's own, kept repetitions) over processes, and the ratio to the untraced
-  processes with its 95% Welch interval on the log scale (the tracer's cost);
-* from the traced timeline, per token: the kernels' sum, the GPU busy union, the overlap of
-  concurrent kernels (sum - union), the idle time between kernels inside the span, the time
-  outside the span, the graphs' execution time (graphs mode), and how many graph launches were
-  traced (sample mode); and (union + idle) against llama-bench's own ms/token of the same
-  process and of the untraced processes.
+* t/s over processes, and llama-bench's ms/token traced over untraced with its 95% interval
+  (drivers.kernels.trace_cost: what a kernels study says beside its table);
+* from the traced timeline, per token as a kernels study reads it (process_kernels): the
+  kernels' sum, their busy union, the overlap, the idle time between kernels, the time outside
+  the span, with the graphs' execution time (graphs mode) and the graph launches traced (sample
+  mode); and (busy + idle) against llama-bench's ms/token of the same process and of the
+  untraced processes.
 
     python3 bench/gpu/trace_cost.py --bin DIR --model M.gguf -w tg32 -w pp2048 \\
         --modes plain,kernels,graphs,sample:16 --processes 3 --out trace_cost.jsonl -- -ngl 99 -fa 1
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -34,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth.analysis.kernels import Window, _union_within
-from tokensleuth.drivers.kernels import kept_windows
+from tokensleuth.analysis.kernels import Window, process_kernels
+from tokensleuth.drivers.kernels import kept_windows, trace_cost
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.kernels import GRAPH, LAUNCH, WORK, Trace
@@ -74,51 +73,26 @@ def one(bin_dir: Path, model: str, workload: str, mode: str, flags: list[str], r
 
 
 def figures(t: Trace, windows: list[Window], mode: str, tokens: int) -> dict[str, Any]:
-    """One traced process's record counts and per-token sums over its kept windows."""
-    row: dict[str, Any] = {"tokens": tokens}
-    row["records"] = {str(k): int((t.kind == k).sum()) for k in np.unique(t.kind)}
-    row["lost"] = t.lost
-    row["notes"] = t.notes
-    row["streams"] = sorted({int(s) for s in t.stream[np.isin(t.kind, WORK)]})
-    row["devices"] = sorted({int(d) for d in t.device})
-    work = np.isin(t.kind, WORK)
-    launches = t.kind == LAUNCH
-    graphs = t.kind == GRAPH
-    per: dict[str, float] = {"sum": 0, "union": 0, "span": 0, "window": 0, "graph": 0, "seg_union": 0, "seg_span": 0}
-    traced_tokens = 0
-    launches_in = sampled_in = 0
-    for w in windows:
-        inw = work & (t.start >= w.start_ns) & (t.start < w.end_ns)
-        li = launches & (t.start >= w.start_ns) & (t.start < w.end_ns)
-        n_l, n_s = int(li.sum()), int((li & (t.flags == 1)).sum())
-        launches_in += n_l
-        sampled_in += n_s
-        if inw.any():
-            lo, hi = int(t.start[inw].min()), min(int(t.end[inw].max()), w.end_ns)
-            per["union"] += _union_within(t.start[inw], t.end[inw], lo, hi)
-            per["span"] += max(0, hi - lo)
-            per["sum"] += int(t.busy_ns[inw].sum())
-        per["window"] += w.end_ns - w.start_ns
-        # sample mode: each traced launch's own token, from its launch to the next launch
-        marks = np.sort(t.start[li])
-        for j in np.flatnonzero(li & (t.flags == 1)):
-            a0 = int(t.start[j])
-            later = marks[marks > a0]
-            a1 = int(later[0]) if len(later) else w.end_ns
-            seg = work & (t.start >= a0) & (t.start < a1)
-            if seg.any():  # a traced token: its launch to the next launch (process_kernels's span)
-                per["seg_union"] += _union_within(t.start[seg], t.end[seg], a0, a1)
-                per["seg_span"] += a1 - a0
-        gi = graphs & (t.start >= w.start_ns) & (t.start < w.end_ns)
-        per["graph"] += int((t.end[gi] - t.start[gi]).sum())
-        # tokens whose kernels are in the records: every token, but in sample mode the sampled launches
-        traced_tokens += w.tokens if n_l == 0 or not mode.startswith("sample") else n_s
-    row["launches"] = [launches_in, sampled_in]
-    row["traced_tokens"] = traced_tokens
-    row["ms_per_token"] = {k: v / max(1, traced_tokens if k in ("sum", "union") else sampled_in if k.startswith("seg")
-                                      else tokens) / 1e6 for k, v in per.items()}
-    row["kernel_names"] = len({t.names[i] for i in t.name[work]})
-    del row["tokens"]
+    """One traced process's record counts, and its per-token figures as a kernels study reads
+    them (analysis.kernels.process_kernels: the sampled tokens, the busy union, the idle gaps),
+    with the graphs' execution time beside them (graphs mode)."""
+    row: dict[str, Any] = {"records": {str(k): int((t.kind == k).sum()) for k in np.unique(t.kind)},
+                           "lost": t.lost, "notes": t.notes,
+                           "streams": sorted({int(s) for s in t.stream[np.isin(t.kind, WORK)]}),
+                           "devices": sorted({int(d) for d in t.device})}
+    launch = t.kind == LAUNCH
+    graph = t.kind == GRAPH
+    inside = [(t.start >= w.start_ns) & (t.start < w.end_ns) for w in windows]
+    row["launches"] = [sum(int((launch & m).sum()) for m in inside),
+                       sum(int((launch & m & (t.flags == 1)).sum()) for m in inside)]
+    row["graph_ms_per_token"] = sum(int((t.end - t.start)[graph & m].sum()) for m in inside) / tokens / 1e6
+    pk = process_kernels(t, windows)
+    row["traced_tokens"] = pk.traced
+    row["ms_per_token"] = {"kernels": pk.kernel_ms_per_token, "busy": pk.busy_ms_per_token,
+                           "overlap": pk.overlap_ms_per_token, "idle": pk.idle_ms_per_token,
+                           "outside": pk.outside_ms_per_token}
+    row["kernel_names"] = len(pk.busy_ns)
+    row["pk_notes"] = pk.notes[len(t.notes):]
     return row
 
 
@@ -128,34 +102,28 @@ def summary(rows: list[dict[str, Any]]) -> None:
         if r.get("status") == "done" and r.get("ts"):
             by.setdefault((r["workload"], r["mode"]), []).append(r)
     for (w, mode), rs in sorted(by.items()):
-        ts = [statistics.fmean(r["ts"][-r["kept"]:]) for r in rs]
-        plain = [statistics.fmean(r["ts"][-r["kept"]:]) for r in by.get((w, "plain"), [])]
-        line = f"{w:8} {mode:10} n={len(rs)} t/s {statistics.fmean(ts):9.2f}"
-        if mode != "plain" and len(plain) >= 2 and len(ts) >= 2:
-            la, lb = [math.log(x) for x in plain], [math.log(x) for x in ts]
-            d = statistics.fmean(lb) - statistics.fmean(la)
-            se = math.sqrt(statistics.variance(la) / len(la) + statistics.variance(lb) / len(lb))
-            from scipy import stats as sps
-
-            h = float(sps.t.ppf(0.975, max(1, len(la) + len(lb) - 2))) * se
-            line += f"  vs plain {math.exp(d):.4f} [{math.exp(d - h):.4f}, {math.exp(d + h):.4f}]"
+        plain = by.get((w, "plain"), [])
+        line = f"{w:8} {mode:10} n={len(rs)} t/s {statistics.fmean(1e3 / r['bench_ms_per_token'] for r in rs):9.2f}"
+        cost = trace_cost([r["bench_ms_per_token"] for r in rs], [r["bench_ms_per_token"] for r in plain]) \
+            if mode != "plain" else None
+        if cost:
+            line += f"  traced/untraced ms/token {cost['ratio']:.4f} [{cost['ci'][0]:.4f}, {cost['ci'][1]:.4f}]"
         mp = [r["ms_per_token"] for r in rs if r.get("ms_per_token")]
         if mp:
-            m = {k: statistics.fmean(x[k] for x in mp) for k in mp[0]}
+            m = {k: (statistics.fmean(x[k] for x in mp) if all(x[k] is not None for x in mp) else None) for k in mp[0]}
             own = statistics.fmean(r["bench_ms_per_token"] for r in rs)
-            untraced = statistics.fmean(r["bench_ms_per_token"] for r in by.get((w, "plain"), rs))
-            # (sample mode: the union is per traced token, the span per token of all: idle from the segments)
-            idle = m["seg_span"] - m["seg_union"] if m["seg_span"] else m["span"] - m["union"]
-            line += (f"\n{'':20}per token: kernels {m['sum']:.4f} union {m['union']:.4f} overlap {m['sum'] - m['union']:.4f}"
-                     f" idle {idle:.4f} outside {m['window'] - m['span']:.4f} graphs {m['graph']:.4f} | llama-bench "
-                     f"{own:.4f} (untraced {untraced:.4f}) | (union+idle)/own {(m['union'] + idle) / own:.3f}, "
-                     f"/untraced {(m['union'] + idle) / untraced:.3f}")
-            if m["seg_span"]:
-                line += (f"\n{'':20}sampled tokens alone: union {m['seg_union']:.4f} idle "
-                         f"{m['seg_span'] - m['seg_union']:.4f} span {m['seg_span']:.4f} ms/token")
+            untraced = statistics.fmean(r["bench_ms_per_token"] for r in plain) if plain else None
+            span = (m["busy"] or 0) + (m["idle"] or 0)
+            line += (f"\n{'':20}per token: " + ", ".join(f"{k} {v:.4f}" for k, v in m.items() if v is not None)
+                     + f", graphs {statistics.fmean(r['graph_ms_per_token'] for r in rs):.4f} | llama-bench {own:.4f}"
+                     + (f" (untraced {untraced:.4f})" if untraced else "")
+                     + f" | (busy+idle)/own {span / own:.3f}" + (f", /untraced {span / untraced:.3f}" if untraced else ""))
             line += (f"\n{'':20}records {rs[0].get('records')} lost {[r.get('lost') for r in rs]} streams "
                      f"{rs[0].get('streams')} devices {rs[0].get('devices')} launches {rs[0].get('launches')} "
-                     f"kernel names {rs[0].get('kernel_names')}")
+                     f"traced tokens {[r.get('traced_tokens') for r in rs]} kernel names {rs[0].get('kernel_names')}")
+            notes = {n for r in rs for n in r.get("pk_notes", [])}
+            if notes:
+                line += f"\n{'':20}notes: {sorted(notes)}"
         errs = {e for r in rs for e in r.get("errors", [])}
         if errs:
             line += f"\n{'':20}errors: {sorted(errs)}"

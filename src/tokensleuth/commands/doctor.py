@@ -32,13 +32,13 @@ def doctor(
     from tokensleuth.report.markdown import table
     from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 
-    from tokensleuth.engines import engine_for
-    from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+    from tokensleuth.engines.base import DEFAULT_KIND
+    from tokensleuth.engines.checks import check_arm
 
     flags = engine_flags(ctx)
     source = engine or DEFAULT_ENGINE
     parse_source(source)
-    engine_for(DEFAULT_KIND).check(ArmRuntime("doctor", None, tuple(flags), {}), [])  # its own flags, -r, values
+    check_arm(None, "doctor", DEFAULT_KIND, flags, {}, [])  # tokensleuth's own flags, -r, values, before any build
     if model is not None and not model.is_file():
         raise UserError(f"--model {model}: no such file — give the GGUF model you will measure")
     t0 = _time.monotonic()

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from tokensleuth.core.writes import file_path, holds
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import err, guard_writes, out
 from tokensleuth.core.errors import UserError
 
@@ -29,9 +29,6 @@ def history_pack(
     # (the store: TOKENSLEUTH_DB or the default; --force replaces a bundle, never another kind of file)
     guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a git bundle"},
                  regular=("--out",))
-    if force and out_path.is_file() and holds(out_path) != "a git bundle":
-        raise UserError(f"--out {out_path} exists and is not a git bundle — --force replaces a bundle only; "
-                        "give another path")
     kind, _, package = source.partition(":")
     if kind != "pypi" or not package or "==" in package:
         raise UserError(f"history pack takes pypi:NAME (every release in a range), not {source!r} — "

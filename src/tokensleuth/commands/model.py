@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.core.writes import file_path, holds
+from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import CmakeOpt, engine_flags, guard_writes, out
 from tokensleuth.core.errors import UserError
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
@@ -35,9 +35,6 @@ def model_synth(
     # (the store: TOKENSLEUTH_DB or the default; --force replaces a model, never another kind of file)
     guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a GGUF model"},
                  regular=("--out",))  # (written whole and renamed into place: never a device)
-    if force and out_path.is_file() and holds(out_path) != "a GGUF model":
-        raise UserError(f"--out {out_path} exists and is not a GGUF model — --force replaces a model only; "
-                        "give another path")
     if shape is not None:
         if vocab is not None:
             raise UserError("--vocab is for --arch/--size models; a --shape model has its real model's tokenizer — leave out one of them")
@@ -85,12 +82,12 @@ def model_fit(
         tests_of,
     )
 
-    from tokensleuth.engines import engine_for
-    from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+    from tokensleuth.engines.base import DEFAULT_KIND
+    from tokensleuth.engines.checks import check_arm
 
     flags = engine_flags(ctx)
     # tokensleuth's own flags, -r, and values llama-bench would not take: refused, not predicted
-    engine_for(DEFAULT_KIND).check(ArmRuntime("fit", None, tuple(flags), {}), workload)
+    check_arm(None, "fit", DEFAULT_KIND, flags, {}, workload)
     h, hs = host_free()
     g, gs = (None, "") if cpu else gpu_free()
     s = settings_from_flags(flags, tests_of(workload or ["pp512", "tg128"]))

@@ -100,6 +100,9 @@ def check_writable(option: str, path: Path, *, new: bool = False, regular: bool 
         if regular and not stat.S_ISREG(st.st_mode):
             raise UserError(f"{option} {path} is not a plain file — give the path of a new file")
         kind = holds(path) if stat.S_ISREG(st.st_mode) else None
+        if replaces is not None and kind != replaces:  # (--force: a file of its own kind, nothing else)
+            raise UserError(f"{option} {path} exists and is not {replaces} — it replaces {replaces} only; give "
+                            "another path")
         if kind is not None and kind != replaces:
             raise UserError(f"{option} {path} is {kind} — writing there would destroy it; give another path")
         if not os.access(path, os.W_OK):

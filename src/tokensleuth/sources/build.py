@@ -249,6 +249,14 @@ def set_aside(sdist: Path) -> Path:
     return aside
 
 
+def damaged_sdist(sdist: Path, exc: BaseException) -> UserError:
+    """A cached sdist found damaged while it was read (past its first block): set aside, so the
+    next run fetches it again, and the line that says so."""
+    aside = set_aside(sdist)
+    return UserError(f"the cached sdist {sdist} is damaged ({exc}) and was set aside as {aside.name} — run the "
+                     "command again to fetch it again")
+
+
 class BuildCache:
     """The content-keyed build cache under the user cache dir."""
 
@@ -387,11 +395,9 @@ class BuildCache:
             try:
                 with tarfile.open(sdist) as tf:
                     tf.extractall(tmp, filter="data")
-            except SDIST_ERRORS as exc:  # damaged past its first block: set aside, fetched next time
+            except SDIST_ERRORS as exc:
                 shutil.rmtree(tmp, ignore_errors=True)
-                aside = set_aside(sdist)
-                raise UserError(f"the cached sdist {sdist} is damaged ({exc}) and was set aside as {aside.name} — "
-                                "run the command again to fetch it again") from None
+                raise damaged_sdist(sdist, exc) from None
             tmp.rename(tree)
         root = _find_llama_tree(tree)
         if root is None:

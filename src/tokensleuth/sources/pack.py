@@ -35,7 +35,7 @@ from typing import IO
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.sources import parse_source
-from tokensleuth.sources.build import SDIST_ERRORS, BuildCache, set_aside
+from tokensleuth.sources.build import SDIST_ERRORS, BuildCache, damaged_sdist
 
 # Top-level folders of a llama.cpp tree that no engine build reads: model and vocabulary
 # files (the tests' inputs), documentation, CI, Python packages and conversion scripts.
@@ -80,10 +80,8 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
                     log(f"[{i}/{len(versions)}] {package} {version}")
                 try:
                     left = _commit(proc.stdin, sdist, package, version, i)
-                except SDIST_ERRORS as exc:  # damaged past its first block: set aside, fetched next time
-                    aside = set_aside(sdist)
-                    raise UserError(f"the cached sdist {sdist} is damaged ({exc}) and was set aside as {aside.name} "
-                                    "— run the command again to fetch it again") from None
+                except SDIST_ERRORS as exc:
+                    raise damaged_sdist(sdist, exc) from None
             proc.stdin.write(b"done\n")
         except BrokenPipeError:  # fast-import ended early: its exit status and message say why
             broke = True
