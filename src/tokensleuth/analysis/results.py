@@ -253,7 +253,7 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
         durations = [int(s["duration_ns"]) for s in samples]
         cell.tokens_per_s.extend(ts)
         cold = colds.get((r["model"], r["test"], idx))
-        if cold is not None and cold.count:
+        if cold is not None and (cold.count or cold.undecided is not None):
             cell.cold = cold
         rate = trial_tokens_per_s(ts, durations, cold=cold.count if cold else 0)
         left_out = set(rate.stalled) | set(range(rate.cold))

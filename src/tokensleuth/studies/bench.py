@@ -71,7 +71,16 @@ def bench_cold_sentence(cells: Sequence[Cell]) -> str:
     from tokensleuth.drivers.comparisons import cold_words
 
     seen = {c.test: c.cold for c in cells if c.cold is not None and c.cold.count}
-    return cold_words(seen, added=any(len(c.trial_means) > 1 for c in cells)) if seen else ""
+    said = cold_words(seen, added=any(len(c.trial_means) > 1 for c in cells)) if seen else ""
+    doubt = {c.test: c.cold for c in cells if c.cold is not None and c.cold.undecided is not None}
+    if doubt:
+        said += (" Undecided: " + "; ".join(
+            f"{w}: the first repetition ran {(1 - (k.undecided or 1)) * 100:.1f}% slower than every later one"
+            + (f" in {k.doubtful} of {k.processes} processes" if k.processes > 1 else "")
+            for w, k in doubt.items())
+            + " — too few repetitions to tell a cold start from scatter, so it counts in the figure"
+              " (rerun with more repetitions, e.g. -r 10, to decide).")
+    return said
 
 
 def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +102,9 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
             # leading repetitions left out of every trial's t/s and resources (stats.cold_leading)
             "cold_repetitions": {"per_trial": c.cold.count if c.cold else 0,
                                  "ratio": c.cold.ratio if c.cold else None,
-                                 "processes": c.cold.processes if c.cold else len(c.trial_means)},
+                                 "processes": c.cold.processes if c.cold else len(c.trial_means),
+                                 # kept in, but slower than every later repetition: the rule could not decide
+                                 "undecided_ratio": c.cold.undecided if c.cold else None},
             "resources": c.resources(),
             **({"latency": lat} if (lat := c.latency()) is not None else {}),
         })
