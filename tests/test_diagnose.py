@@ -16,6 +16,7 @@ from tokensleuth.drivers.diagnose import (
     classify,
     prescribe,
     rerun_command,
+    where_work_runs,
     with_threads,
 )
 
@@ -84,6 +85,30 @@ def test_threads_below_the_cpus_are_not_a_finding() -> None:
     procs = [Proc(p.arm, p.cell, p.t0, p.log_tps, 1) for p in table(normal(20, 0.1))]
     assert "threads" not in classify(procs, cpus=2).codes()
     assert "threads" not in classify(procs, cpus=1).codes()  # one CPU: no thread fewer to give
+
+
+def test_a_full_gpu_offload_names_the_gpu_not_the_threads() -> None:
+    """doctor on the 30B shape with -ngl 99: 16 threads on 16 CPUs, yet every layer on the GPU:
+    the threads are not named (nor probed), the GPU's busy share is."""
+    procs = [Proc(p.arm, p.cell, p.t0, p.log_tps, 16, where="gpu", gpu_busy=93.0) for p in table(normal(20, 0.005))]
+    d = classify(procs, cpus=16)
+    assert "threads" not in d.codes() and "gpu" in d.codes()
+    assert "every layer ran on the GPU (93% busy" in d.findings[d.codes().index("gpu")].seen
+    # the same processes with the work split between CPU and GPU, or on the CPU: threads named
+    for where in ("split", "cpu"):
+        split = [Proc(p.arm, p.cell, p.t0, p.log_tps, 16, where=where) for p in procs]
+        assert "threads" in classify(split, cpus=16).codes() and "gpu" not in classify(split, cpus=16).codes()
+
+
+def test_where_the_work_runs_is_read_from_the_engine_row() -> None:
+    assert where_work_runs({"backends": "CUDA", "n_gpu_layers": 99}) == "gpu"
+    assert where_work_runs({"backends": "CUDA", "n_gpu_layers": -1}) == "gpu"
+    assert where_work_runs({"backends": "CUDA", "n_gpu_layers": 49}, n_layer=48) == "gpu"
+    assert where_work_runs({"backends": "CUDA", "n_gpu_layers": 40}, n_layer=48) == "split"
+    assert where_work_runs({"backends": "CUDA", "n_gpu_layers": 99, "n_cpu_moe": 20}) == "split"
+    assert where_work_runs({"backends": "Vulkan", "n_gpu_layers": 0}) == "cpu"
+    assert where_work_runs({"backends": "CPU", "n_gpu_layers": 99}) == "cpu"
+    assert where_work_runs({}) == "cpu"
 
 
 def test_cold_first_repetitions() -> None:

@@ -88,7 +88,9 @@ def _fewer_threads(b: Any, model: Path, flags: list[str], got: Any) -> None:
     from tokensleuth.drivers.diagnose import allowed_cpus
 
     cpus = allowed_cpus()
-    if got.threads is not None and cpus >= 2 and got.threads >= cpus:
+    # only where the diagnosis names threads: on a full GPU offload they mostly wait on the GPU
+    named = got.diagnosis is None or "threads" in got.diagnosis.codes()
+    if got.threads is not None and cpus >= 2 and got.threads >= cpus and named:
         # the engine would use every CPU: the same A/A with one thread fewer, measured, not guessed;
         # advised only when its SD is lower beyond the two probes' own noise
         fewer = got.threads - 1

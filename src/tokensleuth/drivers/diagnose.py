@@ -8,7 +8,9 @@ why:
 
 - **busy-process**: the confounder check saw another process use a core beside the engine;
 - **threads**: as many engine threads as CPUs it may use — a preempted thread stalls the
-  others at each barrier, so whole processes land in a slow mode;
+  others at each barrier, so whole processes land in a slow mode; named only where the work
+  runs on the CPU (``where_work_runs``): on a full GPU offload the threads mostly wait on the
+  GPU, and the finding is **gpu** (what the GPU's busy share says) instead;
 - **stall**: repetitions that took far longer than their process's fastest;
 - **drift**: the level moves with time over the study (clock, temperature, a growing load);
 - **bimodal**: process levels in two clusters (some processes in a slow mode), measured by
@@ -71,11 +73,33 @@ class Proc:
     threads: int | None = None
     busy: tuple[str, ...] = ()
     stalled: int = 0
+    where: str = "cpu"  # where the work ran (where_work_runs): cpu | split | gpu
+    gpu_busy: float | None = None  # the GPUs' mean busy % inside its timed windows, when sampled
+
+
+GPU_BACKENDS = ("CUDA", "ROCM", "HIP", "VULKAN", "METAL", "SYCL", "MUSA", "CANN", "OPENCL")
+
+
+def where_work_runs(raw: Mapping[str, Any], n_layer: int | None = None) -> str:
+    """Where a llama-bench process's work ran, from its own JSON row: ``gpu`` when a GPU backend
+    took every layer (``n_gpu_layers`` -1, at least the model's layers, or 99 and over when those
+    are unknown) and no expert stayed on the CPU (``n_cpu_moe`` 0); ``split`` when a GPU backend
+    took some; ``cpu`` otherwise."""
+    backends = str(raw.get("backends") or "").upper()
+    if not any(b in backends for b in GPU_BACKENDS):
+        return "cpu"
+    try:
+        ngl = int(raw.get("n_gpu_layers", -1))
+        moe = int(raw.get("n_cpu_moe") or 0)
+    except (TypeError, ValueError):
+        return "split"
+    full = ngl < 0 or ngl >= (n_layer + 1 if n_layer else 99)
+    return "gpu" if full and moe == 0 else "split" if ngl != 0 else "cpu"
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    code: str  # busy-process | threads | stall | drift | bimodal | cold | between | within
+    code: str  # busy-process | threads | gpu | stall | drift | bimodal | cold | between | within
     seen: str  # what the trials show, one clause
 
 
@@ -182,9 +206,16 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
     if busy and n:
         found.append(Finding("busy-process", f"{', '.join(busy)} used a core beside "
                                              f"{max(names[b] for b in busy)} of {n} engine processes"))
-    if threads is not None and cpus >= 2 and threads >= cpus:
+    offloaded = bool(live) and all(p.where == "gpu" for p in live)
+    if threads is not None and cpus >= 2 and threads >= cpus and not offloaded:
         found.append(Finding("threads", f"{threads} engine threads on {cpus} CPUs: a preempted thread stalls the "
                                         "others at every barrier"))
+    busy_gpu = [p.gpu_busy for p in live if p.gpu_busy is not None]
+    if offloaded and busy_gpu:
+        share = float(np.median(busy_gpu))
+        found.append(Finding("gpu", f"every layer ran on the GPU ({share:.0f}% busy in the median process): the "
+                                    "CPU threads mostly wait on it" + ("" if share >= 80 else
+                                                                       ", and the GPU idles between its kernels")))
     stalled = sum(1 for p in live if p.stalled)
     if n and stalled >= max(1, STALL_SHARE * n):
         found.append(Finding("stall", f"stalled repetitions in {stalled} of {n} processes"))
@@ -246,17 +277,24 @@ def load_procs(store: Store, study_id: str) -> list[Proc]:
         warn[int(w["trial_id"])].append((str(w["code"]), str(w["detail"])))
     logs: dict[tuple[int, int], list[float]] = defaultdict(list)
     meta: dict[tuple[int, int], tuple[str, str, float, int | None]] = {}
+    where: dict[tuple[int, int], str] = {}
+    layers: dict[str, int | None] = {}
     for r in rows:
         key = (int(r["trial"]), int(r["test_idx"]))
         logs[key].append(math.log(float(r["tokens_per_s"])))
         if key not in meta:
             try:
-                threads = stored_json(r, "raw_json").get("n_threads")
-            except (ValueError, AttributeError):
-                threads = None
+                raw = stored_json(r, "raw_json")
+            except ValueError:
+                raw = {}
+            raw = raw if isinstance(raw, dict) else {}
+            threads = raw.get("n_threads")
             name, idx = cell_of(str(r["workload"] or ""), str(r["test"]), int(r["test_idx"]))
             meta[key] = (str(r["arm"]), f"{r['model']}\x00{name}\x00{idx}",
                          float(r["started_at"] or 0.0), int(threads) if isinstance(threads, int) else None)
+            if str(r["model"]) not in layers:
+                layers[str(r["model"])] = _layers(str(r["model"]))
+            where[key] = where_work_runs(raw, layers[str(r["model"])])
     # cold leading repetitions are left out of the verdict's statistic (stats.cold_leading): so here
     by_cell: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for key in logs:
@@ -270,8 +308,34 @@ def load_procs(store: Store, study_id: str) -> list[Proc]:
         arm, cell, t0, threads = meta[key]
         ws = warn.get(key[0], [])
         names = tuple(n for code, detail in ws if code == "busy-process" for n in busy_names(detail))
-        out.append(Proc(arm, cell, t0, tuple(v), threads, names, sum(1 for code, _ in ws if code == "stall")))
+        out.append(Proc(arm, cell, t0, tuple(v), threads, names, sum(1 for code, _ in ws if code == "stall"),
+                        where[key], _gpu_busy(store, *key) if where[key] != "cpu" else None))
     return out
+
+
+def _layers(model: str) -> int | None:
+    """The model's layer count from its GGUF header, None when it cannot be read (moved, remote)."""
+    from pathlib import Path
+
+    from tokensleuth.core.errors import UserError
+    from tokensleuth.models.info import model_info
+
+    try:
+        return model_info(Path(model)).n_layer or None
+    except (OSError, UserError, ValueError):
+        return None
+
+
+def _gpu_busy(store: Store, trial_id: int, test_idx: int) -> float | None:
+    """The GPUs' mean busy % over the timeline samples inside one process's timed windows of a test."""
+    spans = [(int(w["start_ns"]), int(w["end_ns"])) for w in store.windows(trial_id) if int(w["test_idx"]) == test_idx]
+    if not spans:
+        return None
+    seen = []
+    for t, row in store.timeline(trial_id):
+        if any(a <= t <= b for a, b in spans):
+            seen += [float(v) for k, v in row.items() if k.startswith("gpu") and k.endswith("_busy_pct")]
+    return float(np.mean(seen)) if seen else None
 
 
 # -- the probe and the prescription ---------------------------------------------------
