@@ -211,11 +211,12 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
         found.append(Finding("threads", f"{threads} engine threads on {cpus} CPUs: a preempted thread stalls the "
                                         "others at every barrier"))
     busy_gpu = [p.gpu_busy for p in live if p.gpu_busy is not None]
-    if offloaded and busy_gpu:
-        share = float(np.median(busy_gpu))
-        found.append(Finding("gpu", f"every layer ran on the GPU ({share:.0f}% busy in the median process): the "
-                                    "CPU threads mostly wait on it" + ("" if share >= 80 else
-                                                                       ", and the GPU idles between its kernels")))
+    if offloaded:
+        share = float(np.median(busy_gpu)) if busy_gpu else None
+        found.append(Finding("gpu", "every layer ran on the GPU" + (
+            f" ({share:.0f}% busy in the median process)" if share is not None else "")
+            + ": the CPU threads mostly wait on it" + (
+            ", and the GPU idles between its kernels" if share is not None and share < 80 else "")))
     stalled = sum(1 for p in live if p.stalled)
     if n and stalled >= max(1, STALL_SHARE * n):
         found.append(Finding("stall", f"stalled repetitions in {stalled} of {n} processes"))
@@ -326,9 +327,20 @@ def _layers(model: str) -> int | None:
         return None
 
 
+BUSY_SAMPLES = 5  # a window gives a GPU busy share only when it spans this many sampling intervals
+
+
 def _gpu_busy(store: Store, trial_id: int, test_idx: int) -> float | None:
-    """The GPUs' mean busy % over the timeline samples inside one process's timed windows of a test."""
-    spans = [(int(w["start_ns"]), int(w["end_ns"])) for w in store.windows(trial_id) if int(w["test_idx"]) == test_idx]
+    """The GPUs' mean busy % over the timeline samples inside one process's timed windows of a
+    test, from windows of at least BUSY_SAMPLES sampling intervals only: NVML's utilization is the
+    share of a trailing period (up to a second) a kernel ran, so in a window of a few hundred ms it
+    reads the load or the idle gap before it (40% busy in doctor's tg32 windows of 120 ms on an H200,
+    where bench's longer windows read 89-97%)."""
+    from tokensleuth.monitor.sampler import DEFAULT_INTERVAL_S
+
+    least = BUSY_SAMPLES * DEFAULT_INTERVAL_S * 1e9
+    spans = [(int(w["start_ns"]), int(w["end_ns"])) for w in store.windows(trial_id)
+             if int(w["test_idx"]) == test_idx and int(w["end_ns"]) - int(w["start_ns"]) >= least]
     if not spans:
         return None
     seen = []

@@ -27,6 +27,9 @@ _GPU_ENERGY = re.compile(r"gpu\d+_energy_j")
 _KINDS = {"edge": "edge read", "sampler": "sampler read", "live": "update", "gpu-list": "check"}
 
 
+DEFAULT_INTERVAL_S = 0.2  # the sampling interval of instant values (power, clocks, busy %)
+
+
 class Monitor:
     """Reads counters at window edges and samples instant values every ``interval_s``.
 
@@ -34,7 +37,7 @@ class Monitor:
     cost of the reads and wake-ups (bench/monitor_overhead.py measures it).
     """
 
-    def __init__(self, sources: Sequence[Source], interval_s: float = 0.2,
+    def __init__(self, sources: Sequence[Source], interval_s: float = DEFAULT_INTERVAL_S,
                  on_sample: Callable[[list[tuple[int, dict[str, float]]]], None] | None = None) -> None:
         self.sources = list(sources)
         self.interval_s = interval_s
