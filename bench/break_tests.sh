@@ -50,15 +50,15 @@ add resume src/tokensleuth/drivers/compare.py \
 add kill-resume src/tokensleuth/drivers/compare.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
-add recover src/tokensleuth/executors/__init__.py \
-    'store.recover(study_id)' 'pass  # trials a killed run left running stay so' \
+add recover src/tokensleuth/store/__init__.py \
+    'lost = tuple(self._recover(db, study_id))' 'lost = ()  # trials a killed run left running stay so' \
     tests/test_shared_process.py::test_a_kill_inside_a_shared_process_loses_and_duplicates_nothing
 add diagnosis src/tokensleuth/drivers/run/compare.py \
     'if any(c.verdict == "unresolved" for c in comps):' 'if False:' \
     tests/test_diagnose_real.py::test_threads_on_every_cpu_beside_a_busy_process_are_named_and_the_fix_is_measured
 add no-regression src/tokensleuth/drivers/bisect.py \
     'if verdicts == {"same"}:' 'if verdicts == {"same", "never"}:' \
-    tests/test_bisect.py::test_no_regression_between_endpoints
+    tests/test_bisect_endpoints.py::test_only_same_everywhere_is_no_regression
 add controls src/tokensleuth/drivers/bisect.py \
     'if control_verdicts and all(v == "same" for v in control_verdicts):' \
     'if control_verdicts and all(v == "never" for v in control_verdicts):' \
@@ -102,6 +102,11 @@ trap 'rm -rf "$work"' EXIT
 mkdir "$work/snap"
 git ls-files -z -co --exclude-standard | tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$work/snap"
 rev=$(git describe --always --dirty 2>/dev/null)
+"$PY" -c "import pytest" 2>/dev/null || { echo "bench/break_tests.sh: $PY has no pytest — run bash scripts/setup.sh \
+(it makes .venv) or give PY=a python with the project and its test extras installed" >&2; exit 2; }
+# ... and Ray, for the fleet case
+"$PY" -c "import ray" 2>/dev/null || { echo "bench/break_tests.sh: $PY has no ray — the fleet case needs it \
+(bash scripts/setup.sh installs it)" >&2; exit 2; }
 # every case's test must exist: a renamed one stops the run like moved code
 tests=()
 for c in "${cases[@]}"; do tests+=("${TEST[$c]}"); done

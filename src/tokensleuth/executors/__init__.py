@@ -42,9 +42,9 @@ def execute(
 
     The driver is the store's only writer: executors return outcomes, it writes them. A
     unit whose worker was lost goes back to planned with a ``node-lost`` warning and runs
-    again; nothing of it was stored. ``limit`` stops after that many trials.
+    again; nothing of it was stored. ``limit`` stops after that many trials. The caller holds
+    the study's lease (Store.lease), which put back what a killed run left ``running``.
     """
-    store.recover(study_id)
     planned = store.planned(study_id)
     if limit is not None:
         planned = planned[:limit]
