@@ -15,7 +15,7 @@ intervals, builds (releases measured), trials; then the totals.
 
     .venv/bin/python bench/sim_scan.py [--scans 20] [--releases 60] [--steps 2] [--band 0.05]
         [--processes FILE.jsonl --design separate --workload tg32 --label aa]
-        [--step-min 0.03 --step-max 0.10 --neutral-every 4] [--auto-band] [--before]
+        [--step-min 0.03 --step-max 0.10 --neutral-every 4] [--auto-band] [--before] [--independent]
 
 ``--auto-band``: the band is not given (the scan uses what its noise resolves where that is wider,
 drivers/scan/resolve.py); ``--before``: the scan as before issue 43's change (the band as given,
@@ -76,6 +76,8 @@ class SimEngine:
         self.level: np.ndarray = np.zeros(1)
         self.rng = np.random.default_rng(0)
         self.trials = 0
+        self.order = True  # draw the processes in their measured order (--independent: each at random)
+        self.at = 0
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         return None
@@ -84,7 +86,15 @@ class SimEngine:
                   timeout_s: float | None, probe: Any, host_env: dict[str, Any]) -> EngineRun:
         assert self.procs is not None and arm.bin_dir is not None
         i = int(Path(arm.bin_dir).name)
-        (logs,) = self.procs.draw(self.rng, _reps(argv, arm.flags))[:1]
+        # the measured processes in the order they ran, from a random place in each scan (wrapping
+        # round): the spells in which the machine is noisy come along, as in sim_compare's studies
+        if self.trials == 0 or self.order:
+            if self.trials == 0:
+                self.at = int(self.rng.integers(len(self.procs.logs)))
+            (logs,) = self.procs.draw(self.rng, _reps(argv, arm.flags), self.at if self.order else None)[:1]
+            self.at += 1
+        else:
+            (logs,) = self.procs.draw(self.rng, _reps(argv, arm.flags))[:1]
         self.trials += 1
         return EngineRun(_outcome(workload, [v + float(self.level[i]) for v in logs], self.trials), None)
 
@@ -131,6 +141,8 @@ def main() -> None:
     ap.add_argument("--neutral-every", type=int, default=4, help="every n-th history has no step (0: none)")
     ap.add_argument("--auto-band", action="store_true", help="the band not given: the noise may widen it")
     ap.add_argument("--before", action="store_true", help="the split rule and band of before issue 43")
+    ap.add_argument("--independent", action="store_true",
+                    help="draw each process at random (the default draws them in their measured order)")
     ap.add_argument("--seed", type=int, default=43)
     a = ap.parse_args()
     install()
@@ -152,6 +164,7 @@ def main() -> None:
           f"between-process sd of log t/s {np.std(lv, ddof=1):.1%})")
     rng = np.random.default_rng(a.seed)
     ENGINE.rng = rng
+    ENGINE.order = not a.independent
     tot = {"planted": 0, "found": 0, "false": 0, "undecided": 0, "builds": 0, "trials": 0, "same": 0, "wall": 0.0}
     with tempfile.TemporaryDirectory(dir="/dev/shm" if Path("/dev/shm").is_dir() else None) as td:
         model = Path(td) / "m.gguf"

@@ -295,6 +295,9 @@ class Bisector:
                 outcome = "good"
                 break
         e = comps[0].estimate if comps else None
+        waited = [c.confounder_note() for c in comps if c.steered]
+        if waited:  # not judged on pairs a busy neighbour or a stall touched on one side (comparisons.guard)
+            note = "; ".join([*([note] if note else []), *waited])[:400]
         return Step(self.cands[i].label, outcome, e.ratio if e else None, [e.lo, e.hi] if e else None,
                     comps[0].pairs if comps else 0, b.build_s, note)
 

@@ -360,14 +360,14 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
 
 # What decides when to stop, not what is measured: a study asked again with another band
 # or pair budget continues the pairs it has (bisect re-judges at twice the pairs).
-STOPPING_RULES = ("band", "min_pairs", "max_pairs", "budget_s", "edge")
+STOPPING_RULES = ("band", "min_pairs", "max_pairs", "budget_s", "edge", "confounders")
 
 
 def still_open(c: Comparison, spec: CompareSpec) -> bool:
     """Whether the cell's question is still open: its verdict is unresolved, or, for a
     one-sided question, its interval still straddles the edge."""
     if spec.edge is not None:
-        return stats.side(c.estimate, spec.edge) is None
+        return stats.side(c.estimate, spec.edge) is None  # (a steered cell's interval straddles it)
     return c.verdict == "unresolved"
 
 
@@ -379,6 +379,8 @@ def spec_dump(spec: CompareSpec) -> dict[str, Any]:
         out.pop("hosts", None)  # a study without a fleet keeps the identity it always had
     if out.get("edge") is None:
         out.pop("edge", None)
+    if out.get("confounders") == "said":
+        out.pop("confounders", None)
     for key in ("separate_processes", "in_process"):  # only when asked: a study keeps its identity
         if not out.get(key):
             out.pop(key, None)

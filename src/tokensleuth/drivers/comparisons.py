@@ -15,7 +15,7 @@ from typing import Any
 
 from tokensleuth.analysis import noise, stats
 from tokensleuth.analysis.results import load_cells
-from tokensleuth.core.workloads import cell_of
+from tokensleuth.core.workloads import cell_of, trial_workloads
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
 from tokensleuth.engines.shared import per_instance
@@ -49,6 +49,22 @@ class Comparison:
     cold: stats.Cold | None = None
     shared: bool = False  # each pair ran in one engine process (engines.shared), not one per trial
     joined: bool = False  # each trial ran every workload of its model in one process (compare.joins_workloads)
+    # pairs whose trials carried a confounder the monitor saw (CONFOUNDERS), by code, and the
+    # interval of the other pairs alone (None when none carried one)
+    confounded: dict[str, int] = field(default_factory=dict)
+    clean: stats.RatioEstimate | None = None
+    steered: bool = False  # the all-pairs and clean-pairs intervals answer differently: a decision waits
+
+    def confounder_note(self) -> str:
+        """What the confounded pairs did to this cell's answer, one sentence ("" when none)."""
+        if not self.confounded:
+            return ""
+        what = ", ".join(f"{code} in {n} pair{'s' if n != 1 else ''}" for code, n in self.confounded.items())
+        clean = (f"{self.clean.ratio:.4f} [{self.clean.lo:.4f}, {self.clean.hi:.4f}]" if self.clean
+                 else "nothing (too few pairs)")
+        return (f"{self.workload}: {what}; the other pairs alone give {clean}"
+                + (" — it answers otherwise, so no decision is taken on this cell until more pairs settle it"
+                   if self.steered else ", the same answer"))
 
     def warnings(self) -> list[str]:
         """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
@@ -79,6 +95,10 @@ class Comparison:
             "resources": {"baseline": self.base_res, "candidate": self.cand_res},
             "param_diffs": [d.to_json() for d in self.param_diffs],
             "warnings": self.warnings(),
+            # pairs one of whose trials carried a confounder (comparisons.guard), and what the others say
+            "confounded": {"pairs": self.confounded,
+                           "clean_ci": [self.clean.lo, self.clean.hi] if self.clean else None,
+                           "steered": self.steered, "note": self.confounder_note()} if self.confounded else None,
             "resource_verdicts": {
                 "cpu_ms_per_token": {
                     "ratio": ce.ratio if ce else None,
@@ -128,6 +148,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
             trial_ts.get(key, float(r["mean_ts"])), cpu_ms, tokens)
     base = spec.baseline_name()
     cells = {(c.arm, c.model, c.test): c for c in loaded}
+    flagged = confounded_trials(store, study_id)
 
     def res(arm: str, model: str, w: str) -> dict[str, Any]:
         c = cells.get((arm, model, w))
@@ -174,11 +195,75 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
                         # more CPU per token is worse: name it like a throughput verdict
                         v = stats.verdict(cpu_est, spec.band)
                         cpu_verdict = {"faster": "costlier", "slower": "cheaper"}.get(v, v)
-                out.append(Comparison(
+                comp = Comparison(
                     model, w, base, cand, len(pairs), bt, ct, est, verdict, cpu_est, cpu_verdict,
                     res(base, model, w), res(cand, model, w), diffs(cand), lat(base, model, w),
-                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None), shared, joined))
+                    lat(cand, model, w), getattr(cells.get((base, model, w)), "cold", None), shared, joined)
+                # a pair is confounded when a confounder touched one of its trials and not the other:
+                # a load on both (a busy CI host all along) is noise the interval already holds
+                hit = {p: codes for p in pairs
+                       if (codes := flagged.get((model, w, base, p), set()) ^ flagged.get((model, w, cand, p), set()))}
+                if hit:
+                    guard(comp, hit, [p for p in pairs if p not in hit], b, c, spec)
+                out.append(comp)
     return out
+
+
+# Confounders the monitor detects beside a trial: a pair whose two trials differ in them is
+# "confounded" (one arm ran beside a busy neighbour or stalled, the other did not). (A stall is read off the durations themselves, so a change
+# that makes the engine stall would hide behind it if its pairs were left out: see guard.)
+CONFOUNDERS = ("busy-process", "stall")
+
+
+def confounded_trials(store: Store, study_id: str) -> dict[tuple[str, str, str, int], set[str]]:
+    """(model, workload, arm, pair) -> the CONFOUNDERS its trial's warnings name."""
+    out: dict[tuple[str, str, str, int], set[str]] = defaultdict(set)
+    found = [w for w in store.warnings(study_id) if w["code"] in CONFOUNDERS]
+    if not found:
+        return out
+    pair = {int(t["id"]): t["pair"] for t in store.trials(study_id)}
+    for wrn in found:
+        p = pair.get(int(wrn["trial_id"]))
+        if p is not None and int(p) >= 0:
+            for w in trial_workloads(str(wrn["workload"] or "")):
+                out[(str(wrn["model"]), w, str(wrn["arm"]), int(p))].add(str(wrn["code"]))
+    return out
+
+
+def guard(comp: Comparison, hit: Mapping[int, set[str]], clean: Sequence[int],
+          b: Mapping[int, tuple[float, Any, Any]], c: Mapping[int, tuple[float, Any, Any]],
+          spec: CompareSpec) -> None:
+    """A verdict a detected confounder could have steered: in the pairs ``hit``, one trial
+    carried a confounder its partner did not.
+
+    The interval of the clean pairs alone is kept beside the cell. Where the spec asks decisions
+    to wait (``confounders = "wait"``: bisect, decompose and scan through their judge), the
+    interval the cell answers with is the hull of the all-pairs and the clean-pairs intervals:
+    an answer holds only when both give it. Leaving the confounded pairs out alone would hide a
+    change that itself makes the engine stall; keeping them alone lets a busy neighbour decide.
+    Where the two differ the cell stays open, so the judge measures more pairs (up to its budget)
+    and the answer waits, saying why, rather than being taken on the confounded pairs.
+    """
+    counts: dict[str, int] = defaultdict(int)
+    for codes in hit.values():
+        for code in codes:
+            counts[code] += 1
+    comp.confounded = dict(sorted(counts.items()))
+    comp.clean = (stats.ratio_interval([b[p][0] for p in clean], [c[p][0] for p in clean])
+                  if len(clean) >= 2 else None)
+    if spec.confounders != "wait" or comp.estimate is None:
+        return
+    full = comp.estimate
+    if comp.clean is None:  # the untouched pairs say nothing yet: no interval answers
+        comp.steered, comp.estimate, comp.verdict = True, None, "unresolved"
+        return
+    hull = stats.RatioEstimate(full.pairs, full.ratio, min(full.lo, comp.clean.lo), max(full.hi, comp.clean.hi),
+                               full.confidence,
+                               f"{full.method}, widened to hold the interval of the pairs no confounder touched")
+    comp.steered = (stats.verdict(hull, spec.band) != comp.verdict
+                    or (spec.edge is not None and stats.side(hull, spec.edge) != stats.side(full, spec.edge)))
+    comp.estimate = hull
+    comp.verdict = stats.verdict(hull, spec.band)
 
 
 SHARED_DESIGN = "one process per pair (A,B,B,A)"
@@ -240,6 +325,10 @@ def summary_sentence(comps: list[Comparison], band: float) -> str:
     for c in comps:
         model = Path(c.model).stem
         e = c.estimate
+        if c.steered:
+            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is not decided after {c.pairs} "
+                         f"pairs: {c.confounder_note()}")
+            continue
         if e is None:
             parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model}: no complete pairs")
             continue

@@ -74,7 +74,9 @@ def cell_json(c: Comparison) -> dict[str, Any]:
     e = c.estimate
     return {"model": c.model, "workload": c.workload, "ratio": e.ratio if e else None,
             "ci": [e.lo, e.hi] if e else None, "verdict": c.verdict, "pairs": c.pairs,
-            "baseline_tokens_per_s": _mean(c.base_ts), "candidate_tokens_per_s": _mean(c.cand_ts)}
+            "baseline_tokens_per_s": _mean(c.base_ts), "candidate_tokens_per_s": _mean(c.cand_ts),
+            # pairs a confounder touched on one side, and whether the answer waits for them
+            **({"confounded": c.confounder_note(), "steered": c.steered} if c.confounded else {})}
 
 
 def _mean(v: Sequence[float]) -> float | None:
@@ -187,6 +189,8 @@ class Decomposer:
         s["pairs"] = max((c.pairs for c in j.comparisons), default=0)
         if decided is None:
             s.update(decision="dropped", reason="unresolved")
+            if waited := [c.confounder_note() for c in j.comparisons if c.steered]:
+                s["waited"] = waited  # why: pairs a confounder touched on one side answer otherwise
         else:
             s["decision"], s["reason"] = decided
         if (h := headline(s["cells"], s["decision"], s["reason"])) is not None:
@@ -270,7 +274,8 @@ class Decomposer:
         if s.get("outputs") and "outputs" not in s["reason"]:
             r += f"; outputs {s['outputs'].get('verdict')}"
         self.log(f"[{i + 1}/{len(self.patches)}] {s['patch']} {s['subject']!r}: {s['decision']}"
-                 f" — {s['reason']}{r}")
+                 f" — {s['reason']}{r}" + "".join(f"\n    not decided on confounded pairs: {w}"
+                                                  for w in s.get("waited", [])))
 
 
 def public(s: dict[str, Any]) -> dict[str, Any]:

@@ -157,7 +157,7 @@ class Judge:
                      {"name": "B", "source": b, "cmake": self.cmake, "flags": self.arm_flags.get(b, [])}],
             "models": list(models), "workloads": self.workloads, "band": band,
             "max_pairs": max_pairs, "common_flags": self.flags, "timeout_s": self.timeout_s,
-            "edge": edge,
+            "edge": edge, "confounders": "wait",  # no automatic decision on pairs a confounder could steer
         }
         if fresh:
             for arm in spec_data["arms"]:

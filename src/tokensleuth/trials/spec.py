@@ -7,7 +7,7 @@ import shlex
 import tomllib
 from pathlib import Path
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -223,6 +223,10 @@ class CompareSpec(Settings):
     # (tokensleuth.engines.shared) unless this asks for a process per trial
     separate_processes: bool = False
     in_process: bool = False  # share a process for any context setting and for an A/A (engines.shared)
+    # pairs whose trials carried a confounder the monitor saw: "said" beside the verdict (compare),
+    # or "wait": an answer holds only where the pairs no confounder touched give it too
+    # (comparisons.guard; the automatic decisions of bisect, decompose and scan)
+    confounders: Literal["said", "wait"] = "said"
 
     def baseline_name(self) -> str:
         return self.baseline or self.arms[0].name
