@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats as sps
@@ -24,7 +25,7 @@ from scipy import stats as sps
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def effects(rows: list[dict], label: str) -> tuple[list[float], list[float]]:
+def effects(rows: list[dict[str, Any]], label: str) -> tuple[list[float], list[float]]:
     inproc, sep = [], []
     pending: dict[str, float] = {}
     for r in rows:

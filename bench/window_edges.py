@@ -44,7 +44,7 @@ def main() -> None:
                 d = dur.get(key)
                 span = int(w["end_ns"]) - int(w["start_ns"])
                 cut = json.loads(w["counters_json"] or "{}").get("untimed_ms", 0.0)
-                gap = None if prev_end is None else (int(w["start_ns"]) - prev_end) / 1e6
+                gap: float | None = None if prev_end is None else (int(w["start_ns"]) - prev_end) / 1e6
                 prev_end = int(w["end_ns"])
                 if d is None:
                     continue

@@ -10,7 +10,7 @@ import numpy as np
 
 from tokensleuth.drivers.comparisons import analyze
 from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
-from tokensleuth.trials.spec import build_compare_spec
+from tokensleuth.trials.spec import CompareSpec, build_compare_spec
 
 BUSY = ("busy-process", "llama-bench[4242] 68% of a core")
 
@@ -38,7 +38,7 @@ def study(tmp_path: Path, load: dict[tuple[int, str], float], pairs: int = 10, s
     return s, sid
 
 
-def spec(confounders: str, band: float = 0.05):
+def spec(confounders: str, band: float = 0.05) -> CompareSpec:
     return build_compare_spec({"arms": [{"name": "a", "source": "pypi:x==1"}, {"name": "b", "source": "pypi:x==1"}],
                                "models": ["/m.gguf"], "workloads": ["pp128"], "band": band,
                                "confounders": confounders}, "test")
@@ -59,7 +59,8 @@ def test_a_verdict_a_busy_neighbour_steered_waits(tmp_path: Path) -> None:
     assert said.clean is not None and said.clean.lo < 1 < said.clean.hi
     # wait: the answer must hold on the clean pairs too; it does not, so the cell stays open
     assert waits.verdict == "unresolved" and waits.steered
-    assert waits.estimate is not None and waits.estimate.lo <= said.estimate.lo and waits.estimate.hi >= 1
+    assert waits.estimate is not None and said.estimate is not None
+    assert waits.estimate.lo <= said.estimate.lo and waits.estimate.hi >= 1
     assert "busy-process in 7 pairs" in waits.confounder_note() and "no decision" in waits.confounder_note()
     assert waits.to_json()["confounded"]["steered"] is True
 
