@@ -66,6 +66,12 @@ add controls src/tokensleuth/drivers/bisect.py \
 add one-sided src/tokensleuth/drivers/bisect.py \
     'if len(sides) == 1 and None not in sides:' 'if sides == {"never"}:' \
     tests/test_bisect.py::test_candidates_are_judged_on_the_cells_that_regressed
+add confounded src/tokensleuth/drivers/comparisons.py \
+    'comp.verdict = stats.verdict(hull, spec.band)' 'comp.verdict = comp.verdict' \
+    tests/test_confounded_decisions.py::test_a_verdict_a_busy_neighbour_steered_waits
+add judge-waits src/tokensleuth/drivers/judge.py \
+    '"edge": edge, "confounders": "wait",' '"edge": edge, "confounders": "said",' \
+    tests/test_bisect.py::test_no_regression_between_endpoints
 add fleet-pairs src/tokensleuth/executors/base.py \
     'key: tuple[str, str, int] | int = (j.model, j.workload, j.pair) if j.pair >= 0 else -j.trial_id - 1' \
     'key: tuple[str, str, int] | int = -j.trial_id - 1' \

@@ -89,6 +89,19 @@ def test_a_load_on_both_sides_of_every_pair_is_not_a_confounder(tmp_path: Path) 
     assert c.confounded == {} and c.verdict == "same" and not c.steered
 
 
+def test_a_neighbour_beside_every_trial_does_not_hide_one_beside_some(tmp_path: Path) -> None:
+    """The suite's other worker (python3) beside every trial, and another llama-bench beside 7 of
+    b's: the pairs are told apart by the neighbour's name."""
+    s, sid = study(tmp_path, PLANTED)
+    with s:
+        for (tid,) in s.db.execute("SELECT id FROM trials WHERE study_id=?", (sid,)).fetchall():
+            s.db.execute("INSERT INTO warnings (trial_id, code, detail) VALUES (?, 'busy-process', "
+                         "'python3[77] 40% of a core')", (tid,))
+        s.db.commit()
+        (c,) = analyze(s, sid, spec("wait"))
+    assert c.steered and c.verdict == "unresolved" and c.confounded == {"busy-process": 7}
+
+
 def test_too_few_clean_pairs_give_no_interval_to_answer_with(tmp_path: Path) -> None:
     s, sid = study(tmp_path, {(p, "b"): 2.0 for p in range(9)})
     with s:

@@ -8,6 +8,8 @@ report in one place.
 from __future__ import annotations
 
 import os
+import re
+import time
 from dataclasses import dataclass, field
 
 import psutil
@@ -38,14 +40,23 @@ REMEDY = {
 }
 
 
+_BUSY_NAME = re.compile(r"([^,\[]+)\[\d+\]")
+
+
+def busy_names(detail: str) -> list[str]:
+    """The process names of a busy-process warning's detail ("python3[812] 97% of a core, …")."""
+    return [m.group(1).strip() for m in _BUSY_NAME.finditer(detail)]
+
+
 @dataclass(slots=True)
 class Snapshot:
     cpu: dict[int, tuple[str, float]] = field(default_factory=dict)
     swap_io: int = 0
+    t_ns: int | None = None  # when it was taken (monotonic)
 
 
 def snapshot() -> Snapshot:
-    snap = Snapshot()
+    snap = Snapshot(t_ns=time.monotonic_ns())
     for p in psutil.process_iter(["name", "cpu_times"]):
         t = p.info.get("cpu_times")
         if t is not None:
@@ -59,9 +70,14 @@ def snapshot() -> Snapshot:
 
 
 def compare_snapshots(a: Snapshot, b: Snapshot, seconds: float, engine_pid: int | None) -> list[tuple[str, str]]:
-    """Warnings from two snapshots taken around a trial of ``seconds``."""
+    """Warnings from two snapshots taken around a trial of ``seconds``. A neighbour's share of a
+    core is its CPU time over the time between the snapshots where both say when they were taken:
+    the engine's own span can be much shorter than its process (a wrapper that waits before it
+    starts the engine read another process at 1,580% of a core over it)."""
     out: list[tuple[str, str]] = []
     me = os.getpid()
+    if a.t_ns is not None and b.t_ns is not None and b.t_ns > a.t_ns:
+        seconds = (b.t_ns - a.t_ns) / 1e9
     if seconds > 0:
         busy = []
         for pid, (name, t1) in b.cpu.items():

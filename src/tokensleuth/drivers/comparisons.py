@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.analysis import noise, stats
+from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.analysis.results import load_cells
 from tokensleuth.core.workloads import cell_of, trial_workloads
 from tokensleuth.engines import engine_for
@@ -216,7 +217,9 @@ CONFOUNDERS = ("busy-process", "stall")
 
 
 def confounded_trials(store: Store, study_id: str) -> dict[tuple[str, str, str, int], set[str]]:
-    """(model, workload, arm, pair) -> the CONFOUNDERS its trial's warnings name."""
+    """(model, workload, arm, pair) -> the CONFOUNDERS its trial's warnings name: ``stall``, and
+    ``busy-process:NAME`` for each busy neighbour by name (a neighbour busy beside both trials of a
+    pair, the suite's other worker say, cancels; another llama-bench beside one does not)."""
     out: dict[tuple[str, str, str, int], set[str]] = defaultdict(set)
     found = [w for w in store.warnings(study_id) if w["code"] in CONFOUNDERS]
     if not found:
@@ -224,9 +227,12 @@ def confounded_trials(store: Store, study_id: str) -> dict[tuple[str, str, str, 
     pair = {int(t["id"]): t["pair"] for t in store.trials(study_id)}
     for wrn in found:
         p = pair.get(int(wrn["trial_id"]))
-        if p is not None and int(p) >= 0:
-            for w in trial_workloads(str(wrn["workload"] or "")):
-                out[(str(wrn["model"]), w, str(wrn["arm"]), int(p))].add(str(wrn["code"]))
+        if p is None or int(p) < 0:
+            continue
+        code = str(wrn["code"])
+        keys = ({f"{code}:{n}" for n in busy_names(str(wrn["detail"]))} or {code}) if code == "busy-process" else {code}
+        for w in trial_workloads(str(wrn["workload"] or "")):
+            out[(str(wrn["model"]), w, str(wrn["arm"]), int(p))] |= keys
     return out
 
 
@@ -245,8 +251,8 @@ def guard(comp: Comparison, hit: Mapping[int, set[str]], clean: Sequence[int],
     and the answer waits, saying why, rather than being taken on the confounded pairs.
     """
     counts: dict[str, int] = defaultdict(int)
-    for codes in hit.values():
-        for code in codes:
+    for keys in hit.values():
+        for code in {k.split(":", 1)[0] for k in keys}:
             counts[code] += 1
     comp.confounded = dict(sorted(counts.items()))
     comp.clean = (stats.ratio_interval([b[p][0] for p in clean], [c[p][0] for p in clean])

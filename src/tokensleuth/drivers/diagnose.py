@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import shlex
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +41,7 @@ import numpy as np
 from scipy import stats as sps
 
 from tokensleuth.analysis import stats
+from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.core.workloads import cell_of
 from tokensleuth.engines import engine_for
 from tokensleuth.sources.build import EngineBuild
@@ -255,12 +255,6 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
 
 # -- reading a study ------------------------------------------------------------------
 
-_BUSY_NAME = re.compile(r"([^,\[]+)\[\d+\]")
-
-
-def busy_names(detail: str) -> list[str]:
-    """The process names of a busy-process warning's detail ("python3[812] 97% of a core, …")."""
-    return [m.group(1).strip() for m in _BUSY_NAME.finditer(detail)]
 
 
 def allowed_cpus() -> int:
