@@ -7,12 +7,12 @@ import math
 import numpy as np
 import pytest
 
+from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.drivers.diagnose import (
     Diagnosis,
     Finding,
     Probe,
     Proc,
-    busy_names,
     classify,
     prescribe,
     rerun_command,
