@@ -3,12 +3,12 @@ rule (comparisons.guard): the same stored studies, read as compare says them ("s
 bisect, decompose and scan decide on them ("wait").
 
 Each study is a real A/A compare of the default engine (tiny dense model, pp128, -t 2 on this
-machine's CPUs, ±5%, 5 pairs then 10), run beside another llama-bench that a loop starts and
+machine's CPUs, or --threads; ±5%, 5 pairs then 10), run beside another llama-bench that a loop starts and
 stops on its own schedule (busy for 2-6 s, then idle for 2-6 s, drawn at random): whichever
 trials it lands on run slower, and the monitor names it (busy-process). A false alarm is a
 `slower` or `faster` verdict; with the rule, a verdict the clean pairs do not give too waits.
 
-    .venv/bin/python bench/confounded_aa.py [--studies 8] [--db /tmp/confounded.sqlite]
+    .venv/bin/python bench/confounded_aa.py [--studies 8] [--threads 2] [--db /tmp/confounded.sqlite]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--studies", type=int, default=8)
     ap.add_argument("--db", type=Path, default=Path("/tmp/confounded.sqlite"))
+    ap.add_argument("--threads", type=int, default=2, help="the engine's -t (2: every CPU of this machine)")
     a = ap.parse_args()
     engine = default_engine()
     model = tiny_model(engine, "llama")
@@ -52,11 +53,11 @@ def main() -> None:
     with Store(a.db) as store:
         for i in range(a.studies):
             spec = build_compare_spec({"arms": [{"name": "a", "source": engine.source,
-                                                 "env": {"TOKENSLEUTH_MEASUREMENT": f"confounded-{i}"}},
+                                                 "env": {"TOKENSLEUTH_MEASUREMENT": f"confounded-{i}-t{a.threads}"}},
                                                 {"name": "b", "source": engine.source,
-                                                 "env": {"TOKENSLEUTH_MEASUREMENT": f"confounded-{i}"}}],
+                                                 "env": {"TOKENSLEUTH_MEASUREMENT": f"confounded-{i}-t{a.threads}"}}],
                                        "models": [str(model)], "workloads": ["pp128"], "band": 0.05,
-                                       "max_pairs": 10, "common_flags": ["-t", "2", "-r", "3"],
+                                       "max_pairs": 10, "common_flags": ["-t", str(a.threads), "-r", "3"],
                                        "separate_processes": True}, "bench")
             stop = threading.Event()
             loop = threading.Thread(target=load_loop, args=(bench, model, stop, i), daemon=True)
