@@ -1,4 +1,4 @@
-"""Issue 41's figures from the JSON files a device run wrote (bench/device_issue41.sh):
+"""The planted kernel bisect's figures from the JSON files a device run wrote (bench/gpu/planted_kernel_bisect.sh):
 
 * a compare of the same build without and with the CUDA tracer injected: the tracer's overhead
   per workload (the paired ratio, its interval, the verdict at the band);

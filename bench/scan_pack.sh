@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A scan of a packed release history (`tokensleuth history pack … --out BUNDLE`) on this machine's
-# CPU, as the lent GPU machine scans it (bench/device_scan43.sh), in a store of its own:
+# CPU, as the lent GPU machine scans it (bench/gpu/release_scan_30b.sh), in a store of its own:
 #   bash bench/scan_pack.sh BUNDLE FROM TO BAND [extra scan options…]
 # The MoE model is the qwen3-moe-mini shape (Qwen3-30B-A3B's proportions, 0.6 GB, Q8_0), the
 # dense control the tiny llama; pp256 + tg32 at -t 1. TOKENSLEUTH_DB (default

@@ -288,3 +288,91 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     logs = [math.log(y / x) for x, y in zip(c.base_ts, c.cand_ts, strict=True)]
     sd = float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
     return AA(len(logs), sd, n, stats.pairs_needed(sd), d.threads, d)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadsAdvice:
+    """The same A/A at one thread fewer, and whether its spread is lower beyond the two runs' noise."""
+
+    fewer: int
+    aa: AA
+    gain: Gain
+    now: int | None  # pairs the default needs for ±2%
+    then: int | None  # ... and one thread fewer
+
+    def line(self) -> str:
+        g = self.gain
+        return (f"threads: -t {self.fewer} needs {self.then if self.then is not None else '> 10000'} pairs for ±2% "
+                f"where the default needs {self.now if self.now is not None else '> 10000'}; its SD is "
+                f"{g.ratio:.2f}x the default's [{g.lo:.2f}, {g.hi:.2f}] ({ADVICE_CONFIDENCE:.0%}) — "
+                + (f"measure with `-- -t {self.fewer}`" if g.helps else
+                   "keep the default (no gain beyond the probes' own noise)"))
+
+
+def threads_advice(build: Any, model: Path, flags: Sequence[str], got: AA, cpus: int,
+                   log: Any = None) -> ThreadsAdvice | None:
+    """Where the engine would use every CPU and the diagnosis names its threads (not on a full GPU
+    offload, where they mostly wait on the GPU): the same A/A with one thread fewer, measured,
+    not guessed; advised only when its SD is lower beyond the two probes' own noise."""
+    named = got.diagnosis is None or "threads" in got.diagnosis.codes()
+    if got.threads is None or cpus < 2 or got.threads < cpus or not named:
+        return None
+    fewer = got.threads - 1
+    if log:
+        log(f"A/A again at -t {fewer} (the engine's default, {got.threads}, uses every CPU) …")
+    alt = run_aa(build, model, [*flags, "-t", str(fewer)])
+    return ThreadsAdvice(fewer, alt, sd_ratio(alt.log_ratio_sd, alt.pairs, got.log_ratio_sd, got.pairs),
+                         got.pairs_needed.get(0.02), alt.pairs_needed.get(0.02))
+
+
+def tiny_model(get_build: Any = None) -> Path:
+    """The A/A's default model: a tiny synthetic one, made once with the default engine's tools
+    (``get_build(source, cmake)`` builds that engine: the command's, which shows progress)."""
+    from tokensleuth.core.paths import cache_dir
+    from tokensleuth.models.synth import synth
+    from tokensleuth.sources import DEFAULT_ENGINE
+    from tokensleuth.sources.build import BuildCache
+
+    cache = BuildCache()
+    d = (get_build or cache.get)(DEFAULT_ENGINE, [])  # the tokenizer's tree: the default engine's
+    model = cache_dir() / "doctor" / f"{d.key}-llama-tiny-Q8_0.gguf"
+    if not model.exists():
+        model.parent.mkdir(parents=True, exist_ok=True)
+        synth("llama", "tiny", model, "Q8_0", cache.llama_tree(DEFAULT_ENGINE), Path(d.bin_dir) / "llama-quantize")
+    return model
+
+
+@dataclass(slots=True)
+class Report:
+    """What doctor found, step by step: the checks, then (when asked) the A/A and the threads advice."""
+
+    checks: list[Finding]
+    aa: AA | None = None
+    threads: ThreadsAdvice | None = None
+
+
+def run_doctor(source: str, cmake: Sequence[str], model: Path | None, flags: Sequence[str], *, aa: bool,
+               engine: bool, get_build: Any, show: Any, log: Any) -> Report:
+    """The checks, the engine's checks (``engine``: the engine was named, or is needed), then the
+    A/A and the threads advice; ``show(report)`` is called after each step (the command renders
+    what is there so far), ``log`` says what runs."""
+    from tokensleuth.core.errors import UserError
+    from tokensleuth.drivers.diagnose import allowed_cpus
+
+    rep = Report(checks())
+    b = get_build(source, list(cmake)) if aa or engine else None
+    if b is not None:
+        rep.checks += engine_checks(b.backends, [model] if model else [], flags)
+    show(rep)
+    if not aa or b is None:
+        return rep
+    if any(not f.ok and f.name.startswith("memory (") for f in rep.checks):
+        raise UserError("the model does not fit with these flags (above): no A/A run — fix that first")
+    model = model or tiny_model(get_build)
+    log(f"A/A: {source} against itself on {model.name}, {AA_PAIRS} pairs of tg32 …")
+    rep.aa = run_aa(b, model, flags)
+    show(rep)
+    rep.threads = threads_advice(b, model, flags, rep.aa, allowed_cpus(), log=log)
+    if rep.threads is not None:
+        show(rep)
+    return rep

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 41's figures on the lent H200 (calls made back to back; the store, models and builds live
+# The CUDA kernel tracer's cost and a planted MoE-router wait bisected to its commit with its kernel diff, on the lent H200 (calls made back to back; the store, models and builds live
 # in .devcache/, which is not carried):
 #   PHASE=build30:  the CUDA engine, the Qwen3-30B-A3B shape, the CUDA kernel tracer compiled
 #                   against the machine's CUPTI, and its overhead: the same build with and without

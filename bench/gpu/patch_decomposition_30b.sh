@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 42's Patch Decomposition Report at 30B on the lent H200, in calls sent back to back (the
+# The field report's Patch Decomposition Report at 30B on the lent H200, in calls sent back to back (the
 # store, repo, models and builds live in .devcache/, which is not carried but stays while the
 # machine is warm; the store also comes back in $OUT, and a later session carries it in as
 # .devstore/db.sqlite to resume where this one stopped: what is measured is not measured again).

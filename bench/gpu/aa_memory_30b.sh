@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 39's figures on the lent H200, in calls made back to back (the machine stays warm
+# A/A noise, bench's cold repetitions, doctor and the memory guard on the 30B and 8B shapes, on the lent H200, in calls made back to back (the machine stays warm
 # between them; the store and the models live in .devcache/, which is not carried):
 #   PHASE=build30: the CUDA engine, the Qwen3-30B-A3B shape, bench of it (3 processes: the cold
 #                  repetition found in the first and added to -r of the next) and an A/A

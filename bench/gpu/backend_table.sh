@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Issue 42 item 3, the field report's backend table at its own scale on the lent H200: one release
+# The field report's backend table at its own scale on the lent H200: one release
 # built for CUDA and for Vulkan, compared on the Qwen3-30B-A3B shape (Q8_0) at pp and tg, with
 # t/s, CPU ms/token, busy cores, GPU clock, busy %, power and tokens/joule per arm; once as
 # llama-bench arms and once as llama-server arms measured through /completion (fixed-length
 # generations, cache_prompt off). Calls sent back to back, the machine kept warm between them:
-#   PHASE=build   bash bench/device_backend42.sh   # both builds side by side, and the model
-#   PHASE=bench   bash bench/device_backend42.sh   # the llama-bench form
-#   PHASE=server  bash bench/device_backend42.sh   # the llama-server form
+#   PHASE=build   bash bench/gpu/backend_table.sh   # both builds side by side, and the model
+#   PHASE=bench   bash bench/gpu/backend_table.sh   # the llama-bench form
+#   PHASE=server  bash bench/gpu/backend_table.sh   # the llama-server form
 # Expects .whl/, .carry/ and .vk/ (Debian's Vulkan loader, headers, glslc and the libglvnd
 # .debs, as bench/device_vulkan.sh lists them) carried along; outputs in $OUT.
 DEVICE_DB=$PWD/.devcache/db.sqlite
