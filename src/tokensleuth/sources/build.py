@@ -533,6 +533,9 @@ class BuildCache:
         env["CCACHE_BASEDIR"] = str(self.root)
         env.setdefault("CCACHE_NOHASHDIR", "1")
         env.setdefault("SCCACHE_DIR", str(self.root / "sccache"))
+        # sccache's CCACHE_BASEDIR (0.15 and later): paths under the cache root hash relative to it,
+        # so a tree in another folder (a git worktree after the sdist's) hits, nvcc's compiles too
+        env.setdefault("SCCACHE_BASEDIRS", str(self.root))
         env.setdefault("SCCACHE_IDLE_TIMEOUT", "120")  # its server exits two minutes after the last build
         cfg = [cmake, "-S", str(tree), "-B", str(bdir), *BASE_FLAGS]
         ninja = build_tool("ninja")
