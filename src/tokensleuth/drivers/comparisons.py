@@ -68,12 +68,16 @@ class Comparison:
                    if self.steered else ", the same answer"))
 
     def warnings(self) -> list[str]:
-        """Confounders visible only across arms: GPU clocks that drifted > 5% between them."""
+        """Confounders visible only across arms: GPU clocks that drifted > 5% between them, and
+        pairs a confounder touched on one side only (with what the other pairs alone give)."""
+        out = []
         b, c = self.base_res.get("gpu_clock_mhz"), self.cand_res.get("gpu_clock_mhz")
         if b and c and abs(c - b) / b > 0.05:
-            return [f"gpu-clock-drift: mean GPU clock {b:.0f} MHz ({self.baseline}) vs {c:.0f} MHz "
-                    f"({self.candidate}) — lock clocks or let the GPU cool between runs"]
-        return []
+            out.append(f"gpu-clock-drift: mean GPU clock {b:.0f} MHz ({self.baseline}) vs {c:.0f} MHz "
+                       f"({self.candidate}) — lock clocks or let the GPU cool between runs")
+        if self.confounded:
+            out.append(f"confounded pairs ({Path(self.model).stem}): {self.confounder_note()}")
+        return out
 
     def to_json(self) -> dict[str, Any]:
         e = self.estimate
