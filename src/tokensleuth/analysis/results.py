@@ -223,6 +223,10 @@ def cold_by_test(rows: list[Any], samples: dict[int, list[Any]]) -> dict[tuple[s
 
 
 def load_cells(store: Store, study_id: str) -> list[Cell]:
+    """Every finished trial of a study read back into cells (one per arm, model and test): each
+    trial's t/s with its cold leading repetitions (one count per cell over every arm) and stalled
+    ones left out, and the resources (CPU, power, energy, memory, latency) read at the windows
+    whose edges agree with the engine's own durations; the notes and flags of what was left out."""
     cells: dict[tuple[str, str, str, int], Cell] = {}
     timelines: dict[int, Any] = {}
     envs: dict[int, dict[str, Any]] = {}

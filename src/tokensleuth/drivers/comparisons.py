@@ -80,6 +80,7 @@ class Comparison:
         return out
 
     def to_json(self) -> dict[str, Any]:
+        """The cell as the JSON contract shows it (docs/architecture.md#contracts)."""
         e = self.estimate
         ce = self.cpu_estimate
         return {

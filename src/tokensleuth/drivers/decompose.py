@@ -140,6 +140,9 @@ class Decomposer:
         return self.finish(out, kept)
 
     def step(self, p: Patch, kept: str) -> dict[str, Any]:
+        """One patch on top of the last kept state: applied, built, its outputs checked, judged
+        against that state until decided (or unresolved, never guessed), and kept or dropped by
+        the rule; a step already decided in an earlier run is read back, not measured again."""
         s: dict[str, Any] = {"patch": p.name, "subject": p.subject, "parent": kept, "state": None,
                              "decision": "failed", "reason": "", "cells": [], "ratio": None, "ci": None,
                              "pairs": 0, "build_s": None, "cache_hit": None, "outputs": None, "study": None}

@@ -30,6 +30,9 @@ class Finding:
 
 
 def cpu_checks(sys_root: Path = Path("/sys"), proc_root: Path = Path("/proc")) -> list[Finding]:
+    """The CPU's noise sources: the frequency governor, turbo boost, SMT siblings, ASLR,
+    transparent huge pages and the hottest thermal zone, each read from ``sys_root`` and
+    ``proc_root``."""
     out: list[Finding] = []
     cpu = sys_root / "devices/system/cpu"
     govs = sorted({g for p in cpu.glob("cpu[0-9]*/cpufreq/scaling_governor") if (g := read_value(p))})

@@ -222,6 +222,9 @@ def _no_binary(arm: ArmRuntime, model: str, w: Workload, port: int) -> list[str]
 
 def run_oai(client: OpenAIClient, model: str, w: Workload, reps: int, per_word: float, pid: int | None = None,
             probe: Probe | None = None) -> tuple[list[SampleRow], list[WindowRow]]:
+    """``reps`` timed requests of workload ``w`` (after an untimed warm-up) through an
+    OpenAI-compatible client: each one a sample (prompt and generation timed from the stream, its
+    token counts checked against the server's usage) with the window the monitor reads."""
     n_predict = w.n_gen or 1
 
     def timed(rep: int, i: int) -> Stream:

@@ -36,6 +36,8 @@ class RayExecutor:
 
     def run(self, units: Sequence[Unit], arms: Mapping[str, ArmRuntime], *, timeout_s: float | None,
             interval_s: float, handout: Handout, live: Callable[[int], Any] | None) -> Iterator[Delivery]:
+        """Each unit as a Ray task on a worker whose label fits its arm, delivered as it ends; a
+        unit whose worker was lost comes back as Lost (its trials run again, nothing stored)."""
         ray = self.fleet.ray
         from tokensleuth.fleet import lost_errors as gone
 

@@ -89,6 +89,8 @@ def _changed_versions(store: Store) -> set[tuple[str, str, str]]:
 
 
 def build_site(store: Store, dest: Path) -> SiteStats:
+    """A static site of every study in the store under ``dest``: an index and one page per study
+    (its kind's page, figures and explanation), written anew; returns what it wrote."""
     from tokensleuth.pages.explain import explain
     from tokensleuth.pages.html import render_html
     from tokensleuth.studies import kind_of

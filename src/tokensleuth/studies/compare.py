@@ -136,6 +136,7 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
 
 
 def compare_figures(store: Store, study_id: str) -> list[Figure]:
+    """A compare study's figures: each cell's pair ratios with their interval, and the timeline."""
     from tokensleuth.drivers.comparisons import analyze, stored_spec
     from tokensleuth.report import plots
 

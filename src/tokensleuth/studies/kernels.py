@@ -40,6 +40,8 @@ def headline(d: dict[str, Any]) -> str:
 
 
 def render(sid: str, obj: dict[str, Any]) -> str:
+    """A kernels study as Markdown: the tracers and their cost, each side's busy and idle time per
+    token against llama-bench, the kernels that changed and their shares of the difference."""
     out = [f"## Kernels {sid}", ""]
     tracers = obj.get("tracers") or {}
     mode = f" (recording {obj['mode']})" if obj.get("mode") else ""

@@ -41,6 +41,8 @@ def headline(d: dict[str, Any]) -> str:
 
 
 def render(sid: str, obj: dict[str, Any]) -> str:
+    """An op profile as Markdown: ms per token per op signature with its interval, and with two
+    engines the ops whose time changed."""
     out = [f"## Profile {sid}", ""]
     if obj.get("groups"):
         out += ["Timed in groups: a chain of dependent ops (A+B: B reads A) runs as one piece, as a GPU backend "

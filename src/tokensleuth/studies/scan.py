@@ -93,6 +93,8 @@ def _cost(r: dict[str, Any]) -> str:
 
 
 def render(r: dict[str, Any]) -> str:
+    """A scan as Markdown: the releases sampled, each step found with its bisected culprit, its
+    verification and kernel diff, the intervals left undecided, and what the scan cost."""
     steps = r.get("steps") or []
     out = [f"## Scan {r['study']}: {r['first']} → {r['last']}", "",
            f"{r['candidates']} commits or releases, {len(r.get('sampled') or [])} sampled; band ±{r['band']:.1%}. "
