@@ -14,6 +14,7 @@ trials it lands on run slower, and the monitor names it (busy-process). A false 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import threading
@@ -46,6 +47,9 @@ def main() -> None:
     ap.add_argument("--db", type=Path, default=Path("/tmp/confounded.sqlite"))
     ap.add_argument("--threads", type=int, default=2, help="the engine's -t (2: every CPU of this machine)")
     a = ap.parse_args()
+    rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+    print(f"# .venv/bin/python bench/confounded_aa.py --studies {a.studies} --threads {a.threads} at {rev}, "
+          f"{time.strftime('%Y-%m-%dT%H:%MZ', time.gmtime())}, {os.cpu_count()} CPUs", flush=True)
     engine = default_engine()
     model = tiny_model(engine, "llama")
     bench = Path(engine.bin_dir) / "llama-bench"
