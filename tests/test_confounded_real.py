@@ -50,6 +50,7 @@ def test_a_neighbour_that_slows_only_its_trials_steers_no_decision(dense_model: 
             "common_flags": ["-t", "1", "-r", "3"], "separate_processes": True}
     said_spec = build_compare_spec(data, "test")
     neighbour: list[subprocess.Popen[bytes]] = []
+    pids: list[int] = []  # every neighbour started
 
     def stop() -> None:
         for p in neighbour:
@@ -68,26 +69,31 @@ def test_a_neighbour_that_slows_only_its_trials_steers_no_decision(dense_model: 
                 neighbour.append(subprocess.Popen([str(real), "-m", str(dense_model), "-p", "256", "-n", "0",
                                                    "-r", "100000", "-t", "1"], stdout=subprocess.DEVNULL,
                                                   stderr=subprocess.DEVNULL))
+                pids.append(neighbour[-1].pid)
                 slow.touch()
 
         try:  # (the first trial runs without it: pair 0 is not planted)
             sid, _ = run_compare(store, said_spec, builds, on_trial=next_trial)
         finally:
             stop()
-        # the real monitor named the neighbour beside b's planted trials, and beside no trial of a
+        # the real monitor named the neighbour (by its pid) beside b's planted trials, and beside no
+        # trial of a (another test's llama-bench may be named too, beside either: a confounder as well)
         named = {(str(w["arm"]), p) for w in store.warnings(sid) if w["code"] == "busy-process"
-                 and "llama-bench[" in str(w["detail"])
+                 and any(f"llama-bench[{pid}]" in str(w["detail"]) for pid in pids)
                  for (p,) in store.db.execute("SELECT pair FROM trials WHERE id=?", (w["trial_id"],))}
         assert sorted(p for arm, p in named if arm == "b") == list(PLANTED), named
         assert not [p for arm, p in named if arm == "a"], named
         (said,) = analyze(store, sid, said_spec)
         (waits,) = analyze(store, sid, build_compare_spec({**data, "confounders": "wait"}, "test"))
-    assert said.confounded.get("busy-process") == len(PLANTED) and said.clean is not None
+    assert said.confounded.get("busy-process", 0) >= len(PLANTED)
     assert said.estimate is not None and said.estimate.ratio < 0.85  # the pairs as compare reads them
+    if said.clean is None:  # (another test's neighbour touched the other pairs too) no interval answers
+        assert waits.estimate is None and waits.verdict == "unresolved" and waits.steered
+        return
     # the rule: the judge's interval holds the clean pairs' too, and answers only where both do
     assert waits.estimate is not None
     assert (waits.estimate.lo, waits.estimate.hi) == (min(said.estimate.lo, said.clean.lo),
                                                        max(said.estimate.hi, said.clean.hi))
     assert waits.verdict == stats.verdict(waits.estimate, 0.05)
-    # so it says slower only where the untouched pairs (an A/A) alone say so too
+    # so it says slower only where the untouched pairs alone say so too
     assert waits.verdict != "slower" or stats.verdict(said.clean, 0.05) == "slower"

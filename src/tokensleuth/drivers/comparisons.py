@@ -102,9 +102,9 @@ class Comparison:
             "param_diffs": [d.to_json() for d in self.param_diffs],
             "warnings": self.warnings(),
             # pairs one of whose trials carried a confounder (comparisons.guard), and what the others say
-            "confounded": {"pairs": self.confounded,
-                           "clean_ci": [self.clean.lo, self.clean.hi] if self.clean else None,
-                           "steered": self.steered, "note": self.confounder_note()} if self.confounded else None,
+            **({"confounded": {"pairs": self.confounded,
+                               "clean_ci": [self.clean.lo, self.clean.hi] if self.clean else None,
+                               "steered": self.steered, "note": self.confounder_note()}} if self.confounded else {}),
             "resource_verdicts": {
                 "cpu_ms_per_token": {
                     "ratio": ce.ratio if ce else None,

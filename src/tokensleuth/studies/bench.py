@@ -104,7 +104,8 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
                                  "ratio": c.cold.ratio if c.cold else None,
                                  "processes": c.cold.processes if c.cold else len(c.trial_means),
                                  # kept in, but slower than every later repetition: the rule could not decide
-                                 "undecided_ratio": c.cold.undecided if c.cold else None},
+                                 **({"undecided_ratio": c.cold.undecided}
+                                    if c.cold is not None and c.cold.undecided is not None else {})},
             "resources": c.resources(),
             **({"latency": lat} if (lat := c.latency()) is not None else {}),
         })
