@@ -216,8 +216,9 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
 
 
 # Confounders the monitor detects beside a trial: a pair whose two trials differ in them is
-# "confounded" (one arm ran beside a busy neighbour or stalled, the other did not). (A stall is read off the durations themselves, so a change
-# that makes the engine stall would hide behind it if its pairs were left out: see guard.)
+# "confounded" (one arm ran beside a busy neighbour or stalled, the other did not). A stall is
+# read off the durations themselves, so a change that makes the engine stall would hide behind
+# it if its pairs were simply left out (see guard).
 CONFOUNDERS = ("busy-process", "stall")
 
 

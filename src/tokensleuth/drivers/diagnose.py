@@ -256,7 +256,6 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
 # -- reading a study ------------------------------------------------------------------
 
 
-
 def allowed_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
