@@ -14,6 +14,7 @@ import math
 import sqlite3
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,3 +136,11 @@ def stopped_at(store: Store, study: str, model: str, workload: str, arms: tuple[
         if n >= max_pairs or (edge is None and not stats.can_still_decide(est, band, max_pairs)):
             return n
         n = min(min_pairs if n < min_pairs else 2 * n, max_pairs)
+
+
+def verified(bisect: dict[str, Any]) -> bool:
+    """A bisect's verification held, or waited by the confounder rule: its culprit-against-parent
+    comparison was steered (pairs a busy neighbour or a stall touched on one side answer otherwise:
+    comparisons.guard), which is a decision waiting, not a wrong one."""
+    return bisect["verified"] is True or any((v.get("confounded") or {}).get("steered")
+                                             for v in bisect.get("verification") or [])

@@ -116,7 +116,7 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
     assert r["first_bad"] == shas["culprit"][:10], (r, p.stderr[-2000:])
-    assert r["verified"] is True
+    assert rules.verified(r)
     assert r["skipped"] == [shas["broken"][:10]]
     assert r["culprit"]["subject"] == "culprit"
     assert [(f["path"], f["group"]) for f in r["changes"]["files"]] == [("src/llama-graph.cpp", "compiled")]
@@ -335,7 +335,7 @@ def test_bisect_on_llama_server_finds_the_planted_wait(
                         str(out), "--", "-r", "3", "-t", "1"], env=env, capture_output=True, text=True, timeout=1500)
     assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["first_bad"] == spin[:10] and r["verified"] is True, r
+    assert r["first_bad"] == spin[:10] and rules.verified(r), r
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     assert {k for (k,) in con.execute("SELECT DISTINCT kind FROM arms")} == {"llama-server"}
     assert con.execute("SELECT COUNT(*) FROM samples WHERE ttft_ns IS NOT NULL").fetchone()[0] > 0

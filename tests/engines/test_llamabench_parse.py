@@ -188,7 +188,13 @@ def test_every_workload_form_gets_its_resources(engine: Any, dense_model: Any, t
     for name, c in got.items():
         assert c["pairs"] == 2, name
         for arm in ("baseline", "candidate"):
-            assert c["resources"][arm]["cpu_ms_per_token"] is not None, (name, arm)
+            # a figure, or withheld with its reason (every window's edges off by over 5%: a loaded
+            # machine's late reader on a few-ms repetition)
+            res = c["resources"][arm]
+            assert res["cpu_ms_per_token"] is not None or any("withheld" in n for n in res["notes"]), (name, arm)
+    # most cells carry the figure: the form's windows were found and attributed
+    have = [c["resources"][arm]["cpu_ms_per_token"] is not None for c in got.values() for arm in ("baseline", "candidate")]
+    assert sum(have) >= len(have) // 2, have
 
 
 def test_a_window_is_the_timed_repetition_not_the_next_ones_memory_clear() -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import rules
 from tests.conftest import tokensleuth_bin
 from tokensleuth.sources.build import EngineBuild
 
@@ -156,7 +157,7 @@ def test_bisect_killed_anywhere(engine: EngineBuild, dense_model: Path, cli_env:
     final, moments = kill_and_resume(cmd, cli_env, dense_model, rng, KILLS, 12)
     assert final.returncode == 0, f"{final.stdout[-1000:]}{final.stderr[-2000:]} (kills {moments}, seed {SEED})"
     r = json.loads(out.read_text())
-    assert r["status"] == "found" and r["first_bad"] == "r2" and r["verified"], (r, moments, SEED)
+    assert r["status"] == "found" and r["first_bad"] == "r2" and rules.verified(r), (r, moments, SEED)
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1
     # each comparison (A, B) measured in one study, never started over
