@@ -52,20 +52,20 @@ add resume src/tokensleuth/drivers/compare.py \
 add kill-resume src/tokensleuth/drivers/compare.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
-add recover src/tokensleuth/store/__init__.py \
+add recover src/tokensleuth/store/lifecycle.py \
     'lost = tuple(self._recover(db, study_id))' 'lost = ()  # trials a killed run left running stay so' \
     tests/test_shared_process.py::test_a_kill_inside_a_shared_process_loses_and_duplicates_nothing
 add diagnosis src/tokensleuth/drivers/run/compare.py \
     'if any(c.verdict == "unresolved" for c in comps):' 'if False:' \
     tests/test_diagnose_real.py::test_threads_on_every_cpu_beside_a_busy_process_are_named_and_the_fix_is_measured
-add no-regression src/tokensleuth/drivers/bisect.py \
+add no-regression src/tokensleuth/drivers/bisect/verdicts.py \
     'if verdicts == {"same"}:' 'if verdicts == {"same", "never"}:' \
     tests/test_bisect_endpoints.py::test_only_same_everywhere_is_no_regression
-add controls src/tokensleuth/drivers/bisect.py \
+add controls src/tokensleuth/drivers/bisect/verdicts.py \
     'if control_verdicts and all(v == "same" for v in control_verdicts):' \
     'if control_verdicts and all(v == "never" for v in control_verdicts):' \
     tests/test_bisect.py::test_bisect_finds_the_planted_moe_regression_and_resumes
-add one-sided src/tokensleuth/drivers/bisect.py \
+add one-sided src/tokensleuth/drivers/bisect/steps.py \
     'if len(sides) == 1 and None not in sides:' 'if sides == {"never"}:' \
     tests/test_bisect.py::test_candidates_are_judged_on_the_cells_that_regressed
 add confounded src/tokensleuth/drivers/comparisons.py \

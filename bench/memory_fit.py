@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 from tokensleuth.engines.placement import parse_load_log
-from tokensleuth.trials.memory import MIB, predict, settings_from_flags
+from tokensleuth.engines.llamabench.settings import settings_from_flags
+from tokensleuth.trials.memory import MIB, predict
 
 
 def place(buffer: str) -> str:

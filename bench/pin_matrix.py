@@ -16,7 +16,7 @@ from pathlib import Path
 from golden_help import SOURCES, label  # beside this script (python puts bench/ on the path)
 
 from tokensleuth.core.errors import EngineError
-from tokensleuth.engines import llamabench_params as params
+from tokensleuth.engines.llamabench import params
 from tokensleuth.engines.llamabench import probe_settings
 from tokensleuth.sources.build import BuildCache
 

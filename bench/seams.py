@@ -13,6 +13,10 @@ from its folders (tests/test_seams.py:floors); an older one by the table its
 tests/test_seams.py had (LAYERS below, as it was before the folders).
 
     .venv/bin/python bench/seams.py [REV ...]        # default: this restructuring's start and HEAD
+    .venv/bin/python bench/seams.py HEAD WORKTREE    # WORKTREE: the files as they are now, uncommitted
+
+llama-bench's flags are tests/test_seams.py's own set (BENCH_FLAGS: the trial flags and the
+settings flags), so the figure and the guard count the same thing.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.test_seams import OTHER_PROGRAMS, cycles, floors, import_graph  # noqa: E402 - after the path
+from tests.test_seams import BENCH_FLAGS, OTHER_PROGRAMS, cycles, floors, import_graph  # noqa: E402 - after the path
 
 ENGINE_KINDS = {"llama-bench", "llama-server", "openai", "llama-batched-bench"}
 STUDY_KINDS = {"bench", "compare", "bisect", "decompose", "crosshost", "import", "profile", "scan"}
-FLAGS = {"-r", "--repetitions", "-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg", "-o", "--output"}
+FLAGS = BENCH_FLAGS  # the guard's own set: trial flags and settings flags alike
+WORKTREE = "WORKTREE"  # a revision name for the working tree as it is (nothing committed)
 # tests/test_seams.py's table before the layers were folders (lowest first)
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("tokensleuth", "errors", "limits", "paths", "hostenv", "records", "workloads", "cliargs", "stats"),
@@ -50,6 +55,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 
 
 def tree_at(rev: str, dest: Path) -> Path:
+    if rev == WORKTREE:
+        shutil.copytree(ROOT / "src" / "tokensleuth", dest / "src" / "tokensleuth",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        return dest / "src" / "tokensleuth"
     data = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src/tokensleuth"], check=True,
                           capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tf:

@@ -42,13 +42,13 @@ import tokensleuth.drivers.judge as judge_mod
 import tokensleuth.engines as engines
 from tokensleuth.sources.history import Candidate
 from tokensleuth.drivers.scan import run_scan
-from tokensleuth.engines import llamabench_argv as bench_argv
-from tokensleuth.engines.base import ArmRuntime, EngineRun
+from tokensleuth.engines.base import ArmRuntime, EngineRun, NoFlags
+from tokensleuth.engines.llamabench import argv as bench_argv
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 
 
-class SimEngine:
+class SimEngine(NoFlags):
     """llama-bench as the scan sees it: a trial of release i (its build's folder /sim/i) is a
     measured process drawn whole, at that release's true level."""
 

@@ -17,8 +17,8 @@ from tokensleuth.drivers.diagnose import (
     prescribe,
     rerun_command,
     where_work_runs,
-    with_threads,
 )
+from tokensleuth.engines.llamabench.argv import with_threads
 
 LEVEL = math.log(100.0)
 

@@ -14,8 +14,8 @@ from tokensleuth.analysis.results import load_cells
 from tokensleuth.cli import main
 from tokensleuth.core.errors import UserError
 from tokensleuth.engines.llamabench import result_row
-from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
-from tokensleuth.engines.llamabench_sql import parse_sql
+from tokensleuth.engines.llamabench.import_ import import_file, parse_bench_file
+from tokensleuth.engines.llamabench.sql import parse_sql
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store, TrialOutcome
 

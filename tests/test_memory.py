@@ -15,6 +15,7 @@ from tests.monitor.fakes import FakeNVML
 from tokensleuth.core.errors import UserError
 from tokensleuth.engines.placement import parse_load_log
 from tokensleuth.models.shapes import REAL_SHAPES, write_shape
+from tokensleuth.engines.llamabench.settings import settings_from_flags
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.trials.memory import (
     MIB,
@@ -24,7 +25,6 @@ from tokensleuth.trials.memory import (
     guard,
     host_free,
     predict,
-    settings_from_flags,
 )
 
 

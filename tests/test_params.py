@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import GOLDEN, tokensleuth_bin
-from tokensleuth.engines import llamabench_params as params
+from tokensleuth.engines.llamabench import params
 from tokensleuth.sources.build import EngineBuild
 
 HELP = (GOLDEN / "llama-bench-help-b11434.txt").read_text()

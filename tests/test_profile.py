@@ -16,16 +16,9 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.core.errors import UserError
-from tokensleuth.drivers.profile import (
-    Profile,
-    analyze,
-    check_flags,
-    diff,
-    engine_names,
-    parse_rows,
-    profiles,
-    workload_args,
-)
+from tokensleuth.analysis.ops import Profile, analyze, diff, profiles
+from tokensleuth.drivers.profile import engine_names
+from tokensleuth.engines.profiler import check_flags, parse_rows, workload_args
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.profiler import api_defines
 from tokensleuth.studies.profile import headline

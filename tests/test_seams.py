@@ -62,15 +62,29 @@ def test_the_guards_see_what_they_look_for() -> None:
     assert _const(divs[0].right) in BINARIES
 
 
-# llama-bench's flags that tokensleuth composes for a trial (engines/llamabench_argv.py: the tests,
-# the repetitions) or owns (engines/llamabench.py OWNED_FLAGS: the output). Only engines/ writes them.
-BENCH_FLAGS = frozenset({"-r", "--repetitions", "-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg",
+# llama-bench's flags that tokensleuth composes for a trial (engines/llamabench/argv.py: the tests,
+# the repetitions) or owns (engines/llamabench/__init__.py OWNED_FLAGS: the output).
+TRIAL_FLAGS = frozenset({"-r", "--repetitions", "-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg",
                          "-o", "--output", "-oe", "--output-err", "--progress"})
-# The same spellings in other programs' argv, each with its program: not llama-bench's.
+# llama-bench's settings flags: those its results report (engines/llamabench/params.py SETTINGS: the
+# threads among them) and those the memory guard reads (engines/llamabench/settings.py: -ot too).
+# Written out, not imported: the guard must not move with the code it guards. llama-bench's
+# ``-C`` (--cpu-mask) is left out: git's ``-C DIR`` has the same spelling in every module of sources/
+# that runs git, and the long --cpu-mask is guarded.
+SETTINGS_FLAGS = frozenset({
+    "-b", "--batch-size", "-ub", "--ubatch-size", "-t", "--threads", "--cpu-mask", "--cpu-strict", "--poll",
+    "-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "-ngl", "--n-gpu-layers", "-ncmoe", "--n-cpu-moe",
+    "-sm", "--split-mode", "-mg", "--main-gpu", "-nkvo", "--no-kv-offload", "-fa", "--flash-attn", "-mmp",
+    "--mmap", "-dio", "--direct-io", "-lm", "--load-mode", "-lzm", "--lazy-mode", "-fitt", "--fit-target",
+    "-fitc", "--fit-ctx", "-embd", "--embeddings", "-nopo", "--no-op-offload", "--no-host", "--repack",
+    "-ot", "--override-tensor"})
+# Only engines/ writes them.
+BENCH_FLAGS = TRIAL_FLAGS | SETTINGS_FLAGS
+# The same spellings in other programs' argv, each with its program: not llama-bench's. An entry
+# that matches nothing fails (test_every_other_program_entry_matches_a_flag).
 OTHER_PROGRAMS = {
     ("drivers/decompose.py", "-o"): "git format-patch -o DIR",
     ("report/plots.py", "-o"): "a matplotlib line style (line and dots)",
-    ("sources/build.py", "-d"): "pip download -d DIR",
     ("sources/patches.py", "-p"): "git log -p, git commit-tree -p PARENT",
     ("kernels/cupti.py", "-o"): "cc -o LIBRARY (the CUDA tracer's injection library)",
     ("kernels/rocprof.py", "-d"): "rocprofv3 -d DIR (its output folder)",
@@ -78,19 +92,30 @@ OTHER_PROGRAMS = {
 }
 
 
-def _flag_literals(rel: str, tree: ast.Module) -> list[str]:
+def _flag_literals(rel: str, tree: ast.Module, allowed: object = OTHER_PROGRAMS) -> list[str]:
     parts = {id(v) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr) for v in n.values}  # f"-n{limit}"
     return [f"{rel}:{n.lineno} {n.value!r}" for n in ast.walk(tree) if isinstance(n, ast.Constant)
-            and n.value in BENCH_FLAGS and id(n) not in parts and (rel, n.value) not in OTHER_PROGRAMS]
+            and n.value in BENCH_FLAGS and id(n) not in parts and (rel, n.value) not in allowed]  # type: ignore[operator]
 
 
-def test_only_engines_spell_llama_benchs_trial_flags() -> None:
+def test_only_engines_spell_llama_benchs_flags() -> None:
     """The plan names workloads and repetitions; the engine composes its argv (Engine.argv_for,
-    repetitions, sets_repetitions, workload_flags). No module outside engines/ writes a test,
-    repetition or output flag of llama-bench (commands/ declares none of tokensleuth's own options
-    with these spellings, so it has no exception)."""
+    repetitions, sets_repetitions, workload_flags), reads its settings (Engine.settings), the
+    memory guard's load (Engine.guard) and its threads (Engine.with_threads, sets_threads). No
+    module outside engines/ writes a test, repetition, output or settings flag of llama-bench
+    (commands/ declares none of tokensleuth's own options with these spellings, so it has no
+    exception)."""
     found = [f for rel, tree in _modules("engines/") for f in _flag_literals(rel, tree)]
-    assert found == [], "ask the engine (engine_for(kind).argv_for / repetitions) instead:\n" + "\n".join(found)
+    assert found == [], ("ask the engine (engine_for(kind).argv_for / repetitions / guard / with_threads) "
+                         "instead:\n" + "\n".join(found))
+
+
+def test_every_other_program_entry_matches_a_flag() -> None:
+    """An allowlist entry that matches nothing is a stale one (its module moved, or its flag went)."""
+    seen = {(f.split(":")[0], f.split(" ", 1)[1].strip("'")) for rel, tree in _modules("engines/")
+            for f in _flag_literals(rel, tree, allowed=())}
+    stale = sorted(f"{rel} {flag}" for rel, flag in OTHER_PROGRAMS if (rel, flag) not in seen)
+    assert stale == [], "drop or fix these OTHER_PROGRAMS entries:\n" + "\n".join(stale)
 
 
 # A comparison with the default kind that is not a capability: the default kind is left out of a
@@ -117,6 +142,45 @@ def _default_kind_tests(rel: str, tree: ast.Module) -> list[str]:
     return visit(tree, "")
 
 
+# Where the core names the default kind's engine (engine_for(DEFAULT_KIND)) rather than an arm's,
+# by (module, function), with why: what runs there is the default kind by design, not an arm.
+DEFAULT_ENGINE = {
+    ("trials/spec.py", ""): "WORKLOAD_FLAGS: llama-bench's test flags are refused beside --workload for "
+                            "every arm, whatever its kind (common_flags are shared by arms of several kinds)",
+    ("drivers/doctor.py", "aa_engine"): "the doctor's A/A: its arms name no kind, so they run the default one",
+    ("drivers/kernels.py", "check_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
+    ("drivers/kernels.py", "untraced_process"): "the kernel profiler times llama-bench (Engine.profiles)",
+    ("drivers/kernels.py", "trace_process"): "the kernel profiler times llama-bench (Engine.profiles)",
+    ("drivers/profile.py", "bench_ms_per_token"): "the profiler compares with llama-bench's own ms/token",
+}
+
+
+def _default_engines(rel: str, tree: ast.Module) -> list[tuple[str, int]]:
+    """(function, line) of each ``engine_for(DEFAULT_KIND)`` (``base.DEFAULT_KIND`` too)."""
+    def visit(node: ast.AST, fn: str) -> list[tuple[str, int]]:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = node.name
+        found = []
+        if (isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] == "engine_for" and node.args
+                and ast.unparse(node.args[0]).split(".")[-1] == "DEFAULT_KIND"):
+            found.append((fn, node.lineno))
+        return found + [f for child in ast.iter_child_nodes(node) for f in visit(child, fn)]
+
+    return visit(tree, "")
+
+
+def test_the_core_asks_the_arms_engine_not_the_default_one() -> None:
+    """Each engine_for(DEFAULT_KIND) outside engines/ is allowlisted with its reason (DEFAULT_ENGINE);
+    everywhere else the core asks the arm's engine (engine_for(arm.kind)). An entry that matches
+    nothing fails."""
+    found = {(rel, fn): line for rel, tree in _modules("engines/") for fn, line in _default_engines(rel, tree)}
+    unlisted = sorted(f"{rel}:{line} in {fn or 'the module'}" for (rel, fn), line in found.items()
+                      if (rel, fn) not in DEFAULT_ENGINE)
+    assert unlisted == [], "ask the arm's engine (engine_for(arm.kind)) instead:\n" + "\n".join(unlisted)
+    stale = sorted(f"{rel} {fn}" for rel, fn in DEFAULT_ENGINE if (rel, fn) not in found)
+    assert stale == [], "drop or fix these DEFAULT_ENGINE entries:\n" + "\n".join(stale)
+
+
 def test_the_core_never_tests_for_the_default_kind() -> None:
     """``kind == DEFAULT_KIND`` is a kind's name in disguise: ask the engine for the capability."""
     found = [f for rel, tree in _modules("engines/") for f in _default_kind_tests(rel, tree)]
@@ -135,6 +199,9 @@ def test_the_flag_and_default_kind_guards_see_what_they_look_for() -> None:
                                                       "drivers/x.py:4 compares a kind with DEFAULT_KIND"]
     assert _default_kind_tests("drivers/compare.py", ast.parse(
         "def spec_dump(s):\n    if s.kind == DEFAULT_KIND: pass")) == []
+    t = ast.parse('s = f(["-ngl", "99", "--threads", "2", "-C", "x"])\ndef g():\n    return engine_for(base.DEFAULT_KIND)')
+    assert sorted(_flag_literals("drivers/x.py", t)) == ["drivers/x.py:1 '--threads'", "drivers/x.py:1 '-ngl'"]
+    assert _default_engines("drivers/x.py", t) == [("g", 3)]
 
 
 def import_graph(modules: dict[str, ast.Module]) -> dict[str, set[str]]:
@@ -371,8 +438,8 @@ def test_every_folder_says_what_it_may_import() -> None:
 
 def test_the_seam_guards_see_what_they_look_for() -> None:
     """Each guard finds the thing it forbids, written the forbidden way (they can fail)."""
-    t = ast.parse("from tokensleuth.engines import llamabench_params as p\nimport tokensleuth.engines.llamabench")
-    assert len(_llamabench_imports("x.py", t)) == 2
+    t = ast.parse("from tokensleuth.engines.llamabench import params as p\nimport tokensleuth.engines.llamabench")
+    assert len(_llamabench_imports("x.py", t)) == 3  # the wing, its module, the wing again
     assert _kind_branches("r.py", ast.parse('if row["kind"] != "bisect" or k in ("bench",): pass'),
                           {"bench", "bisect"}) == ["r.py:1 compares with 'bisect'", "r.py:1 compares with 'bench'"]
     assert back_arrows({"tokensleuth.store": {"tokensleuth.report.markdown"}, "tokensleuth.report.markdown": set()}) == [

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import GOLDEN
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import bench_test_name, parse_workload
-from tokensleuth.engines.llamabench_argv import workload_flags
+from tokensleuth.engines.llamabench.argv import workload_flags
 from tokensleuth.engines.llamabench import (
     MalformedOutput,
     check_flags,

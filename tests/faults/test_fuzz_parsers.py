@@ -34,9 +34,9 @@ from tokensleuth.engines.llamabench import (
     parse_progress,
     result_row,
 )
-from tokensleuth.engines.llamabench_import import import_file, parse_bench_file
-from tokensleuth.engines.llamabench_argv import workload_flags
-from tokensleuth.engines.llamabench_sql import parse_sql
+from tokensleuth.engines.llamabench.import_ import import_file, parse_bench_file
+from tokensleuth.engines.llamabench.argv import workload_flags
+from tokensleuth.engines.llamabench.sql import parse_sql
 from tokensleuth.engines.proc import Line, ProcResult
 from tokensleuth.models.info import ModelInfo, check_gguf, model_info
 from tokensleuth.store import Store
@@ -417,8 +417,8 @@ flag_values = st.text(max_size=8) | st.sampled_from(["0", "-1", "-5", "512", "1,
 def test_fuzz_engine_flag_values(pairs: list[tuple[str, str]], eq: bool) -> None:
     """The values tokensleuth reads from the engine's flags (model fit, -r, every study's check):
     accepted only where llama-bench takes them, else a UserError."""
-    from tokensleuth.engines.llamabench_argv import check_flag_values, check_repetitions, repetitions
-    from tokensleuth.trials.memory import settings_from_flags
+    from tokensleuth.engines.llamabench.argv import check_flag_values, check_repetitions, repetitions
+    from tokensleuth.engines.llamabench.settings import settings_from_flags
 
     flags: list[str] = []
     for n, v in pairs:

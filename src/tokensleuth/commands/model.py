@@ -77,9 +77,8 @@ def model_fit(
         gpu_free,
         host_free,
         judge,
+        load_settings,
         predict,
-        settings_from_flags,
-        tests_of,
     )
 
     from tokensleuth.engines.base import DEFAULT_KIND
@@ -90,7 +89,8 @@ def model_fit(
     check_arm(None, "fit", DEFAULT_KIND, flags, {}, workload)
     h, hs = host_free()
     g, gs = (None, "") if cpu else gpu_free()
-    s = settings_from_flags(flags, tests_of(workload or ["pp512", "tg128"]))
+    s = load_settings(DEFAULT_KIND, flags, workload or ["pp512", "tg128"])  # the default kind reads its flags
+    assert s is not None  # (llama-bench has a load to guard)
     need = predict(path, s, gpu=g is not None)
     rows = []
     gpu = g is not None

@@ -42,8 +42,10 @@ from scipy import stats as sps
 
 from tokensleuth.analysis import stats
 from tokensleuth.analysis.confounders import busy_names
+from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import cell_of
 from tokensleuth.engines import engine_for
+from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store, stored_json
 
@@ -311,7 +313,6 @@ def _layers(model: str) -> int | None:
     """The model's layer count from its GGUF header, None when it cannot be read (moved, remote)."""
     from pathlib import Path
 
-    from tokensleuth.core.errors import UserError
     from tokensleuth.models.info import model_info
 
     try:
@@ -367,34 +368,28 @@ def pairs_at(process_cv: float, band: float, limit: int = 10_000) -> int | None:
     return stats.pairs_needed(math.sqrt(2) * process_cv, (band,), limit)[band]
 
 
-def with_threads(flags: Sequence[str], threads: int) -> list[str]:
-    """``flags`` with the engine's thread count set to ``threads`` (replaced where given)."""
-    out: list[str] = []
-    skip = False
-    for i, f in enumerate(flags):
-        if skip:
-            skip = False
-            continue
-        if f in ("-t", "--threads") and i + 1 < len(flags):
-            skip = True
-            continue
-        if f.startswith("--threads="):
-            continue
-        out.append(f)
-    return [*out, "-t", str(threads)]
+def with_threads(kind: str, flags: Sequence[str], threads: int) -> list[str]:
+    """``flags`` with ``kind``'s thread count set to ``threads`` (Engine.with_threads; only a kind
+    with a thread flag is probed)."""
+    out = engine_for(kind).with_threads(flags, threads)
+    if out is None:
+        raise UserError(f"{kind} has no thread count to set")
+    return out
 
 
 def rerun_command(argv: Sequence[str], threads: int | None = None, resume: bool = False,
-                  max_pairs: int | None = None) -> str:
-    """The command line to run next: the same command with ``-t threads`` after ``--``
-    (a new study: what is measured changes), or with ``--resume`` (the study goes on) and
-    ``--max-pairs`` set (tokensleuth's own option: before ``--``, replacing the one given)."""
+                  max_pairs: int | None = None, kind: str = DEFAULT_KIND) -> str:
+    """The command line to run next: the same command with ``threads`` set after ``--`` (the
+    engine's thread flag, ``kind``: the arms'; a new study: what is measured changes), or with
+    ``--resume`` (the study goes on) and ``--max-pairs`` set (tokensleuth's own option: before
+    ``--``, replacing the one given)."""
     own, engine = (list(argv[:argv.index("--")]), list(argv[argv.index("--") + 1:])) if "--" in argv else (
         list(argv), [])
     if threads is not None and "--study" in own:
-        return f"put \"-t\", \"{threads}\" in the study file's common_flags and run it as a new study"
+        put = ", ".join(f'"{f}"' for f in with_threads(kind, [], threads))
+        return f"put {put} in the study file's common_flags and run it as a new study"
     if threads is not None:
-        engine = with_threads(engine, threads)
+        engine = with_threads(kind, engine, threads)
         own = [a for a in own if a != "--resume"]
     elif resume and "--resume" not in own:
         own.append("--resume")
@@ -413,7 +408,7 @@ def rerun_command(argv: Sequence[str], threads: int | None = None, resume: bool 
 
 
 def run_probe(store: Store, build: EngineBuild, model: str, workload: str, flags: Sequence[str],
-              threads: int, band: float, timeout_s: float = 600) -> Probe:
+              threads: int, band: float, timeout_s: float = 600, kind: str = DEFAULT_KIND) -> Probe:
     """The engine against itself at ``threads``, PROBE_PAIRS pairs, as a study of its own
     (resumed, not repeated, when the same probe was stored before)."""
     from tokensleuth.drivers.compare import run_compare
@@ -424,7 +419,7 @@ def run_probe(store: Store, build: EngineBuild, model: str, workload: str, flags
         "arms": [{"name": "a", "source": build.source, "env": probe_env},
                  {"name": "b", "source": build.source, "env": probe_env}],
         "models": [model], "workloads": [workload], "min_pairs": PROBE_PAIRS, "max_pairs": PROBE_PAIRS,
-        "band": 0.001, "common_flags": with_threads(flags, threads), "timeout_s": timeout_s}, "probe")
+        "band": 0.001, "common_flags": with_threads(kind, flags, threads), "timeout_s": timeout_s}, "probe")
     sid, _ = run_compare(store, spec, {"a": build, "b": build}, resume=True, create=True)
     procs = load_procs(store, sid)
     between, within, rbar = _components(_groups(procs))
@@ -453,7 +448,7 @@ def _pairs_text(n: int | None) -> str:
 
 
 def prescribe(d: Diagnosis, band: float, pairs_now: int | None, max_pairs: int, argv: Sequence[str] | None,
-              probe: Probe | None, can_resume: bool = True) -> Prescription:
+              probe: Probe | None, can_resume: bool = True, kind: str = DEFAULT_KIND) -> Prescription:
     """The diagnosis in words, then the cheapest measured fix with the command to run it."""
     rx = Prescription(d, band, pairs_now, probe)
     lines = rx.lines
@@ -464,10 +459,10 @@ def prescribe(d: Diagnosis, band: float, pairs_now: int | None, max_pairs: int, 
         # measured to help: fewer pairs for the band, or (both past counting) a clearly smaller spread
         helps = (probe.pairs < pairs_now if probe.pairs is not None and pairs_now is not None else
                  probe.pairs is not None or probe.process_cv < 0.7 * now_cv)
-        what = (f"one thread fewer (-t {probe.threads}) measured {probe.process_cv:.1%} between processes in a "
+        what = (f"one thread fewer ({' '.join(with_threads(kind, [], probe.threads))}) measured {probe.process_cv:.1%} between processes in a "
                 f"{probe.processes}-process probe — {_pairs_text(probe.pairs)} for ±{band:.1%}")
         if helps:
-            cmd = rerun_command(argv, threads=probe.threads) if argv else ""
+            cmd = rerun_command(argv, threads=probe.threads, kind=kind) if argv else ""
             lines.append(what + (f"; rerun as a new study (the flags change): {cmd}" if cmd else ""))
         else:
             lines.append(what + " — no better, so not suggested")
@@ -504,14 +499,15 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
     base = next(a for a in spec.arms if a.name == worst.baseline)
     build = builds.get(base.name)
     # arms that set their own thread counts compare them: one thread fewer for all is no fix then
-    arms_set_threads = any(f in ("-t", "--threads") or f.startswith("--threads=") for a in spec.arms for f in a.flags)
+    arms_set_threads = any(engine_for(a.kind).sets_threads(a.flags) for a in spec.arms)
+    fewer = engine_for(base.kind).with_threads([], d.threads - 1) if d.threads is not None else None
     if (probe and "threads" in d.codes() and d.threads is not None and build is not None
-            and engine_for(base.kind).bench_flags and not arms_set_threads):
+            and fewer is not None and not arms_set_threads):  # (a kind with no thread flag: None)
         if log:
-            log(f"probe: {2 * PROBE_PAIRS} processes of {worst.workload} at -t {d.threads - 1} "
+            log(f"probe: {2 * PROBE_PAIRS} processes of {worst.workload} at {' '.join(fewer)} "
                 "(--no-probe skips it)")
         found = run_probe(store, build, worst.model, worst.workload, [*spec.common_flags, *base.flags],
-                          d.threads - 1, spec.band, spec.timeout_s)
-    rx = prescribe(d, spec.band, pairs_now, spec.max_pairs, argv, found)
+                          d.threads - 1, spec.band, spec.timeout_s, kind=base.kind)
+    rx = prescribe(d, spec.band, pairs_now, spec.max_pairs, argv, found, kind=base.kind)
     store.put_state(study_id, DIAGNOSIS_STATE, rx.to_json())
     return rx

@@ -12,11 +12,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from tokensleuth.core.hostenv import read_value
+
+if TYPE_CHECKING:
+    from tokensleuth.engines.base import Engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +181,9 @@ def engine_checks(backends: Sequence[str], models: Sequence[Path], flags: Sequen
                            "NVIDIA GPUs only", ""))
     if not models:
         return out
-    s = memory.settings_from_flags(flags, memory.tests_of([]))
+    s = aa_engine().guard(flags, memory.tests_of([]))
+    if s is None:
+        return out
     if free is None:
         h, hs = memory.host_free()
         g, gs = memory.gpu_free(nvml) if gpu else (None, "")
@@ -263,6 +268,15 @@ class AA:
                                                    for band, v in self.pairs_needed.items()))
 
 
+def aa_engine() -> Engine:
+    """The engine the doctor measures: its A/A's arms name no kind, so the default kind's (whose
+    flags the checks read and whose threads the advice sets)."""
+    from tokensleuth.engines import engine_for
+    from tokensleuth.engines.base import DEFAULT_KIND
+
+    return engine_for(DEFAULT_KIND)
+
+
 def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     """The engine against itself, AA_PAIRS pairs of tg32 at -r 3 with the user's ``flags``, in a
     throw-away store."""
@@ -274,12 +288,10 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     from tokensleuth.analysis import noise, stats
     from tokensleuth.drivers import diagnose
     from tokensleuth.drivers.compare import run_compare
-    from tokensleuth.engines import engine_for
-    from tokensleuth.engines.base import DEFAULT_KIND
     from tokensleuth.store import Store
     from tokensleuth.trials.spec import build_compare_spec, model_paths
 
-    three = engine_for(DEFAULT_KIND).argv_for([], 3) or []  # 3 repetitions per process
+    three = aa_engine().argv_for([], 3) or []  # 3 repetitions per process
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source}, {"name": "b", "source": build.source}],
                                "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": AA_PAIRS,
                                "max_pairs": AA_PAIRS, "band": 0.001, "common_flags": [*three, *flags]}, "doctor")
@@ -321,9 +333,12 @@ def threads_advice(build: Any, model: Path, flags: Sequence[str], got: AA, cpus:
     if got.threads is None or cpus < 2 or got.threads < cpus or not named:
         return None
     fewer = got.threads - 1
+    fewer_flags = aa_engine().with_threads([], fewer)
+    if fewer_flags is None:
+        return None
     if log:
-        log(f"A/A again at -t {fewer} (the engine's default, {got.threads}, uses every CPU) …")
-    alt = run_aa(build, model, [*flags, "-t", str(fewer)])
+        log(f"A/A again at {' '.join(fewer_flags)} (the engine's default, {got.threads}, uses every CPU) …")
+    alt = run_aa(build, model, [*flags, *fewer_flags])
     return ThreadsAdvice(fewer, alt, sd_ratio(alt.log_ratio_sd, alt.pairs, got.log_ratio_sd, got.pairs),
                          got.pairs_needed.get(0.02), alt.pairs_needed.get(0.02))
 

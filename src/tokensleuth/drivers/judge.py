@@ -191,11 +191,12 @@ class Judge:
         memory is not this machine's: there the engine's own load failure is the trial's.)"""
         extra = self.arm_flags.get(source, [])
         key = (build.key, tuple(models), tuple(extra))
-        if not engine_for(self.kind).bench_flags or key in self._guarded or getattr(self.cache, "check_arm", None):
+        if key in self._guarded or getattr(self.cache, "check_arm", None):
             return
         from tokensleuth.trials.memory import guard
 
-        guard(models, [*self.flags, *extra], self.workloads, build.backends, warn=self.log)
+        # (the engine reads its own flags: a kind with no load to guard answers None)
+        guard(models, [*self.flags, *extra], self.workloads, build.backends, warn=self.log, kind=self.kind)
         self._guarded.add(key)
 
     def _pin(self, source: str, build: EngineBuild, model: str) -> None:

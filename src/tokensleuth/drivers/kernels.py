@@ -9,8 +9,9 @@ it for ROCm, the perf logger for Vulkan), and the tracer's records are assigned 
 own timed repetitions (analysis/kernels.py).
 
 Per engine, model and workload: ``processes`` processes alternating the engines (A B, then B A),
-each stored as soon as it ends (``--resume`` runs only what is missing); a process's cold and
-stalled repetitions are left out as they are of t/s. The diff takes the process as the unit.
+each stored as soon as it ends (``--resume`` runs only what is missing: the study loop of
+drivers/slower.py, the op profile's too); a process's cold and stalled repetitions are left out
+as they are of t/s. The diff takes the process as the unit.
 Traced processes are processes of their own, outside any timed trial: tracing never changes a
 verdict.
 """
@@ -20,9 +21,10 @@ from __future__ import annotations
 import math
 import tempfile
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,9 +39,9 @@ from tokensleuth.analysis.kernels import (
 )
 from tokensleuth.analysis.stats import cold_leading, stalled_reps, welch
 from tokensleuth.core.errors import EngineError, UserError
-from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome, spec_hash
+from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome
+from tokensleuth.drivers.slower import run_study
 from tokensleuth.engines import engine_for
-from tokensleuth.drivers.profile import process_order
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.kernels import Trace, Tracer, tracer_for
 from tokensleuth.sources.build import EngineBuild
@@ -161,6 +163,47 @@ def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, wor
     return pk, one_token(trace, windows[len(windows) // 2])
 
 
+@dataclass(frozen=True)
+class KernelTrace:
+    """Which kernel got slower (drivers.slower.Slower): a process is a traced llama-bench process
+    and an untraced one, in turn first (the machine's drift on both); the sides are diffed kernel
+    by kernel, against the untraced processes' ms/token."""
+
+    builds: Mapping[str, EngineBuild]
+    tracers: Mapping[str, Tracer]
+    flags: Mapping[str, Sequence[str]]  # each engine's: the common flags and its own
+    reps: int
+    timeout_s: float
+    env: Mapping[str, Mapping[str, str]]
+    mode: str
+    kind: ClassVar[str] = "kernels"
+    runs_state: ClassVar[str] = RUNS_STATE
+
+    def complete(self, entry: Mapping[str, Any]) -> bool:
+        return "kernels" in entry and "untraced_ms_per_token" in entry  # a kernels spec is always "untraced"
+
+    def measure(self, entry: dict[str, Any], number: int) -> Iterator[str]:
+        e, m, w, i = entry["engine"], entry["model"], entry["workload"], entry["process"]
+        for traced_now in ((True, False) if i % 2 == 0 else (False, True)):
+            if traced_now and "kernels" not in entry:
+                pk, timeline = trace_process(self.tracers[e], self.builds[e], e, m, w, self.flags[e], self.reps,
+                                             self.timeout_s, self.env.get(e, {}), self.mode)
+                entry.update(kernels=pk.to_state(), timeline=timeline if i == 0 else [])
+                yield (f"  traced {e} {Path(m).stem} {w} #{i + 1}: {len(pk.busy_ns)} kernels, "
+                       f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU")
+            elif not traced_now and "untraced_ms_per_token" not in entry:
+                entry["untraced_ms_per_token"] = untraced_process(self.builds[e], e, m, w, self.flags[e], self.reps,
+                                                                  self.timeout_s, self.env.get(e, {}))
+                yield f"  untraced {e} {Path(m).stem} {w} #{i + 1}: {entry['untraced_ms_per_token']:.3f} ms/token"
+
+    def beside(self, store: Store, sid: str, model: str, workload: str) -> None:
+        return None
+
+    def analyze(self, store: Store, sid: str, spec: Mapping[str, Any],
+                runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return analyze(spec, runs)
+
+
 def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],
                 flags: Sequence[str], *, processes: int = PROCESSES, reps: int = REPS, band: float = 0.02,
                 timeout_s: float = 600, resume: bool = False, log: Log | None = None,
@@ -170,13 +213,11 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
     (the ms/token the kernels explain, and what the trace costs); return (study id, its JSON).
     ``mode``: how a CUDA tracer records (kernels/cupti.py); ``engine_flags``: an engine's flags
     beside the common ``flags`` (the arms of one build that differ in their flags)."""
-    log = log or (lambda s: None)
-    engines = list(builds)
     tracers = {e: tracer_for(b.backends) for e, b in builds.items()}
     for t in tracers.values():
         t.ready()
     env = {e: dict(v) for e, v in (env or {}).items() if v}
-    spec: dict[str, Any] = {"engines": engines, "models": list(models), "workloads": list(workloads),
+    spec: dict[str, Any] = {"engines": list(builds), "models": list(models), "workloads": list(workloads),
                             "flags": list(flags), "processes": processes, "reps": reps, "band": band,
                             "builds": {e: b.key for e, b in builds.items()},
                             "tracers": {e: t.name for e, t in tracers.items()}, "untraced": True}
@@ -187,35 +228,9 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
     own = {e: list(f) for e, f in (engine_flags or {}).items() if f}
     if own:
         spec["engine_flags"] = own
-    handle = store.begin_study("kernels", spec, spec_hash(spec), resume=resume)
-    sid = handle.id
-    with store.lease(sid):
-        runs: list[dict[str, Any]] = list(store.get_state(sid, RUNS_STATE, []))
-        done = {(r["engine"], r["model"], r["workload"], r["process"]) for r in runs
-                if "kernels" in r and ("untraced_ms_per_token" in r or not spec.get("untraced"))}
-        for e, m, w, i in process_order(engines, models, workloads, processes, done):
-            key = (e, m, w, i)
-            entry = next((r for r in runs if (r["engine"], r["model"], r["workload"], r["process"]) == key), None)
-            if entry is None:
-                entry = {"engine": e, "model": m, "workload": w, "process": i}
-                runs.append(entry)
-            # a traced process and an untraced one, in turn first (the machine's drift on both)
-            for traced_now in ((True, False) if i % 2 == 0 else (False, True)):
-                if traced_now and "kernels" not in entry:
-                    pk, timeline = trace_process(tracers[e], builds[e], e, m, w, [*flags, *own.get(e, [])], reps,
-                                                 timeout_s, env.get(e, {}), spec.get("mode", "kernels"))
-                    entry.update(kernels=pk.to_state(), timeline=timeline if i == 0 else [])
-                    log(f"  traced {e} {Path(m).stem} {w} #{i + 1}: {len(pk.busy_ns)} kernels, "
-                        f"{pk.kernel_ms_per_token:.3f} ms/token on the GPU")
-                elif not traced_now and "untraced_ms_per_token" not in entry:
-                    entry["untraced_ms_per_token"] = untraced_process(builds[e], e, m, w, [*flags, *own.get(e, [])],
-                                                                      reps, timeout_s, env.get(e, {}))
-                    log(f"  untraced {e} {Path(m).stem} {w} #{i + 1}: {entry['untraced_ms_per_token']:.3f} ms/token")
-                else:
-                    continue
-                store.put_state(sid, RUNS_STATE, runs)
-        store.finish_study(sid)
-    return sid, analyze(spec, runs)
+    study = KernelTrace(builds, tracers, {e: [*flags, *own.get(e, [])] for e in builds}, reps, timeout_s, env,
+                        spec.get("mode", "kernels"))
+    return run_study(store, study, spec, resume=resume, log=log)
 
 
 def _mean(xs: Sequence[float | None]) -> float | None:

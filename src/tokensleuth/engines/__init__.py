@@ -30,7 +30,7 @@ KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "
 DEFAULT_FOR = {"url:": "openai", "cmd:": "llama-server"}
 # kind -> module of this package whose import_file reads that kind's own output files into
 # the store (`tokensleuth import`)
-IMPORTERS = {"llama-bench": "llamabench_import"}
+IMPORTERS = {"llama-bench": "llamabench.import_"}
 
 
 def kind_for(source: str, kind: str | None) -> str:

@@ -14,10 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines.proc import Probe
+
+if TYPE_CHECKING:
+    from tokensleuth.engines.placement import LoadSettings
 
 DEFAULT_KIND = "llama-bench"
 
@@ -104,7 +107,7 @@ class Engine(Protocol):
     attaches: bool  # it can measure a server the arm attaches to (a url:/cmd: source)
     builds: bool  # it can run from a build of a source (not only from a server)
     reps_per_process: bool  # repetitions inside one process: the design may choose them
-    bench_flags: bool  # its flags are llama-bench's: settings, memory guard, threads probe
+    bench_flags: bool  # its flags are llama-bench's: checked against its --help (before and after the build)
     shares_process: bool  # arms differing in one context setting can run a pair in one process
     load_log_flag: str | None  # the flag that makes a trial print its load log (placement)
     default_workloads: tuple[str, ...]  # when none is given (empty: the engine's own defaults)
@@ -131,11 +134,45 @@ class Engine(Protocol):
         """The largest (prompt, generated, depth) tests the flags themselves name (memory guard)."""
         ...
 
+    def guard(self, flags: Sequence[str], tests: Sequence[tuple[int, int, int]]) -> LoadSettings | None:
+        """What a run with these flags and tests ((prompt, generated, depth) each) loads, as the
+        memory guard sizes it (tokensleuth.trials.memory); None where this kind loads nothing the
+        guard can size (:class:`NoFlags`)."""
+        ...
+
+    def with_threads(self, flags: Sequence[str], threads: int) -> list[str] | None:
+        """``flags`` with the engine's thread count set to ``threads`` (its own thread flag
+        replaced where given); None where this kind has no thread flag (:class:`NoFlags`)."""
+        ...
+
+    def sets_threads(self, flags: Sequence[str]) -> bool:
+        """Whether these flags set the engine's thread count themselves."""
+        ...
+
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         """Refuse, before any trial, what this engine cannot run (UserError, one line)."""
         ...
+
+    def check_served(self, endpoint: str, models: Sequence[str]) -> None:
+        """Refuse an attached server (``url:``) that serves another model than ``models``
+        (UserError, one line); an engine that cannot tell checks nothing."""
+        return None
 
     def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
         """Run one trial; engine faults are the outcome's status, never an exception."""
         ...
+
+
+class NoFlags:
+    """The answers of a kind whose flags have no memory guard and no thread count (a server's,
+    llama-batched-bench's): a kind inherits these where it has no such flag."""
+
+    def guard(self, flags: Sequence[str], tests: Sequence[tuple[int, int, int]]) -> LoadSettings | None:
+        return None
+
+    def with_threads(self, flags: Sequence[str], threads: int) -> list[str] | None:
+        return None
+
+    def sets_threads(self, flags: Sequence[str]) -> bool:
+        return False

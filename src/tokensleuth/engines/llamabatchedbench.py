@@ -25,7 +25,7 @@ from tokensleuth.core.errors import UserError, show
 from tokensleuth.core.records import ResultRow, SampleRow, TrialOutcome
 from tokensleuth.core.workloads import parse
 from tokensleuth.engines import exitdrain
-from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
+from tokensleuth.engines.base import ArmRuntime, EngineRun, NoFlags, Settings
 from tokensleuth.engines.proc import Probe, ProcResult, process_fault, run_process
 
 BINARY = "llama-batched-bench"
@@ -101,7 +101,7 @@ def outcome_from(res: ProcResult, host_env: dict[str, Any], env: Mapping[str, st
                         env=environment, results=tuple(results))
 
 
-class LlamaBatchedBench:
+class LlamaBatchedBench(NoFlags):
     """llama-batched-bench: throughput of N parallel sequences, one process per trial."""
 
     kind = "llama-batched-bench"

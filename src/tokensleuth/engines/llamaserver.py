@@ -53,6 +53,7 @@ from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (
     STALL_S,
     RequestFailed,
+    check_served_model,
     Served,
     ServerArgv,
     Stream,
@@ -232,6 +233,9 @@ class LlamaServer(ServerArgv):
             per_slot = w.n_depth + max(w.n_prompt, 1) + w.n_gen + 64
             argv += ["-c", str(w.concurrency * (-(-per_slot // 256) * 256))]
         return argv + flags
+
+    def check_served(self, endpoint: str, models: Sequence[str]) -> None:
+        check_served_model(endpoint, models)  # its /v1/models names the loaded model's size
 
     def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:

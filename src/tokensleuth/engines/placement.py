@@ -19,10 +19,47 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.core.errors import UserError
+from tokensleuth.core.errors import UserError, show
 
 # the backends that put work on an accelerator (BLAS is a CPU library)
 GPU_BACKENDS = ("CUDA", "ROCm", "Vulkan", "Metal", "SYCL", "OpenCL")
+
+
+@dataclass(frozen=True, slots=True)
+class LoadSettings:
+    """What decides where a llama.cpp load's memory goes, as the memory guard sizes it
+    (tokensleuth.trials.memory): an engine kind reads it from its own flags (Engine.guard;
+    llama-bench's: engines.llamabench.settings), defaults as b11434's."""
+
+    ngl: int = -1  # layers on the GPU; -1: every layer (llama-bench's default on a GPU build)
+    ncmoe: int = 0  # the experts of the first ncmoe layers kept on the host
+    overrides: tuple[tuple[str, str], ...] = ()  # tensor-name regex -> buffer type
+    mmap: bool = True
+    nkvo: bool = False  # the KV cache kept on the host
+    type_k: str = "f16"
+    type_v: str = "f16"
+    n_batch: int = 2048
+    n_ubatch: int = 512
+    # the largest test: prompt + generated + depth tokens (n_tokens), in cells padded to 256 (n_ctx)
+    n_ctx: int = 512
+    n_tokens: int = 512
+    repack: bool = True  # off: the CPU backend uses the weights as they are mapped
+
+
+def shown_regex(text: str) -> str:
+    """A regex as typed (show() would double its backslashes), where it is short printable ASCII."""
+    return f"'{text}'" if text.isascii() and text.isprintable() and len(text) <= 60 else show(text)
+
+
+def override_regex(pat: str, value: str | None = None) -> re.Pattern[str]:
+    """An ``-ot`` regex, compiled; UserError (naming it and the fix) where it does not compile."""
+    try:
+        return re.compile(pat)
+    except re.error as exc:
+        where = f"-ot {shown_regex(value)}: " if value is not None and value != pat else "-ot: "
+        raise UserError(f"{where}{shown_regex(pat)} is not a regular expression ({exc.msg} at position {exc.pos}) "
+                        "— fix the pattern: llama.cpp searches tensor names (blk.0.ffn_up_exps.weight) with it, "
+                        "and a literal '(', '[', '*' or '+' in it needs a '\\' before it") from None
 
 _MODEL = re.compile(r"^load_tensors:\s+(\S+) model buffer size =\s+([\d.]+) MiB", re.M)
 _KV = re.compile(r"^llama_kv_cache:\s+(\S+) KV buffer size =\s+([\d.]+) MiB", re.M)

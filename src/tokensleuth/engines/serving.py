@@ -28,7 +28,7 @@ from tokensleuth.analysis.results import percentiles
 from tokensleuth.core.errors import UserError, show
 from tokensleuth.core.records import ResultRow, SampleRow, WindowRow
 from tokensleuth.core.workloads import Workload
-from tokensleuth.engines.base import ArmRuntime
+from tokensleuth.engines.base import ArmRuntime, NoFlags
 from tokensleuth.engines.proc import Background, exit_reason
 from tokensleuth.monitor.attribute import counter_deltas
 
@@ -91,7 +91,7 @@ def sets_repetitions(flags: Sequence[str]) -> bool:
     return any(f.partition("=")[0] in ("-r", "--repetitions") for f in flags)
 
 
-class ServerArgv:
+class ServerArgv(NoFlags):
     """A server kind's answers about a trial's argv: its workload comes by name (no flags), its
     repetitions are requests per trial, given in the arm's flags (``-r``)."""
 
@@ -262,6 +262,30 @@ def model_meta(model: str, flags: Sequence[str]) -> dict[str, Any]:
                 out[key] = inline if eq else (args[i + 1] if i + 1 < len(args) else None)
         out.setdefault(key, "default")
     return out
+
+
+def check_served_model(url: str, models: Sequence[str]) -> None:
+    """An attached llama-server (``url:``) serves the model the study names, or one line says
+    it does not: its ``/v1/models`` reports the loaded model's parameter count and vocabulary,
+    and so does the GGUF file given with ``-m``. A server that cannot be reached is the first
+    trial's fault to report, not this check's."""
+    from tokensleuth.models.info import model_info
+
+    base = url.removeprefix("url:").rstrip("/")
+    try:
+        meta = httpx.get(base + "/v1/models", timeout=10.0).json()["data"][0]["meta"]
+        served = (int(meta["n_params"]), int(meta["n_vocab"]))
+    except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+        return
+    for m in models:
+        try:
+            info = model_info(Path(m))
+        except (UserError, OSError, ValueError):
+            continue
+        if (info.n_params, info.n_vocab) != served:
+            raise UserError(f"the server at {show(base)} serves another model ({served[0] / 1e6:.1f} M parameters, "
+                            f"vocabulary {served[1]}), not {show(Path(m).name)} ({info.n_params / 1e6:.1f} M, "
+                            f"{info.n_vocab}) — start it with -m {show(m)}, or name the model it serves")
 
 
 class Served:

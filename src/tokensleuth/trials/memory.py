@@ -30,6 +30,9 @@ Available: host MemAvailable, or less where the memory limit less usage of this 
 cgroup, or of one above it, is smaller; NVIDIA free memory from NVML; on AMD, VRAM and GTT
 (the system memory an APU's GPU allocates) from the amdgpu driver's sysfs. A prediction over
 what is free is refused before anything runs; one within 10% of it is warned about.
+
+The flags are the engine's to read (Engine.guard: llama-bench's in engines.llamabench.settings);
+this module sizes the load they describe (:data:`Settings`).
 """
 
 from __future__ import annotations
@@ -40,12 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.core.cliargs import flag_values, int_list
-from tokensleuth.core.errors import UserError, show
+from tokensleuth.core.errors import UserError
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.engines.placement import LoadSettings, override_regex
 from tokensleuth.models.info import _read_header
 
+Settings = LoadSettings  # what a load's memory depends on, as the engine reads it from its flags (Engine.guard)
 MIB = 1 << 20
 WARN_WITHIN = 0.10
 # The host side errs on the safe side: a refusal missed there is the freeze the field report
@@ -62,90 +66,6 @@ KV_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 3
             "q5_0": 22 / 32, "q5_1": 24 / 32, "iq4_nl": 18 / 32}
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 _EXPERTS = re.compile(r"_exps\.")
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """The flags that decide where memory goes (llama-bench's spelling; defaults as b11434's)."""
-
-    ngl: int = -1  # -1: every layer (llama-bench's default on a GPU build)
-    ncmoe: int = 0
-    overrides: tuple[tuple[str, str], ...] = ()  # -ot pattern=buffer type
-    mmap: bool = True
-    nkvo: bool = False
-    type_k: str = "f16"
-    type_v: str = "f16"
-    n_batch: int = 2048
-    n_ubatch: int = 512
-    # the largest test: prompt + generated + depth tokens (n_tokens), in cells padded to 256 (n_ctx)
-    n_ctx: int = 512
-    n_tokens: int = 512
-    repack: bool = True  # --repack 0: the CPU backend uses the weights as they are mapped
-
-
-def _shown(text: str) -> str:
-    """A regex as typed (show() would double its backslashes), where it is short printable ASCII."""
-    return f"'{text}'" if text.isascii() and text.isprintable() and len(text) <= 60 else show(text)
-
-
-def overrides_of(value: str) -> list[tuple[str, str]]:
-    """The (regex, buffer type) pairs of an ``-ot`` value, as llama-bench reads it: pairs
-    ``<regex>=<buffer type>`` joined by ``;``, a ``,`` between the values of separate runs (an
-    empty one: a run without overrides). A pair without ``=<buffer type>`` (llama-bench
-    refuses it) or with a regex that does not compile (llama.cpp's std::regex throws when it
-    loads the model) is refused here (UserError), before anything runs."""
-    form = ("-ot takes <regex>=<buffer type> pairs (exps=CPU), ';' between pairs and ',' between runs "
-            "— so a ',' or ';' cannot be part of a regex")
-    out = []
-    for part in re.split(r"[,;]", value):
-        if not part:
-            continue
-        pat, eq, buft = part.partition("=")
-        if not eq or not buft:
-            raise UserError(f"-ot {_shown(value)}: {_shown(part)} has no buffer type after '=' — {form}")
-        override_regex(pat, value)
-        out.append((pat, buft))
-    return out
-
-
-def override_regex(pat: str, value: str | None = None) -> re.Pattern[str]:
-    """An ``-ot`` regex, compiled; UserError (naming it and the fix) where it does not compile."""
-    try:
-        return re.compile(pat)
-    except re.error as exc:
-        where = f"-ot {_shown(value)}: " if value is not None and value != pat else "-ot: "
-        raise UserError(f"{where}{_shown(pat)} is not a regular expression ({exc.msg} at position {exc.pos}) "
-                        "— fix the pattern: llama.cpp searches tensor names (blk.0.ffn_up_exps.weight) with it, "
-                        "and a literal '(', '[', '*' or '+' in it needs a '\\' before it") from None
-
-
-def settings_from_flags(flags: Sequence[str],
-                        tests: Sequence[tuple[int, int, int]] = ((512, 0, 0), (0, 128, 0))) -> Settings:
-    """Settings from llama-bench flags and the tests to run ((prompt, generated, depth) each).
-    Where a flag lists several values (``-ngl 0,99``) the one that needs most counts."""
-    def last_int(*names: str, default: int) -> int:
-        vals = [v for x in flag_values(flags, *names) for v in int_list(x)]
-        return max(vals, key=lambda v: v if v >= 0 else 10 ** 9) if vals else default
-
-    ngl = last_int("-ngl", "--n-gpu-layers", default=-1)
-    ncmoe = min((v for x in flag_values(flags, "-ncmoe", "--n-cpu-moe") for v in int_list(x)), default=0)
-    ot = [pair for x in flag_values(flags, "-ot", "--override-tensor") for pair in overrides_of(x)]
-    no_mmap = any(v.strip() in ("0", "false") for x in flag_values(flags, "-mmp", "--mmap") for v in x.split(","))
-    no_mmap |= any(v.strip() in ("none", "dio", "mlock") for x in flag_values(flags, "-lm", "--load-mode")
-                   for v in x.split(","))
-    nkvo = any(v.strip() == "1" for x in flag_values(flags, "-nkvo", "--no-kv-offload") for v in x.split(","))
-    tk = (flag_values(flags, "-ctk", "--cache-type-k") or ["f16"])[-1].split(",")[0]
-    tv = (flag_values(flags, "-ctv", "--cache-type-v") or ["f16"])[-1].split(",")[0]
-    # the tests the flags name themselves (llama-bench's -p/-n/-d/-pg), beside the workloads'
-    sizes = [p + n + d for p, n, d in (*tests, *engine_for(DEFAULT_KIND).flag_tests(flags))]
-    tokens = max(sizes or [512])
-    ctx = -(-max(tokens, 1) // 256) * 256
-    # (several values: the one that needs most, repacking on)
-    repack = not all(v.strip() == "0" for x in flag_values(flags, "--repack") for v in x.split(",")) \
-        or not flag_values(flags, "--repack")
-    return Settings(ngl, ncmoe, tuple(ot), not no_mmap, nkvo, tk, tv,
-                    last_int("-b", "--batch-size", default=2048), last_int("-ub", "--ubatch-size", default=512), ctx,
-                    max(tokens, 1), repack)
 
 
 @dataclass(slots=True)
@@ -227,8 +147,8 @@ def _repacked(t: Any, types: frozenset[str]) -> bool:
 def predict(model: Path, s: Settings, gpu: bool, repack: frozenset[str] | None = None) -> Need:
     """What a run of ``model`` with settings ``s`` will hold, per place (bytes). ``repack``: the
     weight types the CPU backend repacks (default: this machine's, repack_types)."""
-    # -ot regexes compiled once, a bad one refused before the model is read (settings_from_flags
-    # refused it already; Settings made another way are checked here)
+    # -ot regexes compiled once, a bad one refused before the model is read (the engine's reading
+    # of its flags refused it already; Settings made another way are checked here)
     overrides = [(override_regex(pat), buft) for pat, buft in s.overrides]
     head = _read_header(model)
     kv = head.kv
@@ -454,14 +374,23 @@ def tests_of(workloads: Sequence[str]) -> list[tuple[int, int, int]]:
     return [(w.n_prompt, w.n_gen, w.n_depth) for w in map(parse, workloads)] or [(512, 0, 0), (0, 128, 0)]
 
 
+def load_settings(kind: str, flags: Sequence[str], workloads: Sequence[str]) -> Settings | None:
+    """What a run of ``kind`` with these flags and workloads loads, as the engine reads its own
+    flags (Engine.guard); None where the kind loads nothing the guard sizes."""
+    return engine_for(kind).guard(flags, tests_of(workloads))
+
+
 def guard(models: Sequence[str], flags: Sequence[str], workloads: Sequence[str], backends: Sequence[str],
-          warn: Any = None, free: Free | None = None) -> list[tuple[str, Need]]:
+          warn: Any = None, free: Free | None = None, *, kind: str = DEFAULT_KIND) -> list[tuple[str, Need]] | None:
     """Refuse (UserError, before anything runs) a run that cannot fit; ``warn`` each one close
-    to full. Returns each model's prediction (recorded with the study)."""
+    to full. Returns each model's prediction (recorded with the study); None where ``kind`` (the
+    arm's engine; the default: the profiler's, which runs llama-bench) has no load to guard."""
     from tokensleuth.engines.placement import GPU_BACKENDS
 
     gpu = any(b in GPU_BACKENDS for b in backends)
-    s = settings_from_flags(flags, tests_of(workloads))
+    s = load_settings(kind, flags, workloads)
+    if s is None:
+        return None
     if free is None:
         h, hs = host_free()
         g, gs = gpu_free() if gpu else (None, "")

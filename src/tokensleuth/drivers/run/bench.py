@@ -33,6 +33,8 @@ def run(request: BenchRequest, say: Say) -> str:
             if f.split("=", 1)[0] in WORKLOAD_FLAGS:
                 raise UserError(f"flag {f} conflicts with --workload — give the tests with --workload only")
     check_arm(None, "engine", kind, flags, env, workloads, api_key_env=key, source=engine)
+    if engine.startswith("url:"):
+        engine_for(kind).check_served(engine, models)  # a server that answers with another model: one line
     fleet = shared.open_fleet(request, say)
     identity = None
     if fleet is not None:
@@ -46,10 +48,10 @@ def run(request: BenchRequest, say: Say) -> str:
     else:
         b = shared.build(engine, request.cmake, shared.targets_for([kind]), say)
         check_arm(b, "engine", kind, flags, env, workloads, api_key_env=key, source=engine)
-        if engine_for(kind).bench_flags:  # a load that cannot fit is refused before it starts
-            from tokensleuth.trials.memory import guard
+        from tokensleuth.trials.memory import guard
 
-            guard(models, flags, workloads, b.backends, warn=say.line)
+        # a load that cannot fit is refused before it starts (where the engine has a load to guard)
+        guard(models, flags, workloads, b.backends, warn=say.line, kind=kind)
     with shared.open_store(request.db) as store:
         return bench.run_bench(store, b, models, flags, trials=request.trials, env=env, timeout_s=request.timeout_s,
                          resume=request.resume, on_trial=shared.trial_printer(say),

@@ -47,6 +47,8 @@ def run(request: CompareRequest, say: Say, summarize: Summarize) -> CompareOutco
     for a in spec.arms:
         check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
                   api_key_env=a.api_key_env, source=a.source)
+        if a.source.startswith("url:"):  # an attached server that answers with another model: one line
+            engine_for(a.kind).check_served(a.source, spec.models)
     if spec.hosts and request.cluster is None:
         raise UserError("the study file names [[hosts]] — run it with --cluster auto or --cluster HOST:PORT")
     fleet = shared.open_fleet(request, say, "--per-host" if request.per_host else "", [h.on for h in spec.hosts])
@@ -120,10 +122,10 @@ def _guard_memory(spec: CompareSpec, builds: Mapping[str, EngineBuild], say: Say
 
     predicted: dict[str, dict[str, Any]] = {}
     for a in spec.arms:
-        if engine_for(a.kind).bench_flags:
-            predicted[a.name] = {m: need.to_json() for m, need in guard(
-                spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
-                warn=say.line)}
+        needs = guard(spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
+                      warn=say.line, kind=a.kind)  # None: the arm's engine has no load to guard
+        if needs is not None:
+            predicted[a.name] = {m: need.to_json() for m, need in needs}
     return predicted
 
 

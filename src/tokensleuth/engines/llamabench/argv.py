@@ -12,6 +12,7 @@ from tokensleuth.core.workloads import parse, parse_workload
 # the flags that name tests: tokensleuth sets them from the workloads (an arm may not set them too)
 WORKLOAD_FLAGS = frozenset({"-p", "--n-prompt", "-n", "--n-gen", "-d", "--n-depth", "-pg"})
 REPETITION_FLAGS = ("-r", "--repetitions")
+THREAD_FLAGS = ("-t", "--threads")
 DEFAULT_REPETITIONS = 5  # llama-bench's own -r
 
 
@@ -149,3 +150,25 @@ def flag_tests(flags: Sequence[str]) -> list[tuple[int, int, int]]:
         if len(pg) == 2:
             out.append((pg[0], pg[1], depth))
     return out
+
+
+def with_threads(flags: Sequence[str], threads: int) -> list[str]:
+    """``flags`` with llama-bench's thread count set to ``threads`` (``-t``, replaced where given)."""
+    out: list[str] = []
+    skip = False
+    for i, f in enumerate(flags):
+        if skip:
+            skip = False
+            continue
+        if f in THREAD_FLAGS and i + 1 < len(flags):
+            skip = True
+            continue
+        if f.startswith(f"{THREAD_FLAGS[1]}="):
+            continue
+        out.append(f)
+    return [*out, THREAD_FLAGS[0], str(threads)]
+
+
+def sets_threads(flags: Sequence[str]) -> bool:
+    """Whether the flags set the thread count (``-t``, ``--threads``) themselves."""
+    return any(f in THREAD_FLAGS or f.startswith(f"{THREAD_FLAGS[1]}=") for f in flags)

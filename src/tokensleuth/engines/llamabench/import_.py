@@ -22,7 +22,7 @@ from tokensleuth.engines.llamabench import (
     result_row,
     summary_row,
 )
-from tokensleuth.engines.llamabench_sql import parse_sql
+from tokensleuth.engines.llamabench.sql import parse_sql
 
 if TYPE_CHECKING:
     from tokensleuth.store import Store

@@ -1,5 +1,10 @@
 """llama-bench: argv, output parsing (pure), and one trial = one process.
 
+The llama-bench wing: its flag language lives here and in this package's modules — ``argv``
+(a trial's flags from workload names, repetitions, threads), ``params`` (its reported
+settings: diff, pin), ``settings`` (what the memory guard reads from its flags), ``import_``
+and ``sql`` (reading its existing output files). The core asks :data:`ENGINE`, never these.
+
 tokensleuth adds ``-o jsonl --progress``: results come as one JSON object per
 test on stdout, and progress lines on stderr mark when each timed repetition
 starts. In llama-bench the timer ``t_start`` is taken just before the
@@ -25,9 +30,10 @@ from tokensleuth.core.workloads import (  # llama-bench's workload names, the co
     INT32_MAX,
     bench_test_name,
 )
-from tokensleuth.engines import llamabench_argv as bench_argv
-from tokensleuth.engines import llamabench_params as params
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
+from tokensleuth.engines.llamabench import argv as bench_argv
+from tokensleuth.engines.llamabench import params
+from tokensleuth.engines.llamabench import settings as load_settings
 from tokensleuth.engines.proc import Probe, ProcResult, process_fault, run_process
 from tokensleuth.monitor.attribute import counter_deltas
 
@@ -470,7 +476,7 @@ def pin_to(base: Mapping[str, Any], build: Any, model: str, flags: Sequence[str]
 
 class LlamaBenchSettings:
     """llama-bench's settings as the core asks for them (engines.base.Settings): the pure parts
-    in engines.llamabench_params, the probe that runs this engine here."""
+    in engines.llamabench.params, the probe that runs this engine here."""
 
     FIELDS = params.FIELDS
     settings = staticmethod(params.settings)
@@ -505,6 +511,9 @@ class LlamaBench:
     repetitions = staticmethod(bench_argv.repetitions)
     sets_repetitions = staticmethod(bench_argv.sets_repetitions)
     flag_tests = staticmethod(bench_argv.flag_tests)
+    guard = staticmethod(load_settings.settings_from_flags)  # the memory guard reads -ngl, -ot, -ub, …
+    with_threads = staticmethod(bench_argv.with_threads)
+    sets_threads = staticmethod(bench_argv.sets_threads)
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         bench_argv.check_repetitions(arm.flags)
