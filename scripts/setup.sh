@@ -47,6 +47,18 @@ if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; th
     .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fleet]'
     touch .venv/.installed
 fi
+# AIPerf and llama-benchy, the peers of the server figures (bench/peer_check.py and its test), in an
+# environment of their own as their users install them: their pins (rich 14, psutil 7.0) conflict with
+# ours. Kept under the user cache dir, keyed by the pinned file's hash, so a fresh clone reuses it.
+if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then
+    peer="${TOKENSLEUTH_PEER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tokensleuth/peer-venv}"
+    want="$(sha256sum bench/requirements-peer.txt | cut -d' ' -f1)"
+    if [ "$(cat "$peer/.installed" 2>/dev/null)" != "$want" ]; then
+        { rm -rf "$peer" && python3 -m venv "$peer" \
+            && "$peer/bin/python" -m pip install -q --disable-pip-version-check -r bench/requirements-peer.txt \
+            && echo "$want" > "$peer/.installed"; } || need "AIPerf and llama-benchy (bench/requirements-peer.txt: the peer check's test)"
+    fi
+fi
 # CUPTI's headers of CUDA 12.1, 12.9 and 13.0 (NVIDIA's wheels): the CUDA tracer is compiled against
 # each in the tests (no GPU needed to compile it)
 if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then

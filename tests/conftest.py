@@ -123,7 +123,16 @@ NEEDS: dict[str, tuple[Callable[[], bool], str]] = {  # part -> (is it here?, ho
     "tmpfs": (_can_mount_tmpfs, "run the suite as root: a full-disk fault needs a small tmpfs mounted"),
     "ccache": (lambda: _which("ccache"), "install Debian's ccache (scripts/setup.sh does, as root)"),
     "chattr": (_can_chattr, "install e2fsprogs' chattr and run as root on a file system with the immutable flag"),
+    "peers": (lambda: _peer_ready() is None,
+              "install AIPerf and llama-benchy as bench/requirements-peer.txt pins them (scripts/setup.sh does)"),
 }
+
+
+def _peer_ready() -> str | None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from _peers import peer_ready
+
+    return peer_ready()
 _seen: dict[str, bool] = {}
 
 

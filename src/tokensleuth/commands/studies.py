@@ -1,4 +1,4 @@
-"""tokensleuth import | studies: put llama-bench output in the store; list what it holds."""
+"""tokensleuth import | studies: put llama-bench, AIPerf or llama-benchy results in the store; list what it holds."""
 
 from __future__ import annotations
 
@@ -12,17 +12,24 @@ from tokensleuth.commands.common import DbOpt, out
 
 
 def import_cmd(
-    file: Annotated[Path, typer.Argument(help="llama-bench output: -o json, -o jsonl or -o sql.")],
+    file: Annotated[Path, typer.Argument(help="llama-bench output (-o json, jsonl or sql), an AIPerf run "
+                                              "(its artifact folder or profile_export_aiperf.json) or "
+                                              "llama-benchy --format json output.")],
     db: DbOpt = None,
 ) -> None:
-    """Import an existing llama-bench output into the store."""
-    from tokensleuth.engines import importer_for
+    """Import an existing llama-bench, AIPerf or llama-benchy result into the store."""
+    from tokensleuth.core.writes import check_readable_file
+    from tokensleuth.engines import importer_for, peers
     from tokensleuth.engines.base import DEFAULT_KIND
 
-    from tokensleuth.core.writes import check_readable_file
-
-    check_readable_file("a llama-bench output file", file)  # a FIFO or /dev/zero would never end
+    if not (file.is_dir() and peers.tool_of(file)):  # an AIPerf artifact folder is a folder
+        check_readable_file("a result file", file)  # a FIFO or /dev/zero would never end
     with common.open_store(db) as store:
+        if (tool := peers.tool_of(file)) is not None:
+            study, n = peers.import_file(store, file)
+            out.print(f"imported {n} {tool} result{'s' if n != 1 else ''} as study {study} (under {tool}'s "
+                      "definitions: report shows them)")
+            return
         study, n = importer_for(DEFAULT_KIND)(store, file)  # llama-bench's -o json|jsonl|sql
     out.print(f"imported {n} results as study {study}")
 

@@ -51,7 +51,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
         busy = res["busy_cores"]
         rows.append([
             model_label(c.meta, c.model), size_label(c.meta), params_label(c.meta),
-            str(c.meta.get("backends") or "?"), *(str(c.meta.get(p, "")) for p in params),
+            str(c.meta.get("backends") or "?"), *("—" if c.meta.get(p) is None else str(c.meta[p]) for p in params),
             c.test, fmt_ts(c.kept_tokens_per_s, c.avg_ts, c.stddev_ts), str(len(c.kept_tokens_per_s)),
             "—" if cpu is None else f"{cpu:.3f}", "—" if busy is None else f"{busy:.2f}",
             *("—" if res[k] is None else f.format(res[k]) for _, k, f in gpu_cols),
@@ -61,6 +61,9 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
     commit = engine.get("commit") or "unknown"
     number = engine.get("build_number")
     foot = f"build: {commit[:9]} ({number if number is not None else '?'}) · engine {engine.get('source')}"
+    if engine.get("tool"):  # another tool's results (engines/peers.py): its definitions, not ours
+        foot = "\n".join([f"measured by {engine['tool']} {engine.get('tool_version') or ''} · {engine.get('source')}",
+                          *(f"- {k}: {v}" for k, v in (engine.get("definitions") or {}).items())])
     cold = bench_cold_sentence(cells)
     return "\n".join([table(headers, rows, right), "", *([cold.strip(), ""] if cold else []), foot,
                       f"study: {study_id}"])

@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""Server figures against the tools people trust: tokensleuth, NVIDIA's AIPerf and llama-benchy
+on one llama-server, back to back, in interleaved rounds (the order rotates each round).
+
+Matched workloads: a 512-token prompt and 128 generated tokens per request (``pp512+tg128`` in
+tokensleuth's names), at concurrency 1 and 4 (``--concurrency``); greedy sampling, no prompt cache,
+exact output length for every tool. Per round and tool:
+
+- tokensleuth: ``bench --engine url:… --kind llama-server -w pp512+tg128 -w pp512+tg128xc4``;
+- AIPerf: ``aiperf profile --endpoint-type completions --streaming --use-server-token-count``
+  with ``--extra-inputs ignore_eos:true cache_prompt:false temperature:0``, read back through
+  ``tokensleuth import`` (engines/peers.py);
+- llama-benchy: ``--pp 512 --tg 128 --exact-tg --no-cache --extra-body temperature=0``.
+
+Printed, per figure: each tool's value per round, then the ratio of each peer to tokensleuth
+(geometric mean over rounds, 95% t interval) and the definition each tool uses. Where the
+definitions differ, both are measured on the same requests:
+
+- ITL percentiles: tokensleuth's and AIPerf's ``inter_chunk_latency`` are over every interval
+  between tokens; AIPerf's ``inter_token_latency`` is over one mean per request, so its p99 is
+  the p99 of request means (a smaller tail);
+- decode rate at concurrency 1: tokensleuth's client rate (tokens after the first over the first-
+  to-last token time) against AIPerf's 1 / per-request ITL and llama-benchy's tg_req_throughput;
+- sampling: tokensleuth always asks for greedy decoding; both peers sample with the server's
+  defaults unless told otherwise. ``--sampling default`` runs the peers that way too, and the
+  server's own decode rate (``--metrics``) over each tool's turn shows what the sampler costs;
+- concurrency: tokensleuth's ``xc4`` sends 4 requests at once and waits for all (a burst);
+  AIPerf keeps 4 in flight all along; llama-benchy sends 4 at once per run, like tokensleuth.
+
+    bash scripts/setup.sh    # the peers' environment (bench/requirements-peer.txt)
+    .venv/bin/python bench/peer_check.py --rounds 4 --reps 5 [--model M.gguf] [-- -ngl 99]
+
+Resumable: each round's figures are appended to ``--out`` (JSON lines) as soon as they exist,
+and a rerun with the same ``--out`` starts at the next round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+from _common import tiny_model, tokensleuth_cmd
+from _peers import aiperf, benchy, make_tokenizer, serve_book, wait_health
+from scipy import stats
+
+from tokensleuth.commands.common import targets_for
+from tokensleuth.engines.serving import free_port
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import BuildCache
+
+PP, TG = 512, 128
+
+
+def server_counters(url: str) -> dict[str, float]:
+    """llama-server's own running totals (--metrics): prompt and decode tokens and seconds."""
+    out: dict[str, float] = {}
+    for line in httpx.get(url + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("llamacpp:") and " " in line:
+            name, _, value = line.partition(" ")
+            out[name.removeprefix("llamacpp:")] = float(value)
+    return out
+
+
+def server_decode(before: dict[str, float], after: dict[str, float]) -> float:
+    d = {k: after[k] - before.get(k, 0.0) for k in after}
+    return d["tokens_predicted_total"] / d["tokens_predicted_seconds_total"]
+
+
+def run_tokensleuth(url: str, model: Path, reps: int, concs: list[int], work: Path) -> dict[str, float]:
+    out, db = work / "ts.json", work / "ts.db"
+    ws = [a for c in concs for a in ("-w", f"pp{PP}+tg{TG}" + (f"xc{c}" if c > 1 else ""))]
+    subprocess.run([*tokensleuth_cmd(), "bench", "--engine", f"url:{url}", "--kind", "llama-server", "-m", str(model),
+                    *ws, "--json", str(out), "--db", str(db), "--", "-r", str(reps)], check=True, capture_output=True)
+    got: dict[str, float] = {}
+    for r in json.loads(out.read_text())["results"]:
+        c = int(r["workload"].split("xc")[1]) if "xc" in r["workload"] else 1
+        lat = r["latency"]
+        got[f"ttft_p50@{c}"] = lat["ttft_ms"]["p50"]
+        for p in ("p50", "p90", "p99"):
+            got[f"itl_{p}@{c}"] = lat["itl_ms"][p]
+        if c == 1:
+            got["decode_tps@1"] = lat["client_tg_tokens_per_s"]
+        else:  # every token over the burst's wall clock: the output share of it
+            got[f"output_tps@{c}"] = r["tokens_per_s"]["mean"] * TG / (PP + TG)
+    return got
+
+
+def run_aiperf(url: str, tok: Path, reps: int, concs: list[int], work: Path, extra: tuple[str, ...]) -> dict[str, float]:
+    got: dict[str, float] = {}
+    for c in concs:
+        art = aiperf(url, tok, work / f"aiperf{c}", PP, TG, c, reps * c, extra)
+        s = json.loads((art / "profile_export_aiperf.json").read_text())
+        got[f"ttft_p50@{c}"] = s["time_to_first_token"]["p50"]
+        for p in ("p50", "p90", "p99"):
+            got[f"itl_{p}@{c}"] = s["inter_chunk_latency"][p]
+            got[f"itl_request_mean_{p}@{c}"] = s["inter_token_latency"][p]
+        if c == 1:
+            got["decode_tps@1"] = s["output_token_throughput_per_user"]["avg"]
+        else:
+            got[f"output_tps@{c}"] = s["output_token_throughput"]["avg"]
+    return got
+
+
+def run_benchy(url: str, tok: Path, book: str, reps: int, concs: list[int], work: Path,
+               extra: tuple[str, ...]) -> dict[str, float]:
+    res = benchy(url, tok, book, work / "benchy.json", PP, TG, tuple(concs), reps, extra)
+    got: dict[str, float] = {}
+    for b in res["benchmarks"]:
+        c = int(b["concurrency"])
+        got[f"ttft_p50@{c}"] = statistics.median(b["e2e_ttft"]["values"])
+        if c == 1:
+            got["decode_tps@1"] = b["tg_req_throughput"]["mean"]
+        else:
+            got[f"output_tps@{c}"] = b["tg_throughput"]["mean"]
+    return got
+
+
+def ratio_ci(xs: list[float], ys: list[float]) -> str:
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x and y]
+    if len(pairs) < 2:
+        return "—"
+    logs = [math.log(x / y) for x, y in pairs]
+    m = statistics.fmean(logs)
+    half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    return f"{math.exp(m):.3f} [{math.exp(m - half):.3f}, {math.exp(m + half):.3f}]"
+
+
+DEFINED = {
+    "ttft_p50": "request sent to first token, client clock, median (all three)",
+    "itl_p50": "every interval between tokens (ts: chunks split per token; AIPerf inter_chunk_latency)",
+    "itl_request_mean_p50": "AIPerf inter_token_latency: one mean per request, (latency - TTFT) / (n - 1)",
+    "decode_tps": "ts: tokens after the first / first-to-last token; AIPerf: 1 / request ITL; "
+                  "llama-benchy: tg_req_throughput",
+    "output_tps": "output tokens / wall clock: ts and llama-benchy a burst of C, AIPerf C in flight all along",
+    "server_decode_tps": "llama-server's own decode rate over the tool's turn (--metrics)",
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--reps", type=int, default=5, help="requests per workload and round (per stream)")
+    ap.add_argument("--concurrency", default="1,4")
+    ap.add_argument("--model", type=Path, help="a GGUF with a qwen2 vocabulary (default: the tiny MoE)")
+    ap.add_argument("--sampling", choices=("greedy", "default"), default="greedy",
+                    help="the peers' sampling: greedy as tokensleuth's, or the server's defaults")
+    ap.add_argument("--out", type=Path, default=Path("bench/results/peer_check.jsonl"))
+    ap.add_argument("server_flags", nargs="*", help="after --: llama-server flags (-ngl 99 …)")
+    a = ap.parse_args()
+    concs = [int(c) for c in a.concurrency.split(",")]
+    engine = BuildCache().get(DEFAULT_ENGINE, targets=targets_for(["llama-server"]))
+    model = a.model or tiny_model(engine, "qwen3moe")
+    work = Path(tempfile.mkdtemp(prefix="peer-"))
+    httpd, book = serve_book(work)
+    tok, n_local = make_tokenizer(model, work / "tok", work / "book.txt")
+    extra = ("temperature:0",) if a.sampling == "greedy" else ()
+    bextra = ("temperature=0",) if a.sampling == "greedy" else ()
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    per_slot = PP + TG + 64
+    server = subprocess.Popen([str(Path(engine.bin_dir) / "llama-server"), "-m", str(model), "--port", str(port),
+                               "-np", str(max(concs)), "-c", str(max(concs) * per_slot * 2), "-cram", "0", "--metrics",
+                               "--no-webui", *(a.server_flags or ["-t", "1"])],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = [json.loads(line) for line in a.out.read_text().splitlines()] if a.out.exists() else []
+    try:
+        wait_health(url, server)
+        n_server = len(httpx.post(url + "/tokenize", json={"content": (work / "book.txt").read_text()},
+                                  timeout=60).json()["tokens"])
+        print(f"tokenizer.json from the GGUF vocab: {n_local} tokens on the corpus, the server's /tokenize {n_server}"
+              f" ({100 * (n_local - n_server) / n_server:+.2f}%); peers' sampling: {a.sampling}", flush=True)
+        tools = ["tokensleuth", "aiperf", "llama-benchy"]
+        for i in range(len(done), a.rounds):
+            order = tools[i % 3:] + tools[:i % 3]
+            row: dict[str, Any] = {"round": i + 1, "order": order, "sampling": a.sampling}
+            for who in order:
+                before = server_counters(url)
+                if who == "tokensleuth":
+                    got = run_tokensleuth(url, model, a.reps, concs, work)
+                elif who == "aiperf":
+                    got = run_aiperf(url, tok, a.reps, concs, work, extra)
+                else:
+                    got = run_benchy(url, tok, book, a.reps, concs, work, bextra)
+                got["server_decode_tps"] = server_decode(before, server_counters(url))
+                row[who] = got
+            with a.out.open("a") as f:  # the round is kept as soon as it exists
+                f.write(json.dumps(row) + "\n")
+            done.append(row)
+            print(f"round {i + 1} ({' → '.join(order)}) done", flush=True)
+    finally:
+        server.terminate()
+        server.wait(10)
+        httpd.shutdown()
+    keys = sorted({k for r in done for k in r["tokensleuth"]} | {k for r in done for k in r["aiperf"]})
+    print(f"\n{len(done)} rounds, {a.reps} requests per workload and stream; ratio = peer / tokensleuth\n")
+    print("| figure | tokensleuth | AIPerf | llama-benchy | AIPerf / ts | llama-benchy / ts | definition |")
+    print("| --- | ---: | ---: | ---: | --- | --- | --- |")
+    for k in keys:
+        col = {t: [r[t].get(k) for r in done] for t in tools}
+
+        def med(xs: list[float | None]) -> str:
+            v = [x for x in xs if x is not None]
+            return f"{statistics.median(v):.2f}" if v else "—"
+
+        ts = col["tokensleuth"]
+        ra = ratio_ci([x or 0 for x in col["aiperf"]], [x or 0 for x in ts]) if any(ts) else "—"
+        rb = ratio_ci([x or 0 for x in col["llama-benchy"]], [x or 0 for x in ts]) if any(ts) else "—"
+        print(f"| {k} | {med(ts)} | {med(col['aiperf'])} | {med(col['llama-benchy'])} | {ra} | {rb} | "
+              f"{DEFINED.get(k.split('@')[0].replace('_p90', '_p50').replace('_p99', '_p50'), '')} |")
+
+
+if __name__ == "__main__":
+    main()
