@@ -152,11 +152,17 @@ def main() -> None:
     ap.add_argument("--sampling", choices=("greedy", "default"), default="greedy",
                     help="the peers' sampling: greedy as tokensleuth's, or the server's defaults")
     ap.add_argument("--out", type=Path, default=Path("bench/results/peer_check.jsonl"))
+    ap.add_argument("--bin", type=Path, help="a folder with llama-server (tokensleuth engine build … --target "
+                                              "llama-server prints one); default: the default engine, built here")
+    ap.add_argument("--tools", default="tokensleuth,aiperf,llama-benchy", help="which of the three to run")
     ap.add_argument("server_flags", nargs="*", help="after --: llama-server flags (-ngl 99 …)")
     a = ap.parse_args()
     concs = [int(c) for c in a.concurrency.split(",")]
-    engine = BuildCache().get(DEFAULT_ENGINE, targets=targets_for(["llama-server"]))
-    model = a.model or tiny_model(engine, "qwen3moe")
+    if a.bin and a.model:
+        bin_dir, model = a.bin, a.model
+    else:
+        engine = BuildCache().get(DEFAULT_ENGINE, targets=targets_for(["llama-server"]))
+        bin_dir, model = a.bin or Path(engine.bin_dir), a.model or tiny_model(engine, "qwen3moe")
     work = Path(tempfile.mkdtemp(prefix="peer-"))
     httpd, book = serve_book(work)
     tok, n_local = make_tokenizer(model, work / "tok", work / "book.txt")
@@ -165,7 +171,7 @@ def main() -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     per_slot = PP + TG + 64
-    server = subprocess.Popen([str(Path(engine.bin_dir) / "llama-server"), "-m", str(model), "--port", str(port),
+    server = subprocess.Popen([str(bin_dir / "llama-server"), "-m", str(model), "--port", str(port),
                                "-np", str(max(concs)), "-c", str(max(concs) * per_slot * 2), "-cram", "0", "--metrics",
                                "--no-webui", *(a.server_flags or ["-t", "1"])],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -176,9 +182,9 @@ def main() -> None:
                                   timeout=60).json()["tokens"])
         print(f"tokenizer.json from the GGUF vocab: {n_local} tokens on the corpus, the server's /tokenize {n_server}"
               f" ({100 * (n_local - n_server) / n_server:+.2f}%); peers' sampling: {a.sampling}", flush=True)
-        tools = ["tokensleuth", "aiperf", "llama-benchy"]
+        tools = [t for t in a.tools.split(",") if t]
         for i in range(len(done), a.rounds):
-            order = tools[i % 3:] + tools[:i % 3]
+            order = tools[i % len(tools):] + tools[:i % len(tools)]
             row: dict[str, Any] = {"round": i + 1, "order": order, "sampling": a.sampling}
             for who in order:
                 before = server_counters(url)
@@ -198,12 +204,13 @@ def main() -> None:
         server.terminate()
         server.wait(10)
         httpd.shutdown()
-    keys = sorted({k for r in done for k in r["tokensleuth"]} | {k for r in done for k in r["aiperf"]})
+    tools = [t for t in ("tokensleuth", "aiperf", "llama-benchy") if all(t in r for r in done)]
+    keys = sorted({k for r in done for t in tools for k in r[t]})
     print(f"\n{len(done)} rounds, {a.reps} requests per workload and stream; ratio = peer / tokensleuth\n")
     print("| figure | tokensleuth | AIPerf | llama-benchy | AIPerf / ts | llama-benchy / ts | definition |")
     print("| --- | ---: | ---: | ---: | --- | --- | --- |")
     for k in keys:
-        col = {t: [r[t].get(k) for r in done] for t in tools}
+        col = {t: [r[t].get(k) if t in tools else None for r in done] for t in ("tokensleuth", "aiperf", "llama-benchy")}
 
         def med(xs: list[float | None]) -> str:
             v = [x for x in xs if x is not None]

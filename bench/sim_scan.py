@@ -57,7 +57,6 @@ class SimEngine(NoFlags):
     attaches = False
     builds = True
     reps_per_process = True
-    bench_flags = False
     shares_process = False
     load_log_flag = None
     default_workloads: tuple[str, ...] = ()

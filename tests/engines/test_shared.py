@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.engines.shared import differing_setting, per_instance, shared_unit, split
+from tokensleuth.engines.base import per_instance
+from tokensleuth.engines.llamabench.shared import differing_setting, shared_unit, split
 from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
 from tokensleuth.trials.runner import TrialJob
 
@@ -91,7 +92,7 @@ def test_the_outcome_splits_into_each_arms_two_instances_interleaved() -> None:
 
 
 def test_each_arm_gets_back_the_command_it_would_run_alone() -> None:
-    from tokensleuth.engines.shared import own_argv
+    from tokensleuth.engines.base import own_argv
 
     shared = {"order": ["b", "a", "a", "b"], "flag": "-t", "values": ["2", "1"]}
     argv = ["llama-bench", "-m", "m.gguf", "-t", "2,1,1,2", "-p", "64"]

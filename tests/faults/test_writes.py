@@ -311,7 +311,7 @@ def test_an_unknown_engine_flag_is_refused_before_the_build_from_llama_benchs_ow
     """scan and bisect built both ends before refusing `-- --no-such-flag`: the flags that
     llama-bench's source parses are read from the sdist (or the git revision) first."""
     from tokensleuth.drivers.judge import Judge
-    from tokensleuth.engines.checks import check_flags_in_source
+    from tokensleuth.engines.llamabench import check_flags_in_source
     from tokensleuth.sources.build import BuildCache
     from tokensleuth.store import Store
 

@@ -26,7 +26,8 @@ from tokensleuth.drivers.comparisons import (
 )
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
-from tokensleuth.engines.shared import differing_setting, per_instance
+from tokensleuth.engines import differing_setting
+from tokensleuth.engines.base import per_instance
 from tokensleuth.executors import Executor, execute
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store, stored_json
@@ -109,7 +110,7 @@ def _runtimes(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> dict[str,
 
 
 def shares_process(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> bool:
-    """Whether the study's pairs run in one engine process each (tokensleuth.engines.shared):
+    """Whether the study's pairs run in one engine process each (Engine.sharing):
     two arms of an engine kind that can, one build and environment, one context setting apart,
     and the user did not ask for a process per trial."""
     if spec.separate_processes or len(spec.arms) != 2:

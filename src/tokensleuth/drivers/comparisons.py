@@ -19,7 +19,7 @@ from tokensleuth.analysis.results import load_cells
 from tokensleuth.core.workloads import cell_of, trial_workloads
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
-from tokensleuth.engines.shared import per_instance
+from tokensleuth.engines.base import per_instance
 from tokensleuth.store import Store, stored_json
 from tokensleuth.trials.spec import CompareSpec
 
@@ -48,7 +48,7 @@ class Comparison:
     cand_latency: dict[str, Any] | None = None
     # leading repetitions every trial of this cell left out (stats.cold_leading), None when none
     cold: stats.Cold | None = None
-    shared: bool = False  # each pair ran in one engine process (engines.shared), not one per trial
+    shared: bool = False  # each pair ran in one engine process (Engine.sharing), not one per trial
     joined: bool = False  # each trial ran every workload of its model in one process (compare.joins_workloads)
     # pairs whose trials carried a confounder the monitor saw (CONFOUNDERS), by code, and the
     # interval of the other pairs alone (None when none carried one)
@@ -118,7 +118,7 @@ class Comparison:
                                  "ratio": self.cold.ratio if self.cold else None,
                                  **({"per_instance": per_instance(self.cold.count if self.cold else 0)}
                                     if self.shared else {})},
-            # each pair in one process (engines.shared), or each trial all of its model's workloads;
+            # each pair in one process (Engine.sharing), or each trial all of its model's workloads;
             # absent: a process per trial and workload, as ever
             **({"design": SHARED_DESIGN} if self.shared else {"design": JOINED_DESIGN} if self.joined else {}),
             # server arms only: client-side TTFT / inter-token latency (None for a llama-bench arm)

@@ -94,10 +94,8 @@ class Judge:
     def build(self, source: str) -> EngineBuild | None:
         """The source's build, or None when it does not build (the reason in build_errors)."""
         if source not in self.builds:
-            if engine_for(self.kind).bench_flags and getattr(self.cache, "check_arm", None) is None:
-                from tokensleuth.engines.checks import check_flags_in_source
-
-                check_flags_in_source(source, self.flags)  # an unknown flag: refused before this build
+            if getattr(self.cache, "check_arm", None) is None:  # an unknown flag: refused before this build
+                engine_for(self.kind).check_source_flags(source, self.flags)
             try:
                 self.builds[source] = self.cache.get(source, self.cmake, targets=self.targets)
             except EngineError as exc:

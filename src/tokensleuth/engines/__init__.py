@@ -10,14 +10,14 @@ Floor 3: imports analysis and the floors below; never trials, a driver or a rend
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import UserError
 
 if TYPE_CHECKING:
-    from tokensleuth.engines.base import Engine
+    from tokensleuth.engines.base import ArmRuntime, Engine, SharedRun
     from tokensleuth.store import Store
 
 FLOOR = 3  # the layers: a module imports its own folder and lower floors (tests/test_seams.py)
@@ -54,6 +54,21 @@ def engine_for(kind: str) -> Engine:
         raise UserError(f"unknown engine kind {kind!r} — choose one of {', '.join(KINDS)}")
     engine: Engine = importlib.import_module(f"{__name__}.{module}").ENGINE
     return engine
+
+
+def shared_unit(arms: Mapping[str, ArmRuntime], unit: Sequence[Any]) -> SharedRun | None:
+    """The unit as one engine process, where it is a pair whose arms' kind can share one
+    (``Engine.sharing``) and whose arms may and do fit; else None."""
+    if len(unit) != 2:
+        return None
+    sharing = engine_for(arms[unit[0].arm].kind).sharing
+    return None if sharing is None else sharing.shared_unit(arms, unit)
+
+
+def differing_setting(a: ArmRuntime, b: ArmRuntime, in_process: bool = False) -> tuple[str, str, str] | None:
+    """(flag, a's value, b's value) where the arms' kind can run them in one process, else None."""
+    sharing = engine_for(a.kind).sharing
+    return None if sharing is None else sharing.differing_setting(a, b, in_process)
 
 
 def importer_for(kind: str) -> Callable[[Store, Path], tuple[str, int]]:

@@ -21,6 +21,7 @@ from tokensleuth.engines.proc import Probe
 
 if TYPE_CHECKING:
     from tokensleuth.engines.placement import LoadSettings
+    from tokensleuth.sources.build import EngineBuild
 
 DEFAULT_KIND = "llama-bench"
 
@@ -107,8 +108,8 @@ class Engine(Protocol):
     attaches: bool  # it can measure a server the arm attaches to (a url:/cmd: source)
     builds: bool  # it can run from a build of a source (not only from a server)
     reps_per_process: bool  # repetitions inside one process: the design may choose them
-    bench_flags: bool  # its flags are llama-bench's: checked against its --help (before and after the build)
     shares_process: bool  # arms differing in one context setting can run a pair in one process
+    sharing: Sharing | None  # how it does so (None where it cannot)
     load_log_flag: str | None  # the flag that makes a trial print its load log (placement)
     default_workloads: tuple[str, ...]  # when none is given (empty: the engine's own defaults)
     default_repetitions: int | None  # per process when its flags name none (None: it counts none in one)
@@ -155,13 +156,67 @@ class Engine(Protocol):
 
     def check_served(self, endpoint: str, models: Sequence[str]) -> None:
         """Refuse an attached server (``url:``) that serves another model than ``models``
-        (UserError, one line); an engine that cannot tell checks nothing."""
-        return None
+        (UserError, one line); a kind that cannot tell checks nothing (:class:`NoFlags`)."""
+        ...
+
+    def check_source_flags(self, source: str, flags: Sequence[str]) -> None:
+        """Before a build: refuse flags the source's own option parser does not know (UserError);
+        a kind whose flags no source names checks nothing (:class:`NoFlags`)."""
+        ...
+
+    def check_build_flags(self, build: EngineBuild, flags: Sequence[str], help_cache: dict[str, str]) -> None:
+        """After the build: refuse flags its binary's --help does not know (UserError), keeping
+        each build's --help text in ``help_cache``; nothing for a kind without one (:class:`NoFlags`)."""
+        ...
 
     def run_trial(self, arm: ArmRuntime, model: str, workload: str, argv: Sequence[str], *,
                   timeout_s: float | None, probe: Probe | None, host_env: dict[str, Any]) -> EngineRun:
         """Run one trial; engine faults are the outcome's status, never an exception."""
         ...
+
+
+INSTANCES = 2  # instances per arm in a shared process (A, B, B, A): the sharing's contract
+
+
+def per_instance(cold: int) -> int:
+    """Cold leading repetitions of a shared trial (interleaved) as repetitions per instance."""
+    return -(-cold // INSTANCES)
+
+
+def own_argv(argv: Sequence[str], shared: Mapping[str, object], arm: str) -> list[str]:
+    """A shared process's command as one arm alone runs it (the setting's list replaced by the
+    arm's value): what a user types to reproduce that arm. ``shared`` is the trial's
+    ``env["shared_process"]`` (``order``, ``flag``, ``values``, as :class:`SharedRun` split it)."""
+    order, values, flag = list(shared["order"]), list(shared["values"]), shared["flag"]  # type: ignore[call-overload]
+    value = values[0] if order[0] == arm else values[1]
+    out = list(argv)
+    for i, a in enumerate(out[:-1]):
+        if a == flag:
+            out[i + 1] = str(value)
+    return out
+
+
+class SharedRun(Protocol):
+    """A pair of trials that runs as one engine process: the jobs (in the pair's order), the
+    process's arm and argv, and how its outcome becomes one outcome per trial."""
+
+    @property
+    def jobs(self) -> tuple[Any, Any]: ...
+    @property
+    def arm(self) -> ArmRuntime: ...
+    @property
+    def argv(self) -> tuple[str, ...]: ...
+
+    def split(self, out: TrialOutcome) -> tuple[TrialOutcome, TrialOutcome]: ...
+
+
+class Sharing(Protocol):
+    """How a kind runs both arms of a pair in one process (``Engine.sharing``; None: it cannot)."""
+
+    def differing_setting(self, a: ArmRuntime, b: ArmRuntime,
+                          in_process: bool = False) -> tuple[str, str, str] | None: ...
+
+    def shared_unit(self, arms: Mapping[str, ArmRuntime], unit: Sequence[Any]) -> SharedRun | None: ...
 
 
 class NoFlags:
@@ -176,3 +231,14 @@ class NoFlags:
 
     def sets_threads(self, flags: Sequence[str]) -> bool:
         return False
+
+    sharing: Sharing | None = None
+
+    def check_served(self, endpoint: str, models: Sequence[str]) -> None:
+        return None
+
+    def check_source_flags(self, source: str, flags: Sequence[str]) -> None:
+        return None
+
+    def check_build_flags(self, build: EngineBuild, flags: Sequence[str], help_cache: dict[str, str]) -> None:
+        return None

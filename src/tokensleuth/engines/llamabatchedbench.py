@@ -110,7 +110,6 @@ class LlamaBatchedBench(NoFlags):
     builds = True
     reps_per_process = False  # it has no -r: a sample is a process
     shares_process = False
-    bench_flags = False  # its flags are llama.cpp's common ones, not llama-bench's
     load_log_flag: str | None = None
     default_workloads: tuple[str, ...] = ()  # its own -npp/-ntg/-npl
     settings: Settings | None = None

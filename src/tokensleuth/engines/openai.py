@@ -151,7 +151,6 @@ class OpenAICompatible(ServerArgv):
     builds = False
     reps_per_process = False  # -r is requests per trial
     shares_process = False  # a server serves one build's settings
-    bench_flags = False
     load_log_flag: str | None = None
     settings: Settings | None = None
     default_workloads = ("pp512", "tg128")

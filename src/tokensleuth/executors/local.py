@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.engines.shared import shared_unit
+from tokensleuth.engines import shared_unit
 from tokensleuth.executors.base import Delivery, Done, Handout, Unit
 from tokensleuth.monitor.sources import Source, probe_sources
 from tokensleuth.trials.runner import run_shared, run_trial
@@ -24,7 +24,7 @@ class LocalExecutor:
         srcs = list(self.sources) if self.sources is not None else probe_sources()
         for unit in units:
             shared = shared_unit(arms, unit)
-            if shared is not None:  # both arms in one engine process (engines.shared)
+            if shared is not None:  # both arms in one engine process (Engine.sharing)
                 handout(unit, None)
                 sink = live(unit[0].trial_id) if live else None
                 try:

@@ -16,7 +16,7 @@ from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.hostenv import host_environment
 from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.engines.shared import shared_unit
+from tokensleuth.engines import shared_unit
 from tokensleuth.sources.build import BuildCache, EngineBuild
 from tokensleuth.trials.runner import TrialJob, failed_outcome, run_shared, run_trial
 
@@ -97,7 +97,7 @@ class TrialWorker:
             resolved[job.arm], extras[job.arm] = arm, extra
             outs.append(None)
         shared = shared_unit(resolved, jobs) if len(resolved) == len(jobs) else None
-        if shared is not None:  # both arms in one engine process (engines.shared)
+        if shared is not None:  # both arms in one engine process (Engine.sharing)
             pair = run_shared(shared, timeout_s=timeout_s, sources=self.sources, interval_s=interval_s)
             return [replace(o, env=dict(o.env, **extras[j.arm])) for j, o in zip(jobs, pair, strict=True)]
         for i, job in enumerate(jobs):

@@ -24,7 +24,7 @@ def _engine_commands(store: Store, study_id: str) -> list[str]:
         env = stored_json(t, "env_json")
         argv = env.get("argv") or stored_json(t, "argv_json", "[]")
         if argv and env.get("shared_process"):  # measured beside the other arm, in one process
-            from tokensleuth.engines.shared import own_argv
+            from tokensleuth.engines.base import own_argv
 
             argv = own_argv(argv, env["shared_process"], str(t["arm"]))
         if argv:

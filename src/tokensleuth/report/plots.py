@@ -232,3 +232,20 @@ def kernel_timeline(records: Sequence[tuple[str, int, int, int]], most: int = 10
     ax.legend(handles, [n[:40] for n in busiest], fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.25),
               ncol=2, frameon=False)
     return _svg(fig)
+
+
+def sweep(series: Sequence[tuple[str, Sequence[tuple[int, float, float]]]]) -> str:
+    """Serving's usual trade-off: output tokens/s of all streams against the per-token latency a
+    user sees (ITL p50), one point per concurrency, joined in order; series: (label, [(conc,
+    latency ms, tokens/s)])."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    for i, (label, pts) in enumerate(series):
+        pts = sorted(pts)
+        c = ARM_COLOURS[i % len(ARM_COLOURS)]
+        ax.plot([p[1] for p in pts], [p[2] for p in pts], "-o", color=c, ms=5, lw=1.2, label=label)
+        for conc, x, y in pts:
+            ax.annotate(f"c={conc}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=c)
+    ax.set_xlabel("inter-token latency p50, ms (per stream)")
+    ax.set_ylabel("output tokens/s (all streams)")
+    ax.legend(loc="lower right", frameon=False, fontsize=8)
+    return _svg(fig)

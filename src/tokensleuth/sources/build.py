@@ -119,7 +119,7 @@ class BuildCache(TreeFetcher, Compiler):
             if not TARGET.fullmatch(t):
                 raise UserError(f"unknown build target {t!r} — give a llama.cpp tool, e.g. {', '.join(ALL_TARGETS)}")
         if src.kind == "bin":
-            return self._bin(src)
+            return self._bin(src, targets or DEFAULT_TARGETS)
         if src.kind == "url":  # a server someone else runs: nothing to build or cache
             key = "url-" + hashlib.sha256(src.spec.encode()).hexdigest()[:16]
             return EngineBuild(src.spec, "", key, None, None, (), "remote", (), (), cache_hit=True)
@@ -149,10 +149,13 @@ class BuildCache(TreeFetcher, Compiler):
 
     # -- bin ---------------------------------------------------------------------
 
-    def _bin(self, src: Source) -> EngineBuild:
+    def _bin(self, src: Source, targets: Sequence[str]) -> EngineBuild:
+        """A prebuilt folder: its first target (the engine's own binary, DEFAULT_TARGETS[0] unless
+        the caller asks for another) answers --help and names its version."""
         assert src.path is not None
-        bench_help(src.path / "llama-bench")  # one line now, not a trial failure later
-        commit, number = _bench_version(src.path / "llama-bench")
+        binary = src.path / targets[0]
+        bench_help(binary)  # one line now, not a trial failure later
+        commit, number = _bench_version(binary)
         key = hashlib.sha256(str(src.path).encode()).hexdigest()[:16]
         return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt", backends_in(src.path),
                            tuple(t for t in ALL_TARGETS if (src.path / t).exists()), cache_hit=True)

@@ -129,7 +129,42 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
 
 def bench_figures(store: Store, study_id: str) -> list[Figure]:
     tl = timeline_figure(store, study_id)
-    return [tl] if tl else []
+    sw = sweep_figure(load_cells(store, study_id))
+    return [f for f in (tl, sw) if f is not None]
+
+
+def sweep_figure(cells: Sequence[Cell]) -> Figure | None:
+    """A server's concurrency sweep: where one workload ran at two or more concurrencies
+    (``tg128``, ``tg128xc4``, ``tg128xc16``), output tokens/s of all streams against the ITL
+    p50, one point per concurrency. Output tokens/s is the sample's rate times its generated
+    share of the tokens it counts: at ``xcN`` every stream's tokens over the burst's wall clock,
+    at concurrency 1 over the server's own prompt and decode time."""
+    from tokensleuth.core.errors import UserError
+    from tokensleuth.core.workloads import parse
+    from tokensleuth.report import plots
+
+    groups: dict[tuple[str, str, str], list[tuple[int, float, float]]] = {}
+    for c in cells:
+        lat = c.latency()
+        try:
+            w = parse(c.test)
+        except UserError:
+            continue
+        if not lat or not lat["itl_ms"] or not c.kept_tokens_per_s or not w.n_gen:
+            continue
+        share = w.n_gen / (w.n_gen + w.n_prompt)  # (a tg sample counts generated tokens only)
+        tps = sum(c.kept_tokens_per_s) / len(c.kept_tokens_per_s) * share
+        base = parse(c.test.split("xc")[0]).name
+        groups.setdefault((c.arm, model_label(c.meta, c.model), base), []).append(
+            (w.concurrency, float(lat["itl_ms"]["p50"]), tps))
+    series = [(f"{model} {base}" + (f" · {arm}" if arm != "engine" else ""), sorted(pts))
+              for (arm, model, base), pts in groups.items() if len({p[0] for p in pts}) >= 2]
+    if not series:
+        return None
+    rows = tuple((label, str(conc), f"{x:.2f}", f"{y:.1f}") for label, pts in series for conc, x, y in pts)
+    return Figure("sweep", "Throughput against latency, by concurrency",
+                  "One point per concurrency: output tokens/s of all streams against the inter-token latency "
+                  "p50 a stream sees.", plots.sweep(series), ("cell", "concurrency", "ITL p50 ms", "output t/s"), rows)
 
 
 class BenchKind(KindBase):

@@ -19,8 +19,7 @@ from tokensleuth.analysis import confounders
 from tokensleuth.core.hostenv import host_environment
 from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines import engine_for
-from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.engines.shared import Shared, split
+from tokensleuth.engines.base import ArmRuntime, SharedRun
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
@@ -102,15 +101,15 @@ def run_trial(arm: ArmRuntime, job: TrialJob, *, timeout_s: float | None, source
     return replace(out, timeline=tuple(timeline), warnings=tuple(warnings), env=dict(out.env, **host))
 
 
-def run_shared(s: Shared, *, timeout_s: float | None, sources: Sequence[Source], interval_s: float = 0.2,
+def run_shared(s: SharedRun, *, timeout_s: float | None, sources: Sequence[Source], interval_s: float = 0.2,
                on_sample: Sink | None = None) -> tuple[TrialOutcome, TrialOutcome]:
-    """Both trials of a pair in one engine process (tokensleuth.engines.shared.shared_unit
+    """Both trials of a pair in one engine process (tokensleuth.engines.shared_unit
     found they fit): one outcome per trial."""
     first = s.jobs[0]
     assert isinstance(first, TrialJob)  # the unit's own jobs (shared_unit keeps them)
     out = run_trial(s.arm, replace(first, argv=s.argv), timeout_s=timeout_s, sources=sources,
                     interval_s=interval_s, on_sample=on_sample)
-    return split(s, out)
+    return s.split(out)
 
 
 def failed_outcome(message: str, env: dict[str, Any]) -> TrialOutcome:

@@ -220,9 +220,9 @@ class CompareSpec(Settings):
     sample_interval_s: float = Field(0.2, ge=0.02, le=60)
     hosts: list[HostSpec] = []  # with --cluster: the machines (by label) it runs on
     # two arms that differ in one llama-bench context setting run each pair in one process
-    # (tokensleuth.engines.shared) unless this asks for a process per trial
+    # (Engine.sharing) unless this asks for a process per trial
     separate_processes: bool = False
-    in_process: bool = False  # share a process for any context setting and for an A/A (engines.shared)
+    in_process: bool = False  # share a process for any context setting and for an A/A (Engine.sharing)
     # pairs whose trials carried a confounder the monitor saw: "said" beside the verdict (compare),
     # or "wait": an answer holds only where the pairs no confounder touched give it too
     # (comparisons.guard; the automatic decisions of bisect, decompose and scan)

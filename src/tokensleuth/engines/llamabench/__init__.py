@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import EngineError, UserError, show
 from tokensleuth.core.records import ResultRow, SampleRow, TrialOutcome, WindowRow
@@ -30,12 +30,16 @@ from tokensleuth.core.workloads import (  # llama-bench's workload names, the co
     INT32_MAX,
     bench_test_name,
 )
-from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
+from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings, Sharing
 from tokensleuth.engines.llamabench import argv as bench_argv
 from tokensleuth.engines.llamabench import params
 from tokensleuth.engines.llamabench import settings as load_settings
+from tokensleuth.engines.llamabench.shared import SHARING
 from tokensleuth.engines.proc import Probe, ProcResult, process_fault, run_process
 from tokensleuth.monitor.attribute import counter_deltas
+
+if TYPE_CHECKING:
+    from tokensleuth.sources.build import EngineBuild
 
 # Flags tokensleuth sets itself; a user passing them would break parsing.
 OWNED_FLAGS = {"-o", "--output", "-oe", "--output-err", "--progress", "-m", "--model"}
@@ -500,7 +504,7 @@ class LlamaBench:
     builds = True
     reps_per_process = True
     shares_process = True
-    bench_flags = True
+    sharing: Sharing | None = SHARING  # a pair one context setting apart in one process (its shared module)
     load_log_flag: str | None = ENGINE_LOAD_LOG_FLAG
     default_workloads: tuple[str, ...] = ()  # llama-bench's own (-p 512 -n 128)
     settings: Settings | None = LlamaBenchSettings()  # it reports its settings in every result
@@ -508,6 +512,15 @@ class LlamaBench:
     workload_flags = bench_argv.WORKLOAD_FLAGS  # -p/-n/-d/-pg: tokensleuth names the tests
     profiles = True  # the profiler takes llama-bench's flags and its -p/-n/-r
     argv_for = staticmethod(bench_argv.argv_for)
+
+    def check_served(self, endpoint: str, models: Sequence[str]) -> None:
+        return None  # llama-bench attaches to no server
+
+    def check_source_flags(self, source: str, flags: Sequence[str]) -> None:
+        check_flags_in_source(source, list(flags))  # the options its own source parses
+
+    def check_build_flags(self, build: EngineBuild, flags: Sequence[str], help_cache: dict[str, str]) -> None:
+        check_bench_flags(build, list(flags), help_cache)  # its --help knows them
     repetitions = staticmethod(bench_argv.repetitions)
     sets_repetitions = staticmethod(bench_argv.sets_repetitions)
     flag_tests = staticmethod(bench_argv.flag_tests)
@@ -533,6 +546,31 @@ class LlamaBench:
                         timeout_s=timeout_s, probe=probe, wrap=arm.wrap)
         return EngineRun(outcome_from(res, host_env, arm.env), res.pid,
                          tuple((ln.t_ns, ln.text) for ln in res.lines if ln.stream == "err"))
+
+
+def check_bench_flags(build: EngineBuild, flags: list[str], help_cache: dict[str, str] | None = None) -> None:
+    """Refuse flags the build's llama-bench does not know. ``help_cache`` keeps each build's
+    --help text (not its verdict), so every arm's flags are checked against it."""
+    from tokensleuth.sources.build import bench_help
+
+    cache = {} if help_cache is None else help_cache
+    if build.bin_dir not in cache:
+        cache[build.bin_dir] = bench_help(build.binary("llama-bench"))
+    check_flags(flags, cache[build.bin_dir])
+
+
+def check_flags_in_source(source: str, flags: list[str]) -> None:
+    """Refuse, before a build, flags that the source's llama-bench does not know: the options its
+    own source parses (``arg == "-x"``) stand in for the --help that only a build can print.
+    Nothing is refused where the source cannot be read (a bin: folder, another layout)."""
+    from tokensleuth.sources.build import bench_source
+
+    text = bench_source(source)
+    if text is None or not flags:
+        return
+    known = sorted(set(re.findall(r'arg\s*==\s*"(-{1,2}[A-Za-z][\w-]*)"', text)))
+    if len(known) >= 10:  # (a file that parses its options some other way says too little)
+        check_flags(flags, "\n".join(known))
 
 
 ENGINE = LlamaBench()

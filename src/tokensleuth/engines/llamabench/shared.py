@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tokensleuth.core.records import ResultRow, TrialOutcome, WindowRow
-from tokensleuth.engines.base import ArmRuntime
+from tokensleuth.engines.base import INSTANCES, ArmRuntime
 
 
 class TrialJob(Protocol):
@@ -60,7 +60,6 @@ CONTEXT_FLAGS = frozenset({
 # settings whose A/B ratio was measured the same in one process as in a process per trial
 PROVEN = frozenset({"-ub", "--ubatch-size", "--poll"})
 LOAD_LOG_FLAG = "-v"  # global to the process: on for both when either trial asked for the load log
-INSTANCES = 2  # instances per arm in a shared process (A, B, B, A)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +71,9 @@ class Shared:
     argv: tuple[str, ...]  # the workload's flags (both trials have the same)
     flag: str
     values: tuple[str, str]  # the setting of jobs[0]'s arm, of jobs[1]'s
+
+    def split(self, out: TrialOutcome) -> tuple[TrialOutcome, TrialOutcome]:
+        return split(self, out)
 
 
 def differing_setting(a: ArmRuntime, b: ArmRuntime, in_process: bool = False) -> tuple[str, str, str] | None:
@@ -164,19 +166,15 @@ def split(s: Shared, out: TrialOutcome) -> tuple[TrialOutcome, TrialOutcome]:
     return got[0], got[1]
 
 
-def own_argv(argv: Sequence[str], shared: Mapping[str, object], arm: str) -> list[str]:
-    """A shared process's command as one arm alone runs it (the setting's list replaced by the
-    arm's value): what a user types to reproduce that arm. ``shared`` is the trial's
-    ``env["shared_process"]``."""
-    order, values, flag = list(shared["order"]), list(shared["values"]), shared["flag"]  # type: ignore[call-overload]
-    value = values[0] if order[0] == arm else values[1]
-    out = list(argv)
-    for i, a in enumerate(out[:-1]):
-        if a == flag:
-            out[i + 1] = str(value)
-    return out
+class LlamaBenchSharing:
+    """llama-bench's :class:`~tokensleuth.engines.base.Sharing`: the functions above."""
+
+    def differing_setting(self, a: ArmRuntime, b: ArmRuntime,
+                          in_process: bool = False) -> tuple[str, str, str] | None:
+        return differing_setting(a, b, in_process)
+
+    def shared_unit(self, arms: Mapping[str, ArmRuntime], unit: Sequence[TrialJob]) -> Shared | None:
+        return shared_unit(arms, unit)
 
 
-def per_instance(cold: int) -> int:
-    """Cold leading repetitions of a shared trial (interleaved) as repetitions per instance."""
-    return -(-cold // INSTANCES)
+SHARING = LlamaBenchSharing()
