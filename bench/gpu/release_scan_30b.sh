@@ -12,10 +12,11 @@
 #   PHASE=scan:   carry .whl .hist .devstore .ccache — the scan.
 #   PHASE=recheck (once the scan is done): carry the same — each step re-checked by a plain
 #                 compare of its two releases, and one interval judged the same (bench/scan_recheck.py).
-# The compiler cache travels too: each scan call returns it in $OUT as cc.tar.aa, cc.tar.ab, …
-# (15 MiB pieces, while it is under CCACHE_CARRY_MB, default 38: what is left of a call's 64 MiB
-# beside the tree, the wheels, the bundle and the store); put them under .ccache/ and a fresh
-# machine's first build of a release it has built before is a compile-cache hit, not 300 s.
+# The compiler cache travels too: each scan call returns its newest entries in $OUT as
+# cache.tar.xz.NN (15 MB parts, at most CCACHE_CARRY_MB compressed, default 38: what is left of a
+# call's 64 MiB beside the tree, the wheels, the bundle and the store); `python3
+# bench/gpu/cache_carry.py take FILES_AT .ccache` puts them under .ccache/, and a fresh machine's
+# first build of a release it has built before is a compile-cache hit, not 300 s.
 # Q4KM: the Q4_K_M 30B model as a control, measured at each step's bisect beside the 8B (control,
 # the default), scanned like the Q8_0 (model: each interval's engine time twice), or left out (0).
 # FROM, TO: the range (tags of the bundle, e.g. 10705.0.0 and 11434.0.0); BAND (default 2%).
@@ -31,8 +32,8 @@ else
   . bench/device_env.sh
   PY=python3
 fi
-if [ ! -d .devcache/ccache ] && [ ! -d .devcache/sccache ] && ls .ccache/cc.tar.* >/dev/null 2>&1; then
-  cat .ccache/cc.tar.* | tar -x -C .devcache && echo "compiler cache carried in: $(du -sh .devcache/*cache | tr '\n' ' ')"
+if [ -d .ccache ]; then  # the cache an earlier call returned (bench/gpu/cache_carry.py take FILES_AT .ccache)
+  $PY bench/gpu/cache_carry.py in .ccache .devcache/${TOKENSLEUTH_LAUNCHER:-sccache}
 fi
 Q30=$PWD/.devcache/q30-q8_0.gguf
 Q4=/dev/shm/q30-q4_k_m.gguf  # 18.6 GB: beside the Q8_0 (32.5 GB) and the 8B (8.5 GB) the disk's 64 GB is short
@@ -71,14 +72,8 @@ sid=$($T studies 2>/dev/null | awk '/\| scan/ {print $2}' | tail -1)
 [ -n "$sid" ] && $T report "$sid" > $OUT/scan_report.md 2>&1 && tail -c 4000 $OUT/scan_report.md  # (its cost included)
 cp "$DEVICE_DB" $OUT/db.sqlite
 command -v ccache >/dev/null && CCACHE_DIR=$PWD/.devcache/ccache ccache -s 2>/dev/null | grep -iE "hits|misses|size" | head -6
-caches=$(cd .devcache && ls -d ccache sccache 2>/dev/null | tr '\n' ' ')
-if [ -n "$caches" ]; then
-  (cd .devcache && tar -cf /tmp/cc.tar $caches)
-  mb=$(( $(stat -c %s /tmp/cc.tar) / 1048576 ))
-  if [ "$mb" -lt "${CCACHE_CARRY_MB:-38}" ]; then
-    split -b 15m /tmp/cc.tar $OUT/cc.tar. && echo "compiler cache out: $mb MiB in $(ls $OUT/cc.tar.* | wc -l) pieces"
-  else
-    echo "compiler cache not carried: $mb MiB, over CCACHE_CARRY_MB=${CCACHE_CARRY_MB:-38}"
-  fi
-fi
+# the newest of the compiler cache that fits CCACHE_CARRY_MB compressed (bench/gpu/cache_carry.py)
+for c in sccache ccache; do
+  [ -d .devcache/$c ] && $PY bench/gpu/cache_carry.py out .devcache/$c $OUT --budget-mb "${CCACHE_CARRY_MB:-38}" && break
+done
 true

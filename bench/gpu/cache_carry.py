@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""The compiler cache, carried from one GPU slice to the next.
+
+A lent GPU machine starts bare and reaches no network, so a cache warmed by one slice's builds is
+lost with the machine. This packs the cache folder into parts that come back through ``$OUT``
+(at most 8 files of 16 MB there) and unpacks them at the start of the next slice:
+
+    python3 bench/gpu/cache_carry.py out .devcache/sccache $OUT --budget-mb 24   # end of a call
+    bash-here$ python3 bench/gpu/cache_carry.py take FILES_AT .sccache-in          # back here
+    python3 bench/gpu/cache_carry.py in .sccache-in .devcache/sccache            # next call
+
+``out`` keeps the newest cache entries (by modification time) that fit ``--budget-mb`` once
+compressed (xz), so the carry stays inside the 64 MiB a call may carry beside the wheels, the
+engine sdist or the history bundle; a dropped entry is only a miss. Parts are ``cache.tar.xz.NN``
+of at most 15 MB each; ``in`` refuses a set with a part missing (one line) and unpacks nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import lzma
+import shutil
+import sys
+import tarfile
+from pathlib import Path
+
+PART = 15 * 1000 * 1000
+PREFIX = "cache.tar.xz."
+
+
+def pack(cache: Path, out: Path, budget: int, part: int = PART) -> tuple[int, int, int]:
+    """Parts of the newest entries of ``cache`` within ``budget`` bytes compressed: (entries
+    kept, entries dropped, bytes written). Each entry's compressed size is measured alone, so the
+    one stream of them all (smaller: entries share their headers) stays inside the budget."""
+    files = sorted((p for p in cache.rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
+    kept: list[Path] = []
+    total = 0
+    for p in files:
+        size = len(lzma.compress(p.read_bytes(), preset=1)) + 512  # (its tar header)
+        if total + size > budget:
+            break
+        kept.append(p)
+        total += size
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for p in kept:
+            tar.add(p, arcname=str(p.relative_to(cache)))
+    data = lzma.compress(raw.getvalue(), preset=6)
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob(PREFIX + "*"):
+        old.unlink()
+    for i in range(0, len(data), part):
+        (out / f"{PREFIX}{i // part:02d}").write_bytes(data[i:i + part])
+    return len(kept), len(files) - len(kept), len(data)
+
+
+def unpack(parts_dir: Path, cache: Path) -> int:
+    """Unpack the parts into ``cache`` (entries already there are kept): the entries written."""
+    parts = sorted(parts_dir.glob(PREFIX + "*"))
+    if not parts:
+        return 0
+    numbers = [int(p.name.removeprefix(PREFIX)) for p in parts]
+    if numbers != list(range(len(parts))):
+        raise SystemExit(f"error: {parts_dir} lacks part(s) of the cache ({', '.join(p.name for p in parts)}) — "
+                         "carry every cache.tar.xz.NN the last call returned, or none")
+    data = lzma.decompress(b"".join(p.read_bytes() for p in parts))
+    cache.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        for m in tar.getmembers():
+            if m.isfile() and not (cache / m.name).exists():
+                tar.extract(m, cache, filter="data")
+                n += 1
+    return n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("out")
+    o.add_argument("cache", type=Path)
+    o.add_argument("dest", type=Path)
+    o.add_argument("--budget-mb", type=float, default=24.0)
+    o.add_argument("--part-mb", type=float, default=PART / 1e6, help="the largest part (at most 16 MB come back)")
+    i = sub.add_parser("in")
+    i.add_argument("parts", type=Path)
+    i.add_argument("cache", type=Path)
+    t = sub.add_parser("take")
+    t.add_argument("files_at", type=Path)
+    t.add_argument("dest", type=Path)
+    a = ap.parse_args()
+    if a.cmd == "out":
+        if not a.cache.is_dir():
+            print(f"no cache at {a.cache}: nothing to carry", file=sys.stderr)
+            return
+        kept, dropped, size = pack(a.cache, a.dest, int(a.budget_mb * 1e6), int(a.part_mb * 1e6))
+        print(f"cache carried out: {kept} entries ({dropped} older ones dropped), {size / 1e6:.1f} MB compressed")
+    elif a.cmd == "in":
+        print(f"cache carried in: {unpack(a.parts, a.cache)} entries")
+    else:
+        a.dest.mkdir(parents=True, exist_ok=True)
+        for old in a.dest.glob(PREFIX + "*"):
+            old.unlink()
+        got = sorted(a.files_at.rglob(PREFIX + "*"))
+        for p in got:
+            shutil.copyfile(p, a.dest / p.name)
+        print(f"{len(got)} part(s) in {a.dest}: carry it in the next call")
+
+
+if __name__ == "__main__":
+    main()
