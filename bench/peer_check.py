@@ -22,8 +22,9 @@ definitions differ, both are measured on the same requests:
 - decode rate at concurrency 1: tokensleuth's client rate (tokens after the first over the first-
   to-last token time) against AIPerf's 1 / per-request ITL and llama-benchy's tg_req_throughput;
 - sampling: tokensleuth always asks for greedy decoding; both peers sample with the server's
-  defaults unless told otherwise. ``--sampling default`` runs the peers that way too, and the
-  server's own decode rate (``--metrics``) over each tool's turn shows what the sampler costs;
+  defaults unless told otherwise. ``--tools aiperf,aiperf-default`` runs one peer both ways in
+  the same rounds (``--sampling default`` runs every peer that way), and the server's own decode
+  rate (``--metrics``) over each tool's turn shows what the sampler costs;
 - concurrency: tokensleuth's ``xc4`` sends 4 requests at once and waits for all (a burst);
   AIPerf keeps 4 in flight all along; llama-benchy sends 4 at once per run, like tokensleuth.
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sqlite3
 import statistics
 import subprocess
 import tempfile
@@ -56,6 +58,9 @@ from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache
 
 PP, TG = 512, 128
+# the tools a round can run; "-default": that peer with the server's default sampling (the others
+# ask for greedy decoding, as tokensleuth always does)
+TOOLS = ("tokensleuth", "aiperf", "llama-benchy", "aiperf-default", "llama-benchy-default")
 
 
 def server_counters(url: str) -> dict[str, float]:
@@ -79,7 +84,8 @@ def run_tokensleuth(url: str, model: Path, reps: int, concs: list[int], work: Pa
     subprocess.run([*tokensleuth_cmd(), "bench", "--engine", f"url:{url}", "--kind", "llama-server", "-m", str(model),
                     *ws, "--json", str(out), "--db", str(db), "--", "-r", str(reps)], check=True, capture_output=True)
     got: dict[str, float] = {}
-    for r in json.loads(out.read_text())["results"]:
+    res = json.loads(out.read_text())
+    for r in res["results"]:
         c = int(r["workload"].split("xc")[1]) if "xc" in r["workload"] else 1
         lat = r["latency"]
         got[f"ttft_p50@{c}"] = lat["ttft_ms"]["p50"]
@@ -89,7 +95,23 @@ def run_tokensleuth(url: str, model: Path, reps: int, concs: list[int], work: Pa
             got["decode_tps@1"] = lat["client_tg_tokens_per_s"]
         else:  # every token over the burst's wall clock: the output share of it
             got[f"output_tps@{c}"] = r["tokens_per_s"]["mean"] * TG / (PP + TG)
+            got[f"output_tps_after_first@{c}"] = after_first(db, res["study"], r["workload"], c)
     return got
+
+
+def after_first(db: Path, study: str, workload: str, c: int) -> float:
+    """llama-benchy's definition of a burst's rate on tokensleuth's own bursts: every stream's
+    tokens after its first, over the time from the first token of any stream to the burst's end
+    (the prefill before the first token left out), mean over the bursts."""
+    con = sqlite3.connect(db)
+    rows = con.execute("SELECT s.duration_ns, s.metrics_json FROM samples s JOIN results r ON r.id=s.result_id"
+                       " JOIN trials t ON t.id=r.trial_id WHERE t.study_id=? AND r.test=?", (study, workload)).fetchall()
+    con.close()
+    rates = []
+    for duration_ns, metrics in rows:
+        first = min(json.loads(metrics)["ttft_ms_all"])
+        rates.append(c * (TG - 1) / (duration_ns / 1e9 - first / 1e3))
+    return statistics.fmean(rates)
 
 
 def run_aiperf(url: str, tok: Path, reps: int, concs: list[int], work: Path, extra: tuple[str, ...]) -> dict[str, float]:
@@ -117,8 +139,8 @@ def run_benchy(url: str, tok: Path, book: str, reps: int, concs: list[int], work
         got[f"ttft_p50@{c}"] = statistics.median(b["e2e_ttft"]["values"])
         if c == 1:
             got["decode_tps@1"] = b["tg_req_throughput"]["mean"]
-        else:
-            got[f"output_tps@{c}"] = b["tg_throughput"]["mean"]
+        else:  # its definition: tokens after each stream's first over first-to-last token time
+            got[f"output_tps_after_first@{c}"] = b["tg_throughput"]["mean"]
     return got
 
 
@@ -138,7 +160,9 @@ DEFINED = {
     "itl_request_mean_p50": "AIPerf inter_token_latency: one mean per request, (latency - TTFT) / (n - 1)",
     "decode_tps": "ts: tokens after the first / first-to-last token; AIPerf: 1 / request ITL; "
                   "llama-benchy: tg_req_throughput",
-    "output_tps": "output tokens / wall clock: ts and llama-benchy a burst of C, AIPerf C in flight all along",
+    "output_tps": "output tokens / wall clock: ts a burst of C, AIPerf C in flight all along",
+    "output_tps_after_first": "llama-benchy's tg_throughput: each stream's tokens after its first / first token "
+                              "of any stream to the last (the prefill before it left out); ts: the same on its bursts",
     "server_decode_tps": "llama-server's own decode rate over the tool's turn (--metrics)",
 }
 
@@ -154,7 +178,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results/peer_check.jsonl"))
     ap.add_argument("--bin", type=Path, help="a folder with llama-server (tokensleuth engine build … --target "
                                               "llama-server prints one); default: the default engine, built here")
-    ap.add_argument("--tools", default="tokensleuth,aiperf,llama-benchy", help="which of the three to run")
+    ap.add_argument("--tools", default="tokensleuth,aiperf,llama-benchy",
+                    help=f"which to run, in the first round's order (of {', '.join(TOOLS)}); ratios are to the first")
     ap.add_argument("server_flags", nargs="*", help="after --: llama-server flags (-ngl 99 …)")
     a = ap.parse_args()
     concs = [int(c) for c in a.concurrency.split(",")]
@@ -188,12 +213,13 @@ def main() -> None:
             row: dict[str, Any] = {"round": i + 1, "order": order, "sampling": a.sampling}
             for who in order:
                 before = server_counters(url)
+                greedy = not who.endswith("-default")  # (a -default peer samples as the server does)
                 if who == "tokensleuth":
                     got = run_tokensleuth(url, model, a.reps, concs, work)
-                elif who == "aiperf":
-                    got = run_aiperf(url, tok, a.reps, concs, work, extra)
+                elif who.startswith("aiperf"):
+                    got = run_aiperf(url, tok, a.reps, concs, work, extra if greedy else ())
                 else:
-                    got = run_benchy(url, tok, book, a.reps, concs, work, bextra)
+                    got = run_benchy(url, tok, book, a.reps, concs, work, bextra if greedy else ())
                 got["server_decode_tps"] = server_decode(before, server_counters(url))
                 row[who] = got
             with a.out.open("a") as f:  # the round is kept as soon as it exists
@@ -204,24 +230,27 @@ def main() -> None:
         server.terminate()
         server.wait(10)
         httpd.shutdown()
-    tools = [t for t in ("tokensleuth", "aiperf", "llama-benchy") if all(t in r for r in done)]
+    first = [t for t in done[0]["order"]] if done else []
+    tools = sorted({t for t in first if all(t in r for r in done)}, key=lambda t: (TOOLS.index(t) if t in TOOLS else 9, t))
+    if not tools:
+        return
     keys = sorted({k for r in done for t in tools for k in r[t]})
-    print(f"\n{len(done)} rounds, {a.reps} requests per workload and stream; ratio = peer / tokensleuth\n")
-    print("| figure | tokensleuth | AIPerf | llama-benchy | AIPerf / ts | llama-benchy / ts | definition |")
-    print("| --- | ---: | ---: | ---: | --- | --- | --- |")
+    base = tools[0]
+    print(f"\n{len(done)} rounds, {a.reps} requests per workload and stream; ratio = tool / {base} "
+          "(geometric mean over rounds, 95% t interval)\n")
+    print("| figure | " + " | ".join(tools) + " | " + " | ".join(f"{t} / {base}" for t in tools[1:]) + " | definition |")
+    print("| --- |" + " ---: |" * len(tools) + " --- |" * (len(tools) - 1) + " --- |")
     for k in keys:
-        col = {t: [r[t].get(k) if t in tools else None for r in done] for t in ("tokensleuth", "aiperf", "llama-benchy")}
+        col = {t: [r[t].get(k) for r in done] for t in tools}
 
         def med(xs: list[float | None]) -> str:
             v = [x for x in xs if x is not None]
             return f"{statistics.median(v):.2f}" if v else "—"
 
-        ts = col["tokensleuth"]
-        ra = ratio_ci([x or 0 for x in col["aiperf"]], [x or 0 for x in ts]) if any(ts) else "—"
-        rb = ratio_ci([x or 0 for x in col["llama-benchy"]], [x or 0 for x in ts]) if any(ts) else "—"
-        print(f"| {k} | {med(ts)} | {med(col['aiperf'])} | {med(col['llama-benchy'])} | {ra} | {rb} | "
+        ratios = [ratio_ci([x or 0 for x in col[t]], [x or 0 for x in col[base]]) if any(col[base]) else "—"
+                  for t in tools[1:]]
+        print(f"| {k} | " + " | ".join(med(col[t]) for t in tools) + " | " + " | ".join(ratios) + " | "
               f"{DEFINED.get(k.split('@')[0].replace('_p90', '_p50').replace('_p99', '_p50'), '')} |")
-
 
 if __name__ == "__main__":
     main()

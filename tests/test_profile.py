@@ -216,7 +216,9 @@ def test_the_spin_plants_wait_is_outside_the_graph_on_no_op(
     doc = _profile_cli([f"git:{repo}@HEAD~1", f"git:{repo}@HEAD"], dense_model,
                        dict(cli_env, TOKENSLEUTH_SPIN_US="2000"), tmp_path)
     (d,) = doc["diffs"]
-    assert d["outside_changed"] and d["delta_outside_ms_per_token"] == pytest.approx(2.0, abs=0.6)
+    # the planted 2 ms per decode call are found outside the graph: a spin can only run long, so
+    # the bound is from below (a loaded machine preempts the spin: 2.7-3.1 ms were seen under load)
+    assert d["outside_changed"] and d["delta_outside_ms_per_token"] >= 1.4
     assert "time outside the graph: +" in doc["stdout"]
     # no op appeared, vanished or ran more often; the wait is not put on any node. (The graph
     # itself does get slower after a 2 ms wait, every matrix by a few percent: cold caches. That
@@ -247,7 +249,7 @@ def test_one_build_two_ways_in_groups(engine: EngineBuild, dense_model: Path, cl
     assert grouped["env"] == {"spin": {"TOKENSLEUTH_SPIN_US": "2000"}}
     (d,) = grouped["diffs"]
     assert d["engines"] == ["quiet", "spin"]
-    assert d["outside_changed"] and d["delta_outside_ms_per_token"] == pytest.approx(2.0, abs=0.6)
+    assert d["outside_changed"] and d["delta_outside_ms_per_token"] >= 1.4  # (from below: see above)
     assert all(r["verdict"] in ("same", "grew", "shrank") and r["delta_nodes_per_token"] == 0 for r in d["rows"])
 
     def count(doc: dict[str, Any]) -> float:  # nodes per token of the quiet engine, a group counting its ops
