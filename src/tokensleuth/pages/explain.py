@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import parse as parse_workload
 from tokensleuth.pages.html import Section
 from tokensleuth.store import Store, stored_json
@@ -179,6 +180,17 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
 
 
 @functools.lru_cache(maxsize=64)
+def experts(model: Path) -> bool:
+    """Whether the model routes tokens to experts (a MoE); False where the file is gone."""
+    from tokensleuth.models.info import model_info
+
+    try:
+        return model_info(model).n_expert > 0
+    except (UserError, OSError, ValueError):  # gone or unreadable since: bytes_per_token has given up too
+        return False
+
+
+@functools.lru_cache(maxsize=64)
 def bytes_per_token(model: Path) -> int | None:
     """The model's active weight bytes per generated token (models.info), remembered in the
     user cache by (path, size, mtime): reading a GGUF's header takes seconds for a 150k vocab.
@@ -238,7 +250,14 @@ def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
         if not b:
             continue
         tps = float(np.mean(c.kept_tokens_per_s))
-        achieved = b * tps / 1e9
+        conc = parse_workload(c.test).concurrency
+        if conc > 1 and experts(Path(c.model)):
+            # C streams of a MoE: each step reads the shared weights once, and the experts the C
+            # tokens route to, between one token's worth and C: no one figure to give
+            lines.append(f"{c.arm} {Path(c.model).stem} {c.test}: withheld — {conc} streams of a MoE read "
+                         f"between one and {conc} tokens' worth of expert weights a step, so no one figure holds.")
+            continue
+        achieved = b * tps / conc / 1e9  # C streams: one step reads the weights once for C tokens
         gpu_build = any(x in GPU_BACKENDS for x in backends.get(c.arm, []))
         if gpu_build and c.arm not in gpu_peak:
             # a GPU build with no peak to compare against (NVML gives it; amdgpu's sysfs has no
@@ -260,14 +279,16 @@ def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
         pct = 100 * achieved / peak if peak else float("nan")
         rows.append((c.arm, Path(c.model).stem, c.test, f"{b / 1e6:.1f}", f"{tps:.1f}", f"{achieved:.1f}",
                      f"{peak:.1f}", source, f"{pct:.1f}%"))
-        lines.append(f"{c.arm} {Path(c.model).stem} {c.test}: {b / 1e6:.1f} MB of weights per token x {tps:.1f} "
-                     f"t/s = {achieved:.1f} GB/s, {pct:.1f}% of the {source} peak of {peak:.0f} GB/s.")
+        per = f"per token x {tps:.1f} t/s" if conc == 1 else f"a step x {tps:.1f} t/s / {conc} streams"
+        lines.append(f"{c.arm} {Path(c.model).stem} {c.test}: {b / 1e6:.1f} MB of weights {per} "
+                     f"= {achieved:.1f} GB/s, {pct:.1f}% of the {source} peak of {peak:.0f} GB/s.")
     if not rows:
         return None
     sec = Section("roofline", "Memory bandwidth: achieved vs peak", tuple(lines),
                   ("arm", "model", "test", "MB/token", "t/s", "achieved GB/s", "peak GB/s", "peak from", "of peak"),
                   tuple(rows))
-    return sec, "Roofline (decode reads the active weights once per token):\n" + "\n".join(f"- {ln}" for ln in lines)
+    return sec, ("Roofline (decode reads the active weights once a step: for one token, or for C at xcC):\n"
+                 + "\n".join(f"- {ln}" for ln in lines))
 
 
 # -- what changed in the source at a bisect's culprit ------------------------------------------
