@@ -4,28 +4,30 @@ output tokens/s of all streams against the ITL p50, by the rule sweep_figure sta
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from tokensleuth.analysis.results import Cell
 from tokensleuth.studies.bench import sweep_figure
 
 
-def _cell(test: str, tps: list[float], itl: list[float]) -> Cell:
-    return Cell("engine", "/m/tiny.gguf", test, 0, {}, tokens_per_s=tps, kept_tokens_per_s=tps,
-                ttft_ms=[10.0] * len(tps), itl_ms=itl)
+def _result(test: str, tps: float, itl_p50: float | None) -> dict[str, Any]:
+    """One result of a bench study's JSON (studies.bench.bench_json)."""
+    lat = {"ttft_ms": {"p50": 10.0}, "itl_ms": {"p50": itl_p50} if itl_p50 is not None else None}
+    return {"model": "/m/tiny.gguf", "model_type": None, "workload": test, "tokens_per_s": {"mean": tps, "sd": 0.0},
+            "latency": lat}
 
 
 def test_one_point_per_concurrency_with_the_output_share_of_the_rate() -> None:
-    cells = [_cell("pp512+tg128", [640.0, 640.0], [5.0, 6.0, 7.0]),
-             _cell("pp512+tg128xc4", [1600.0, 1600.0], [9.0, 10.0, 11.0]),
-             _cell("tg64", [100.0], [10.0]),  # one concurrency only: no sweep of its own
-             _cell("pp512", [900.0], [])]  # no tokens generated: no latency between tokens
-    fig = sweep_figure(cells)
+    results = [_result("pp512+tg128", 640.0, 6.0),
+               _result("pp512+tg128xc4", 1600.0, 10.0),
+               _result("tg64", 100.0, 10.0),  # one concurrency only: no sweep of its own
+               _result("pp512", 900.0, None)]  # no tokens generated: no latency between tokens
+    fig = sweep_figure(results)
     assert fig is not None and fig.svg.startswith("<svg")
     assert fig.rows == (("tiny pp512+tg128", "1", "6.00", "128.0"), ("tiny pp512+tg128", "4", "10.00", "320.0"))
 
 
 def test_no_sweep_without_two_concurrencies() -> None:
-    assert sweep_figure([_cell("tg64", [100.0], [10.0]), _cell("tg64xc2", [150.0], [])]) is None
+    assert sweep_figure([_result("tg64", 100.0, 10.0), _result("tg64xc2", 150.0, None)]) is None
 
 
 def test_the_roofline_of_c_streams_reads_the_weights_once_a_step(dense_model: Path, moe_model: Path,

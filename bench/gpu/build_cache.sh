@@ -37,6 +37,6 @@ t0=$(date +%s)
 timeout $(( left - 10 )) $T engine build git:$R@HEAD $C 2>&1 | tail -1
 echo "git tree elsewhere, one CUDA file changed: $(( $(date +%s) - t0 )) s; sccache: $(stats)"
 du -sh .devcache/sccache | tee $OUT/build_cache.txt
-# the cache for the next slice: its newest entries, compressed, in $OUT (bench/gpu/cache_carry.py);
+# the cache for the next slice: its newest entries, within CACHE_MB, in $OUT (bench/gpu/cache_carry.py);
 # `python3 bench/gpu/cache_carry.py take FILES_AT .sccache-in` here, then carry .sccache-in too
 python3 bench/gpu/cache_carry.py out .devcache/sccache $OUT --budget-mb "${CACHE_MB:-24}"

@@ -9,9 +9,9 @@ lost with the machine. This packs the cache folder into parts that come back thr
     bash-here$ python3 bench/gpu/cache_carry.py take FILES_AT .sccache-in          # back here
     python3 bench/gpu/cache_carry.py in .sccache-in .devcache/sccache            # next call
 
-``out`` keeps the newest cache entries (by modification time) that fit ``--budget-mb`` once
-compressed (xz), so the carry stays inside the 64 MiB a call may carry beside the wheels, the
-engine sdist or the history bundle; a dropped entry is only a miss. Parts are ``cache.tar.xz.NN``
+``out`` keeps the newest cache entries (by modification time) that fit ``--budget-mb`` (the
+entries are compressed already), so the carry stays inside the 64 MiB a call may carry beside the
+wheels, the engine sdist or the history bundle; a dropped entry is only a miss. Parts are ``cache.tar.NN``
 of at most 15 MB each; ``in`` refuses a set with a part missing (one line) and unpacks nothing.
 """
 
@@ -19,40 +19,44 @@ from __future__ import annotations
 
 import argparse
 import io
-import lzma
 import shutil
 import sys
 import tarfile
 from pathlib import Path
 
 PART = 15 * 1000 * 1000
-PREFIX = "cache.tar.xz."
+PREFIX = "cache.tar."
 
 
 def pack(cache: Path, out: Path, budget: int, part: int = PART) -> tuple[int, int, int]:
-    """Parts of the newest entries of ``cache`` within ``budget`` bytes compressed: (entries
-    kept, entries dropped, bytes written). Each entry's compressed size is measured alone, so the
-    one stream of them all (smaller: entries share their headers) stays inside the budget."""
+    """Parts of a tar of the newest entries of ``cache`` within ``budget`` bytes: (entries kept,
+    entries dropped, bytes written). sccache and ccache keep their entries compressed (zstd), so
+    the tar is not compressed again: its size is known before it is written."""
     files = sorted((p for p in cache.rglob("*") if p.is_file()), key=lambda p: p.stat().st_mtime, reverse=True)
-    kept: list[Path] = []
-    total = 0
-    for p in files:
-        size = len(lzma.compress(p.read_bytes(), preset=1)) + 512  # (its tar header)
-        if total + size > budget:
-            break
-        kept.append(p)
-        total += size
+
+    def written(members: int) -> int:  # the members, two zero blocks, padded to whole records
+        return -(-(members + 2 * tarfile.BLOCKSIZE) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+    kept = total = 0
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
-        for p in kept:
-            tar.add(p, arcname=str(p.relative_to(cache)))
-    data = lzma.compress(raw.getvalue(), preset=6)
+        for p in files:
+            info = tar.gettarinfo(p, arcname=str(p.relative_to(cache)))
+            head = len(info.tobuf(tar.format, tar.encoding, tar.errors))  # (a pax header included)
+            size = head + -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
+            if written(total + size) > budget:
+                break
+            with p.open("rb") as fh:
+                tar.addfile(info, fh)
+            kept += 1
+            total += size
+    data = raw.getvalue()
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob(PREFIX + "*"):
         old.unlink()
     for i in range(0, len(data), part):
         (out / f"{PREFIX}{i // part:02d}").write_bytes(data[i:i + part])
-    return len(kept), len(files) - len(kept), len(data)
+    return kept, len(files) - kept, len(data)
 
 
 def unpack(parts_dir: Path, cache: Path) -> int:
@@ -63,8 +67,8 @@ def unpack(parts_dir: Path, cache: Path) -> int:
     numbers = [int(p.name.removeprefix(PREFIX)) for p in parts]
     if numbers != list(range(len(parts))):
         raise SystemExit(f"error: {parts_dir} lacks part(s) of the cache ({', '.join(p.name for p in parts)}) — "
-                         "carry every cache.tar.xz.NN the last call returned, or none")
-    data = lzma.decompress(b"".join(p.read_bytes() for p in parts))
+                         "carry every cache.tar.NN the last call returned, or none")
+    data = b"".join(p.read_bytes() for p in parts)
     cache.mkdir(parents=True, exist_ok=True)
     n = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
@@ -95,7 +99,7 @@ def main() -> None:
             print(f"no cache at {a.cache}: nothing to carry", file=sys.stderr)
             return
         kept, dropped, size = pack(a.cache, a.dest, int(a.budget_mb * 1e6), int(a.part_mb * 1e6))
-        print(f"cache carried out: {kept} entries ({dropped} older ones dropped), {size / 1e6:.1f} MB compressed")
+        print(f"cache carried out: {kept} entries ({dropped} older ones dropped), {size / 1e6:.1f} MB")
     elif a.cmd == "in":
         print(f"cache carried in: {unpack(a.parts, a.cache)} entries")
     else:

@@ -13,7 +13,7 @@
 #   PHASE=recheck (once the scan is done): carry the same — each step re-checked by a plain
 #                 compare of its two releases, and one interval judged the same (bench/scan_recheck.py).
 # The compiler cache travels too: each scan call returns its newest entries in $OUT as
-# cache.tar.xz.NN (15 MB parts, at most CCACHE_CARRY_MB compressed, default 38: what is left of a
+# cache.tar.NN (15 MB parts, at most CCACHE_CARRY_MB, default 38: what is left of a
 # call's 64 MiB beside the tree, the wheels, the bundle and the store); `python3
 # bench/gpu/cache_carry.py take FILES_AT .ccache` puts them under .ccache/, and a fresh machine's
 # first build of a release it has built before is a compile-cache hit, not 300 s.
@@ -72,7 +72,7 @@ sid=$($T studies 2>/dev/null | awk '/\| scan/ {print $2}' | tail -1)
 [ -n "$sid" ] && $T report "$sid" > $OUT/scan_report.md 2>&1 && tail -c 4000 $OUT/scan_report.md  # (its cost included)
 cp "$DEVICE_DB" $OUT/db.sqlite
 command -v ccache >/dev/null && CCACHE_DIR=$PWD/.devcache/ccache ccache -s 2>/dev/null | grep -iE "hits|misses|size" | head -6
-# the newest of the compiler cache that fits CCACHE_CARRY_MB compressed (bench/gpu/cache_carry.py)
+# the newest of the compiler cache that fits CCACHE_CARRY_MB (bench/gpu/cache_carry.py)
 for c in sccache ccache; do
   [ -d .devcache/$c ] && $PY bench/gpu/cache_carry.py out .devcache/$c $OUT --budget-mb "${CCACHE_CARRY_MB:-38}" && break
 done

@@ -22,10 +22,12 @@ def import_cmd(
     from tokensleuth.engines import importer_for, peers
     from tokensleuth.engines.base import DEFAULT_KIND
 
-    if not (file.is_dir() and peers.tool_of(file)):  # an AIPerf artifact folder is a folder
+    tool = peers.tool_of(file) if file.is_dir() else None  # an AIPerf artifact folder is a folder
+    if tool is None:
         check_readable_file("a result file", file)  # a FIFO or /dev/zero would never end
+        tool = peers.tool_of(file)
     with common.open_store(db) as store:
-        if (tool := peers.tool_of(file)) is not None:
+        if tool is not None:
             study, n = peers.import_file(store, file)
             out.print(f"imported {n} {tool} result{'s' if n != 1 else ''} as study {study} (under {tool}'s "
                       "definitions: report shows them)")

@@ -21,9 +21,10 @@ part, on one server.
 from __future__ import annotations
 
 import json
-import math
 import os
+import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,6 +117,12 @@ def _aiperf_files(path: Path) -> tuple[Path, Path]:
     return d / SUMMARY, d / RECORDS
 
 
+def _mean_sd(samples: Sequence[SampleRow]) -> tuple[float, float]:
+    """The samples' mean t/s and its standard deviation (0 for one sample), as llama-bench reports them."""
+    tps = [s.tokens_per_s for s in samples]
+    return statistics.fmean(tps), statistics.stdev(tps) if len(tps) > 1 else 0.0
+
+
 def _metric(m: dict[str, Any], name: str) -> Any:
     got = m.get(name)
     return got.get("value") if isinstance(got, dict) else None
@@ -190,9 +197,7 @@ def _aiperf(path: Path) -> tuple[str, dict[str, Any], str, list[ResultRow], list
         notes.append(f"{len(recs) - len(samples)} of {len(recs)} requests failed or returned nothing: left out")
     if not samples:
         raise UserError(f"{show(str(records_path))} holds no completed request — nothing to import")
-    tps = [s.tokens_per_s for s in samples]
-    mean = sum(tps) / len(tps)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in tps) / (len(tps) - 1)) if len(tps) > 1 else 0.0
+    mean, sd = _mean_sd(samples)
     name = _workload(isl, osl, 0, conc)
     raw = {"tool": "aiperf", "version": version, "definitions": DEFINITIONS["aiperf"],
            "endpoint": {k: endpoint.get(k) for k in ("type", "streaming", "extra")},
@@ -230,9 +235,7 @@ def _benchy(path: Path) -> tuple[str, dict[str, Any], str, list[ResultRow], list
         if not samples:
             notes.append(f"test pp{n_prompt} tg{n_gen} c{conc}: no run with a generation rate, left out")
             continue
-        tps = [s.tokens_per_s for s in samples]
-        mean = sum(tps) / len(tps)
-        sd = math.sqrt(sum((x - mean) ** 2 for x in tps) / (len(tps) - 1)) if len(tps) > 1 else 0.0
+        mean, sd = _mean_sd(samples)
         name = _workload(n_prompt, n_gen, float(b.get("context_size") or 0), conc)
         raw = {"tool": "llama-benchy", "version": version, "definitions": DEFINITIONS["llama-benchy"],
                "concurrency": conc, "latency_mode": obj.get("latency_mode"),

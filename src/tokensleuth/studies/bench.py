@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tokensleuth.analysis.results import Cell, load_cells
@@ -127,38 +127,38 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
     }
 
 
-def bench_figures(store: Store, study_id: str) -> list[Figure]:
+def bench_figures(store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
     tl = timeline_figure(store, study_id)
-    sw = sweep_figure(load_cells(store, study_id))
+    sw = sweep_figure(obj.get("results") or [])
     return [f for f in (tl, sw) if f is not None]
 
 
-def sweep_figure(cells: Sequence[Cell]) -> Figure | None:
-    """A server's concurrency sweep: where one workload ran at two or more concurrencies
-    (``tg128``, ``tg128xc4``, ``tg128xc16``), output tokens/s of all streams against the ITL
-    p50, one point per concurrency. Output tokens/s is the sample's rate times its generated
-    share of the tokens it counts: at ``xcN`` every stream's tokens over the burst's wall clock,
-    at concurrency 1 over the server's own prompt and decode time."""
+def sweep_figure(results: Sequence[Mapping[str, Any]]) -> Figure | None:
+    """A server's concurrency sweep, from the study's JSON results (bench_json): where one
+    workload ran at two or more concurrencies (``tg128``, ``tg128xc4``, ``tg128xc16``), output
+    tokens/s of all streams against the ITL p50, one point per concurrency. Output tokens/s is
+    the mean t/s times its generated share of the tokens it counts: at ``xcN`` every stream's
+    tokens over the burst's wall clock, at concurrency 1 over the server's own prompt and decode
+    time."""
     from tokensleuth.core.errors import UserError
     from tokensleuth.core.workloads import parse
     from tokensleuth.report import plots
 
-    groups: dict[tuple[str, str, str], list[tuple[int, float, float]]] = {}
-    for c in cells:
-        lat = c.latency()
+    groups: dict[tuple[str, str], list[tuple[int, float, float]]] = {}
+    for r in results:
+        itl = ((r.get("latency") or {}).get("itl_ms") or {}).get("p50")
+        mean = (r.get("tokens_per_s") or {}).get("mean")
         try:
-            w = parse(c.test)
+            w = parse(str(r.get("workload")))
         except UserError:
             continue
-        if not lat or not lat["itl_ms"] or not c.kept_tokens_per_s or not w.n_gen:
+        if itl is None or mean is None or not w.n_gen:
             continue
         share = w.n_gen / (w.n_gen + w.n_prompt)  # (a tg sample counts generated tokens only)
-        tps = sum(c.kept_tokens_per_s) / len(c.kept_tokens_per_s) * share
-        base = parse(c.test.split("xc")[0]).name
-        groups.setdefault((c.arm, model_label(c.meta, c.model), base), []).append(
-            (w.concurrency, float(lat["itl_ms"]["p50"]), tps))
-    series = [(f"{model} {base}" + (f" · {arm}" if arm != "engine" else ""), sorted(pts))
-              for (arm, model, base), pts in groups.items() if len({p[0] for p in pts}) >= 2]
+        base = parse(str(r["workload"]).split("xc")[0]).name
+        label = model_label({"model_type": r.get("model_type")}, str(r.get("model")))
+        groups.setdefault((label, base), []).append((w.concurrency, float(itl), float(mean) * share))
+    series = [(f"{model} {base}", sorted(pts)) for (model, base), pts in groups.items() if len({p[0] for p in pts}) >= 2]
     if not series:
         return None
     rows = tuple((label, str(conc), f"{x:.2f}", f"{y:.1f}") for label, pts in series for conc, x, y in pts)
@@ -181,7 +181,7 @@ class BenchKind(KindBase):
         return render_bench(cells, study_id, engine_json), bench_json(cells, study_id, engine_json)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
-        return bench_figures(store, study_id)
+        return bench_figures(store, study_id, obj)
 
 
 class ImportKind(BenchKind):
