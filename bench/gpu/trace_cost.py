@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -41,11 +42,14 @@ from tokensleuth.kernels import GRAPH, LAUNCH, WORK, Trace
 from tokensleuth.kernels.cupti import TRACER
 
 
-def one(bin_dir: Path, model: str, workload: str, mode: str, flags: list[str], reps: int) -> dict[str, Any]:
+def one(bin_dir: Path, model: str, workload: str, mode: str, flags: list[str], reps: int,
+        arm_env: dict[str, str] | None = None, keep: Path | None = None) -> dict[str, Any]:
+    """One process of one mode: its figures, and (keep) its raw trace files and kept windows copied
+    into that folder, for a replay of the analysis elsewhere."""
     engine = engine_for(DEFAULT_KIND)
     with tempfile.TemporaryDirectory(prefix="tokensleuth-trace-cost-") as tmp:
         out = Path(tmp)
-        env = {} if mode == "plain" else TRACER.env(out, mode)
+        env = dict(arm_env or {}) | ({} if mode == "plain" else TRACER.env(out, mode))
         arm = ArmRuntime(mode, bin_dir, tuple(flags), env)
         t0 = time.monotonic()
         run = engine.run_trial(arm, model, workload, engine.argv_for([workload], reps) or [], timeout_s=600,
@@ -66,6 +70,13 @@ def one(bin_dir: Path, model: str, workload: str, mode: str, flags: list[str], r
             return row
         traces = TRACER.read(out, run.stderr)
         errs = [p.read_text().strip() for p in out.glob("kernels-*.err")]
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for f in out.glob("kernels-*.bin"):
+                shutil.copy(f, keep / f.name)
+            (keep / "windows.json").write_text(json.dumps(
+                {"windows": [[w.start_ns, w.end_ns, w.tokens, w.bench_ns] for w in windows],
+                 "bench_ms_per_token": row["bench_ms_per_token"], "mode": mode, "workload": workload}))
     row["errors"] = errs
     if traces:
         row.update(figures(max(traces, key=len), windows, mode, row["tokens"]))
@@ -140,11 +151,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--deadline", type=float, default=0, help="stop starting processes after this many seconds")
+    ap.add_argument("--env", action="append", default=[], help="K=V for the engine's environment, every mode")
+    ap.add_argument("--label", default="", help="a name for this arm in the rows (and the kept folders)")
+    ap.add_argument("--keep", type=Path, help="copy round 0's raw traces and windows here, one folder each")
     ap.add_argument("flags", nargs="*")
     a = ap.parse_args()
     t0 = time.monotonic()
     modes = a.modes.split(",")
+    arm_env = dict(e.split("=", 1) for e in a.env)
     rows = [json.loads(x) for x in a.out.read_text().splitlines()] if a.out.exists() else []
+    rows = [r for r in rows if r.get("label", "") == a.label]
     done = {(r["workload"], r["mode"], r.get("round")) for r in rows}
     for w in a.workloads:
         for i in range(a.processes):
@@ -156,7 +172,8 @@ def main() -> None:
                     print(f"stopped at the deadline ({a.deadline:.0f} s): run again to go on", file=sys.stderr)
                     summary(rows)
                     return
-                r = dict(one(a.bin, a.model, w, mode, a.flags, a.reps), round=i)
+                keep = a.keep / f"{a.label or 'arm'}_{w}_{mode.replace(':', '')}" if a.keep and i == 0 else None
+                r = dict(one(a.bin, a.model, w, mode, a.flags, a.reps, arm_env, keep), round=i, label=a.label)
                 rows.append(r)
                 with a.out.open("a") as fh:
                     fh.write(json.dumps(r) + "\n")
