@@ -38,7 +38,11 @@ def test_a_process_counts_the_kernels_of_its_kept_repetitions_and_the_idle_betwe
     # concurrent kernels (a and b overlap by 100 ns) count once in the busy time; the outside time not at all
     assert p.overlap_ms_per_token == pytest.approx(100 / 8 / 1e6)
     assert coverage(p) == pytest.approx((1000 + 300) / 2000)
-    assert coverage(p, untraced_ms_per_token=1300 / 8 / 1e6) == pytest.approx(1.0)
+    # against an untraced program: busy + outside (the gaps between kernels the trace may lengthen)
+    assert coverage(p, untraced_ms_per_token=1700 / 8 / 1e6) == pytest.approx(1.0)
+    # own time: a and b overlap 100 ns (300-400), counted once, to a, which started first; the own
+    # times add up to the busy union
+    assert p.own_ns == {"a": 700, "b": 300} and sum(p.own_ns.values()) == p.union_ns
     j = p.to_json()
     assert [k["name"] for k in j["kernels"]] == ["a", "b"] and j["kernels"][0]["calls_per_token"] == 3 / 8
     assert j["kernels"][0]["launches"] == [{"grid": [8, 1, 1], "block": [128, 1, 1], "registers": 32,
@@ -115,7 +119,8 @@ def test_one_process_a_side_decides_nothing_not_even_presence() -> None:
     assert rows["d"]["presence"] == [0, 2, 2, 2] and rows["d"]["verdict"] == "appeared"
     # in some processes only: not appeared (a kernel of one build runs every time)
     cand = _processes(rng, 3, {"d": 30})
-    del cand[1].busy_ns["d"], cand[1].calls["d"]
+    cand[1].calls["a"] += cand[1].calls.pop("d")  # (records a token alike: the table is not withheld)
+    del cand[1].busy_ns["d"]
     rows = {r["kernel"]: r for r in diff(_processes(rng, 3, {}), cand, band=0.02)["rows"]}
     assert rows["d"]["presence"] == [0, 3, 2, 3] and rows["d"]["verdict"] != "appeared"
 
@@ -139,12 +144,24 @@ def test_the_measured_difference_comes_from_untraced_processes_and_a_trace_that_
     untraced = ([390e-6 * x for x in (1.0, 1.01, 0.99, 1.0)], [450e-6 * x for x in (1.0, 1.01, 0.99, 1.0)])
     d = diff(base, cand, 0.02, untraced=untraced)
     assert d["measured_by"] == "untraced processes" and d["kernels_share"]["share"] == pytest.approx(1.0, abs=0.1)
-    assert 0.95 < d["coverage"][0] <= d["coverage"][1] < 1.05
+    # busy + outside: 352 of 390 ns (the gaps between kernels are the untraced program's too); the whole span 392
+    assert 0.85 < d["coverage"][0] <= d["coverage"][1] < 0.95 and 0.95 < d["reach"][0] <= d["reach"][1] < 1.05
+    assert d["gaps_share"] == pytest.approx(0, abs=0.1) and d["outside_share"]["share"] == pytest.approx(0, abs=0.05)
+    assert "lies in the gaps between kernels of the untraced program" in d["sentence"]
     # the traced program ran 30% slower than the untraced one: its timeline does not account for it
     slow = ([x / 1.3 for x in untraced[0]], [x / 1.3 for x in untraced[1]])
     d = diff(base, cand, 0.02, untraced=slow)
     assert "kernels_share" not in d and "beyond ±5%" in d["shares_withheld"]
-    assert re.search(r"no shares: the busy and idle time per token came to 1\.[23]\d–1\.3\d × llama-bench's", d["sentence"])
+    assert re.search(r"no shares: the kernels' busy time and the host's time outside them came to 1\.[12]\d–1\.[12]\d × "
+                     r"llama-bench's untraced ms/token", d["sentence"]), d["sentence"]
+    # a trace that missed time the untraced program spends (its span short of it by over 5%): no share
+    long = ([x * 1.1 for x in untraced[0]], [x * 1.1 for x in untraced[1]])
+    d = diff(base, cand, 0.02, untraced=long)
+    assert "kernels_share" not in d and "the whole traced span came to 0.9" in d["shares_withheld"], d
+    # the rule holds at its edges: 4% short is given, 6% short is not (the rule is applied, not a number of pairs)
+    for f, given in ((1.04, True), (1.065, False)):
+        d = diff(base, cand, 0.02, untraced=([x * f for x in untraced[0]], [x * f for x in untraced[1]]))
+        assert ("kernels_share" in d) is given, (f, d.get("reach"))
 
 
 def test_missing_records_withhold_the_table() -> None:

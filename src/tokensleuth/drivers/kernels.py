@@ -283,15 +283,17 @@ def analyze(spec: Mapping[str, Any], runs: Sequence[Mapping[str, Any]]) -> dict[
         missing = missing_records(ps)
         cells.append({
             "engine": e, "model": m, "workload": w, "processes": len(ps),
-            "kernel_ms_per_token": float(np.mean([p.kernel_ms_per_token for p in ps])),
-            "busy_ms_per_token": _mean([p.busy_ms_per_token for p in ps]),
-            "overlap_ms_per_token": _mean([p.overlap_ms_per_token for p in ps]),
-            "idle_ms_per_token": _mean([p.idle_ms_per_token for p in ps]),
-            "outside_ms_per_token": _mean([p.outside_ms_per_token for p in ps]),
+            # a side whose records cannot be trusted whole shows none of their sums (withheld everywhere)
+            "kernel_ms_per_token": None if missing else float(np.mean([p.kernel_ms_per_token for p in ps])),
+            "busy_ms_per_token": None if missing else _mean([p.busy_ms_per_token for p in ps]),
+            "overlap_ms_per_token": None if missing else _mean([p.overlap_ms_per_token for p in ps]),
+            "idle_ms_per_token": None if missing else _mean([p.idle_ms_per_token for p in ps]),
+            "outside_ms_per_token": None if missing else _mean([p.outside_ms_per_token for p in ps]),
             "bench_ms_per_token": _mean([p.bench_ms_per_token for p in ps]),
             "untraced_ms_per_token": float(np.mean(untraced)) if untraced else None,
             "trace_cost": cost,
-            "coverage": _mean([coverage(p, float(np.mean(untraced)) if untraced else None) for p in ps]),
+            "coverage": None if missing else _mean([coverage(p, float(np.mean(untraced)) if untraced else None)
+                                                    for p in ps]),
             "withheld": f"{missing} — the kernel table is withheld: trace again" if missing else None,
             "kernels": [] if missing else [
                 {"name": n, "calls_per_token": float(np.mean([p.calls.get(n, 0) / p.traced for p in ps])),

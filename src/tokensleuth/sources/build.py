@@ -157,8 +157,8 @@ class BuildCache(TreeFetcher, Compiler):
         bench_help(binary)  # one line now, not a trial failure later
         commit, number = _bench_version(binary)
         key = hashlib.sha256(str(src.path).encode()).hexdigest()[:16]
-        return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt", backends_in(src.path),
-                           tuple(t for t in ALL_TARGETS if (src.path / t).exists()), cache_hit=True)
+        return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt",
+                           backends_in(src.path, targets[0]), tuple(t for t in ALL_TARGETS if (src.path / t).exists()), cache_hit=True)
 
     def _git_build(self, src: Source, flags: Sequence[str], targets: Sequence[str],
                    log: Log | None) -> EngineBuild:

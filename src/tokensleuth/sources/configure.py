@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import re
 import shutil
@@ -73,8 +74,26 @@ _BACKEND_LIBS = {"cuda": "CUDA", "hip": "ROCm", "vulkan": "Vulkan", "metal": "Me
                  "opencl": "OpenCL", "blas": "BLAS"}
 
 
-def backends_in(folder: Path) -> tuple[str, ...]:
-    """The backends a prebuilt folder holds, from its ggml backend libraries (CPU always)."""
+# a statically linked program's backends (BUILD_SHARED_LIBS=OFF, as the build cache builds): each
+# backend's registration function is in its text (nvcc's HIP builds keep the CUDA names: ROCm first)
+# (or, stripped, the vendor runtime's functions it imports)
+_BACKEND_MARKS = (("ROCm", b"hipStreamSynchronize"), ("CUDA", b"ggml_backend_cuda_reg"),
+                  ("CUDA", b"cudaStreamSynchronize"), ("Vulkan", b"ggml_backend_vk_reg"), ("Vulkan", b"vkCreateInstance"),
+                  ("Metal", b"ggml_backend_metal_reg"), ("SYCL", b"ggml_backend_sycl_reg"),
+                  ("OpenCL", b"ggml_backend_opencl_reg"), ("BLAS", b"ggml_backend_blas_reg"))
+
+
+def backends_in(folder: Path, program: str = "llama-bench") -> tuple[str, ...]:
+    """The backends a prebuilt folder holds (CPU always): what its build record says where the build
+    cache made it (``../build.json``), else its ggml backend libraries, else the backends linked into
+    ``program`` itself (a static build has no libraries to list)."""
+    record = folder.parent / "build.json"
+    try:
+        got = json.loads(record.read_text()).get("backends") if record.is_file() else None
+    except (OSError, ValueError):
+        got = None
+    if isinstance(got, list) and got and all(isinstance(b, str) for b in got):
+        return tuple(dict.fromkeys(["CPU", *got]))
     found = ["CPU"]
     try:
         names = sorted(p.name.lower() for p in folder.iterdir())
@@ -84,7 +103,24 @@ def backends_in(folder: Path) -> tuple[str, ...]:
         m = re.match(r"(?:lib)?ggml-([a-z]+)\.(?:so|dll|dylib)", n)
         if m and m.group(1) in _BACKEND_LIBS:
             found.append(_BACKEND_LIBS[m.group(1)])
+    if len(found) == 1:
+        found += _linked_backends(folder / program)
     return tuple(dict.fromkeys(found))
+
+
+def _linked_backends(program: Path) -> list[str]:
+    """The backends whose registration symbols (or runtime imports) a program holds."""
+    found: list[str] = []
+    try:
+        with open(program, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            for name, mark in _BACKEND_MARKS:
+                if name not in found and data.find(mark) >= 0:
+                    found.append(name)
+    except (OSError, ValueError):  # (missing, empty or unreadable: bench_help says which, in words)
+        return []
+    if "ROCm" in found and "CUDA" in found:
+        found.remove("CUDA")  # a HIP build compiles ggml-cuda's sources under the CUDA names
+    return found
 
 
 def compiler_id() -> str:

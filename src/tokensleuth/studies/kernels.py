@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.core.errors import UserError
+from tokensleuth.analysis.kernels import BESIDE
 from tokensleuth.drivers.kernels import RUNS_STATE, analyze
 from tokensleuth.report.figures import Figure, cell_label, num
 from tokensleuth.report.markdown import table
@@ -14,7 +15,7 @@ from tokensleuth.store import Store
 from tokensleuth.studies import DiffKind
 
 TOP = 12  # kernels listed per engine (the rest summed in one line)
-MOVED = ("appeared", "vanished", "grew", "shrank")
+MOVED = ("appeared", "vanished", "grew", "shrank", "grew" + BESIDE, "shrank" + BESIDE)
 
 
 def _ci(lo: float | None, hi: float | None) -> str:
@@ -26,12 +27,29 @@ def _opt(x: float | None, fmt: str = "{:.3f}") -> str:
 
 
 def headline(d: dict[str, Any]) -> str:
-    """One line on a diff: the kernels that changed (the largest first), the idle time, the share accounted for."""
-    moved = [r for r in d.get("rows", []) if r["verdict"] in MOVED]
-    parts = [f"{r['kernel']} {r['verdict']} ({r['delta_ms_per_token']:+.4f} ms/token)" for r in moved[:4]]
-    if len(moved) > 4:
-        parts.append(f"{len(moved) - 4} more")
-    launches = [r for r in d.get("rows", []) if r.get("launch_changed") and r["verdict"] not in ("appeared", "vanished")]
+    """One line on a diff: the kernels that changed on their own time (the largest first), then
+    those that changed only beside others, the launches that changed, the share accounted for. A
+    withheld table names no kernel: its reason instead."""
+    if d.get("withheld"):
+        a, b = d["engines"]
+        return f"{b} vs {a}, {d['workload']}: {d['withheld']}."
+    rows = d.get("rows", [])
+    alone = [r for r in rows if r["verdict"] in MOVED and not r["verdict"].endswith(BESIDE)]
+    beside = [r for r in rows if r["verdict"].endswith(BESIDE)]
+
+    def own(r: dict[str, Any]) -> str:
+        o = r.get("own")
+        return "" if not o or r["verdict"] in ("appeared", "vanished") else \
+            f", its own time {o['delta_ms_per_token']:+.4f}"
+
+    parts = [f"{r['kernel']} {r['verdict']} ({r['delta_ms_per_token']:+.4f} ms/token{own(r)})" for r in alone[:4]]
+    if len(alone) > 4:
+        parts.append(f"{len(alone) - 4} more")
+    if beside:
+        parts.append(f"changed only while beside other kernels (their own time within its interval): "
+                     + ", ".join(f"{r['kernel']} ({r['delta_ms_per_token']:+.4f})" for r in beside[:3])
+                     + (f" and {len(beside) - 3} more" if len(beside) > 3 else ""))
+    launches = [r for r in rows if r.get("launch_changed") and r["verdict"] not in ("appeared", "vanished")]
     if launches:
         parts.append("launch changed: " + "; ".join(f"{r['kernel']} ({r['launch_changed']})" for r in launches[:3]))
     what = "; ".join(parts) or d.get("why") or "no kernel changed beyond its interval"
@@ -55,6 +73,12 @@ def render(sid: str, obj: dict[str, Any]) -> str:
         cost = c.get("trace_cost")
         untraced = c.get("untraced_ms_per_token")
         overlap = c.get("overlap_ms_per_token")
+        if c.get("withheld"):
+            out.append(f"GPU: the kernel figures are withheld ({c['withheld']}); llama-bench "
+                       f"{_opt(c['bench_ms_per_token'])} ms/token traced"
+                       + (f", {untraced:.3f} untraced" if untraced else "") + f"; {c['processes']} processes.")
+            out += [f"Note: {n}" for n in c.get("notes", [])]
+            continue
         out.append(f"GPU: {c['kernel_ms_per_token']:.3f} ms/token in kernels"
                    + (f" ({overlap:.3f} of it beside another kernel)" if overlap else "")
                    + f", {_opt(c['idle_ms_per_token'])} idle between them, "
@@ -63,8 +87,8 @@ def render(sid: str, obj: dict[str, Any]) -> str:
                    + (f", {untraced:.3f} untraced" if untraced else "")
                    + (f" (traced/untraced {cost['ratio']:.3f}, 95% CI {cost['ci'][0]:.3f}–{cost['ci'][1]:.3f})"
                       if cost else "")
-                   + (f"; busy + idle = {cover:.2f} × llama-bench's {'untraced ' if untraced else ''}ms/token"
-                      if cover else "")
+                   + ((f"; busy + outside = {cover:.2f} × llama-bench's untraced ms/token" if untraced else
+                       f"; busy + idle = {cover:.2f} × llama-bench's ms/token") if cover else "")
                    + f"; {c['processes']} processes.")
         if c.get("withheld"):
             out.append(f"Withheld: {c['withheld']}.")
@@ -84,6 +108,7 @@ def render(sid: str, obj: dict[str, Any]) -> str:
         changed = [r for r in d.get("rows", []) if r["verdict"] != "same" or r.get("launch_changed")]
         rows = [[r["kernel"], f"{r['ms_per_token'][0]:.4f}", f"{r['ms_per_token'][1]:.4f}",
                  f"{r['delta_ms_per_token']:+.4f}", _ci(*r["ci"]),
+                 f"{r['own']['delta_ms_per_token']:+.4f}" if r.get("own") else "—",
                  f"{r['calls_per_token'][0]:g} → {r['calls_per_token'][1]:g}", r["verdict"],
                  r.get("launch_changed") or ""] for r in changed]
         for key, label in (("kernels", "(all kernels)"), ("overlap", "(kernels beside another)"),
@@ -91,10 +116,11 @@ def render(sid: str, obj: dict[str, Any]) -> str:
             if key in d:
                 i = d[key]
                 rows.append([label, f"{i['ms_per_token'][0]:.4f}", f"{i['ms_per_token'][1]:.4f}",
-                             f"{i['delta_ms_per_token']:+.4f}", _ci(*i["ci"]), "", "", ""])
+                             f"{i['delta_ms_per_token']:+.4f}", _ci(*i["ci"]), "", "", "", ""])
         if rows:
-            out += [table(["kernel", f"{a} ms/tok", f"{b} ms/tok", "Δ ms/tok", "95% CI (table)", "calls/token",
-                           "verdict", "launch"], rows, [False, True, True, True, True, True, False, False]), ""]
+            out += [table(["kernel", f"{a} ms/tok", f"{b} ms/tok", "Δ ms/tok", "95% CI (table)", "Δ own ms/tok",
+                           "calls/token", "verdict", "launch"], rows,
+                          [False, True, True, True, True, True, True, False, False]), ""]
         same = len(d.get("rows", [])) - len([r for r in d.get("rows", []) if r["verdict"] != "same"])
         out += [f"{same} kernel(s) within their interval or the ±{d.get('band', 0.02):.0%} band.", ""]
     return "\n".join(out).rstrip() + "\n"
