@@ -234,3 +234,79 @@ def test_names_that_read_alike_once_shortened_are_one_row_and_a_clock_mismatch_i
     assert late.busy_ns == {} and "the trace's clock is not the windows'" in late.notes[-1]
     empty = process_kernels(t, [])
     assert empty.kernel_ms_per_token == 0.0 and empty.idle_ms_per_token is None
+
+
+def _waits(rng: np.random.Generator, n: int, slow: int) -> list[ProcessKernels]:
+    """``n`` processes of 3 one-token repetitions: k (100 ns, ``slow`` more), then x launched early on
+    another stream (as programmatic dependent launch starts a kernel before its predecessor ends):
+    x starts 50 ns into k, waits beside it, then works 50 ns of its own; then y (40 ns) alone."""
+    out = []
+    for _ in range(n):
+        kernels, windows, t = [], [], 0
+        for _rep in range(3):
+            w0 = t
+            k = int((100 + slow) * rng.normal(1, 0.01))
+            kernels += [("k", t, t + k), ("x", t + 50, t + k + int(50 * rng.normal(1, 0.01)))]
+            t += k + 50 + 10
+            kernels.append(("y", t, t + 40))
+            t += 42
+            windows.append(Window(w0, t, 1, t - w0))
+        out.append(process_kernels(_trace(kernels), windows))
+    return out
+
+
+def test_a_kernel_that_grew_only_beside_a_slowed_one_is_named_so_below_it() -> None:
+    """k slowed by 60 ns; x, which waits beside k, lasts 60 ns longer too, and its own time does not
+    move: k grew on its own time, x grew only beside others and is listed after k; y is the same."""
+    from tokensleuth.studies.kernels import headline
+
+    rng = np.random.default_rng(7)
+    d = diff(_waits(rng, 4, 0), _waits(rng, 4, 60), band=0.02)
+    rows = {r["kernel"]: r for r in d["rows"]}
+    assert rows["k"]["verdict"] == "grew" and rows["k"]["own"]["delta_ms_per_token"] == pytest.approx(60e-6, rel=0.2)
+    assert rows["x"]["verdict"] == "grew beside others"
+    assert rows["x"]["delta_ms_per_token"] == pytest.approx(60e-6, rel=0.2)
+    assert abs(rows["x"]["own"]["delta_ms_per_token"]) < 5e-6
+    assert rows["y"]["verdict"] == "same"
+    assert [r["kernel"] for r in d["rows"]][:2] == ["k", "x"]  # the one that grew alone first
+    line = headline(dict(d, engines=["a", "b"], workload="tg1"))
+    assert line.index("k grew") < line.index("changed only while beside other kernels") < line.index("x (+")
+    assert "x grew" not in line
+    # the own times add up to the busy union in every process (time beside others counted once)
+    for p in _waits(rng, 2, 60):
+        assert p.own_ns is not None and sum(p.own_ns.values()) == p.union_ns
+
+
+def test_a_withheld_table_names_no_kernel_anywhere() -> None:
+    """A side whose records cannot be trusted: the diff has no rows and no sums of the records; the
+    headline, the summary and the report say why, and name no kernel."""
+    from tokensleuth.studies.kernels import headline, render, summary
+
+    rng = np.random.default_rng(8)
+    base, cand = _processes(rng, 3, {}), _processes(rng, 3, {"a": 60})
+    cand[0].lost = 5
+    d = dict(diff(base, cand, 0.02), engines=["A", "B"], model="m.gguf", workload="tg1")
+    assert d["rows"] == [] and "withheld" in d and not {"kernels", "busy", "idle", "overlap", "outside"} & set(d)
+    obj = {"engines": ["A", "B"], "cells": [], "diffs": [d]}
+    for text in (headline(d), summary("k1", obj)["headline"], render("k1", obj)):
+        assert "5 records were lost by the tracer" in text and not re.search(r"\ba grew\b|\| a ", text), text
+    assert summary("k1", obj)["rows"] == []
+
+
+def test_a_trace_without_a_timeline_gives_no_share_and_says_why() -> None:
+    """Totals per kernel (Vulkan's perf logger): a measured difference is said as measured, and no
+    share is given, since the busy time cannot be told from the sum."""
+    def side(extra: int) -> list[ProcessKernels]:
+        out = []
+        for j in range(3):
+            t = trace_of(["ADD", "MUL_MAT"], {"name": [0, 1], "start": [0, 0], "end": [1000, 1000],
+                                              "calls": [48, 96], "busy_ns": [150 + j, 1900 + extra + j]},
+                         timeline=False)
+            out.append(process_kernels(t, [Window(500, 1500, 1, 1000)]))
+        return out
+
+    d = diff(side(0), side(200), 0.02, untraced=([2.0, 2.01, 1.99], [2.2, 2.21, 2.19]))
+    assert d["measured"]["ci"][0] > 0 and "kernels_share" not in d and "unexplained_share" not in d
+    assert "no timeline" in d["shares_withheld"]
+    assert d["sentence"].startswith("llama-bench measured +0.2 ms/token (untraced processes); no shares: the trace has "
+                                    "no timeline"), d["sentence"]

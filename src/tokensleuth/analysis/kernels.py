@@ -474,7 +474,9 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
                      "ci": [lo, hi], "calls_per_token": [calls_a, calls_b], "verdict": verdict,
                      "launch_changed": _launch_words(la, lb),
                      "presence": [in_a, len(base), in_b, len(cand)], "own": own})
-    rows.sort(key=lambda r: (r["verdict"].endswith(BESIDE), -abs(r["delta_ms_per_token"])))
+    # what moved on its own time first, then what moved only beside others, then the rest; the largest first
+    rows.sort(key=lambda r: (2 if r["verdict"] == "same" else int(r["verdict"].endswith(BESIDE)),
+                             -abs(r["delta_ms_per_token"])))
     out: dict[str, Any] = {"rows": rows, "band": band, "processes": [len(base), len(cand)],
                            "measured_by": "untraced processes" if untraced else "the traced processes themselves"}
     for key in ("kernel", "busy", "idle", "overlap", "outside"):
