@@ -57,6 +57,12 @@ def test_a_verdict_a_busy_neighbour_steered_waits(tmp_path: Path) -> None:
     # said: the verdict as the pairs give it, with the confounded pairs and the others' interval beside
     assert said.verdict == "slower" and said.confounded == {"busy-process": 7} and not said.steered
     assert said.clean is not None and said.clean.lo < 1 < said.clean.hi
+    # the note computes both answers and says they differ (it said "the same answer" whatever they gave)
+    assert said.clean_verdict == "same"
+    assert said.confounder_note().endswith("which answers same where all pairs answer slower: that verdict "
+                                           "rests on the pairs the confounder touched"), said.confounder_note()
+    assert "the same answer" not in said.confounder_note()
+    assert said.to_json()["confounded"]["clean_verdict"] == "same"
     # wait: the answer must hold on the clean pairs too; it does not, so the cell stays open
     assert waits.verdict == "unresolved" and waits.steered
     assert waits.estimate is not None and said.estimate is not None
@@ -77,6 +83,7 @@ def test_an_answer_the_clean_pairs_give_too_stands(tmp_path: Path) -> None:
         s.db.commit()
         (c,) = analyze(s, sid, spec("wait"))
     assert c.verdict == "slower" and not c.steered and c.confounded == {"busy-process": 2}
+    assert c.clean_verdict == "slower" and c.confounder_note().endswith(", the same answer (slower)")
 
 
 def test_a_load_on_both_sides_of_every_pair_is_not_a_confounder(tmp_path: Path) -> None:

@@ -158,6 +158,12 @@ def test_the_measured_difference_comes_from_untraced_processes_and_a_trace_that_
     long = ([x * 1.1 for x in untraced[0]], [x * 1.1 for x in untraced[1]])
     d = diff(base, cand, 0.02, untraced=long)
     assert "kernels_share" not in d and "the whole traced span came to 0.9" in d["shares_withheld"], d
+    # a difference beyond its interval but inside the practical band: no share (the planted wait at
+    # pp2048 on the H100, +0.4%, gave shares of -134% to 440%)
+    tiny = ([390e-6 * x for x in (1.0, 1.001, 0.999, 1.0)], [393e-6 * x for x in (1.0, 1.001, 0.999, 1.0)])
+    d = diff(base, cand, 0.02, untraced=tiny)
+    assert d["measured"]["ci"][0] > 0 and d["measured"]["within_band"] and "kernels_share" not in d
+    assert "beyond its interval but within the ±2% band: no share is given" in d["sentence"]
     # the rule holds at its edges: 4% short is given, 6% short is not (the rule is applied, not a number of pairs)
     for f, given in ((1.04, True), (1.065, False)):
         d = diff(base, cand, 0.02, untraced=([x * f for x in untraced[0]], [x * f for x in untraced[1]]))

@@ -101,3 +101,35 @@ def test_the_planted_router_wait_is_the_only_kernel_that_grew_on_its_own_time(ra
     assert grew[0]["own"]["delta_ms_per_token"] == pytest.approx(grew[0]["delta_ms_per_token"], rel=0.01)
     # the kernels' busy time accounts for the measured difference (its share given, not withheld)
     assert "shares_withheld" not in d and 0.9 < d["kernels_share"]["share"] < 1.1
+
+
+STORE = RAW.parent / "kernel_shares_h100" / "db.sqlite"
+
+
+def test_the_gpu_run_of_profile_on_bin_folders_gives_the_shares_and_names_the_planted_kernel(tmp_path: Path) -> None:
+    """The store bench/gpu/kernel_shares_30b.sh returned from the H100 (three processes a side,
+    traced and untraced, through `profile --by kernels` on bin: folders), analyzed by this code."""
+    import shutil
+
+    from tokensleuth.store import Store
+    from tokensleuth.studies.kernels import stored
+
+    db = tmp_path / "db.sqlite"
+    shutil.copy(STORE, db)
+    with Store(db) as store:
+        got = {s["id"]: stored(store, s["id"]) for s in store.studies() if s["kind"] == "kernels"}
+    planted = got["c02e8488ae"]
+    assert set(planted["tracers"].values()) == {"cuda"}  # the bin: folders' backends were read as CUDA
+    d = {x["workload"]: x for x in planted["diffs"]}
+    grew = [r["kernel"] for r in d["tg32"]["rows"] if r["verdict"] == "grew"]
+    assert grew == ["topk_moe_cuda<128, false>"] and not any(r["verdict"].endswith("beside others")
+                                                             for r in d["tg32"]["rows"])
+    assert 0.95 <= d["tg32"]["kernels_share"]["ci"][1] and d["tg32"]["kernels_share"]["ci"][0] <= 1.05
+    assert d["pp2048"]["measured"]["within_band"] and "kernels_share" not in d["pp2048"]
+    for obj in got.values():  # every side of every study: busy + outside within 5% of the untraced program
+        for c in obj["cells"]:
+            assert abs(c["coverage"] - 1) <= COVERAGE, (c["engine"], c["workload"])
+    fusion = {x["workload"]: x for x in got["824c4964a8"]["diffs"]}
+    assert "kernels_share" in fusion["tg32"] and "kernels_share" in fusion["pp2048"]
+    rows = {r["kernel"]: r for r in fusion["tg32"]["rows"]}
+    assert rows["k_bin_bcast<&op_add, float, float, float, float const*>"]["calls_per_token"] == [49.0, 432.0]

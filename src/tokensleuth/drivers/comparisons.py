@@ -55,6 +55,7 @@ class Comparison:
     confounded: dict[str, int] = field(default_factory=dict)
     clean: stats.RatioEstimate | None = None
     steered: bool = False  # the all-pairs and clean-pairs intervals answer differently: a decision waits
+    clean_verdict: str | None = None  # what the clean pairs alone answer (None: too few of them)
 
     def confounder_note(self) -> str:
         """What the confounded pairs did to this cell's answer, one sentence ("" when none)."""
@@ -63,9 +64,15 @@ class Comparison:
         what = ", ".join(f"{code} in {n} pair{'s' if n != 1 else ''}" for code, n in self.confounded.items())
         clean = (f"{self.clean.ratio:.4f} [{self.clean.lo:.4f}, {self.clean.hi:.4f}]" if self.clean
                  else "nothing (too few pairs)")
-        return (f"{self.workload}: {what}; the other pairs alone give {clean}"
-                + (" — it answers otherwise, so no decision is taken on this cell until more pairs settle it"
-                   if self.steered else ", the same answer"))
+        head = f"{self.workload}: {what}; the other pairs alone give {clean}"
+        if self.steered:
+            return head + " — it answers otherwise, so no decision is taken on this cell until more pairs settle it"
+        if self.clean_verdict is None:
+            return head + f", no answer of their own; all pairs answer {self.verdict}"
+        if self.clean_verdict == self.verdict:
+            return head + f", the same answer ({self.verdict})"
+        return (head + f", which answers {self.clean_verdict} where all pairs answer {self.verdict}: that verdict "
+                "rests on the pairs the confounder touched")
 
     def warnings(self) -> list[str]:
         """Confounders visible only across arms: GPU clocks that drifted > 5% between them, and
@@ -104,7 +111,8 @@ class Comparison:
             # pairs one of whose trials carried a confounder (comparisons.guard), and what the others say
             **({"confounded": {"pairs": self.confounded,
                                "clean_ci": [self.clean.lo, self.clean.hi] if self.clean else None,
-                               "steered": self.steered, "note": self.confounder_note()}} if self.confounded else {}),
+                               "steered": self.steered, "clean_verdict": self.clean_verdict,
+                                             "note": self.confounder_note()}} if self.confounded else {}),
             "resource_verdicts": {
                 "cpu_ms_per_token": {
                     "ratio": ce.ratio if ce else None,
@@ -263,6 +271,7 @@ def guard(comp: Comparison, hit: Mapping[int, set[str]], clean: Sequence[int],
     comp.confounded = dict(sorted(counts.items()))
     comp.clean = (stats.ratio_interval([b[p][0] for p in clean], [c[p][0] for p in clean])
                   if len(clean) >= 2 else None)
+    comp.clean_verdict = stats.verdict(comp.clean, spec.band) if comp.clean is not None else None
     if spec.confounders != "wait" or comp.estimate is None:
         return
     full = comp.estimate
