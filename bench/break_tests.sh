@@ -78,6 +78,39 @@ add fleet-pairs src/tokensleuth/executors/base.py \
     'key: tuple[str, str, int] | int = (j.model, j.workload, j.pair) if j.pair >= 0 else -j.trial_id - 1' \
     'key: tuple[str, str, int] | int = -j.trial_id - 1' \
     tests/test_fleet.py::test_parallel_bisect_on_two_machines_finds_the_culprit
+# the kernel diff (analysis/kernels.py): each share computed, the union not the sum, the 1% rule,
+# the interval, own time, a withheld table everywhere, sampled records that cross the next launch
+add share-rest src/tokensleuth/analysis/kernels.py \
+    'out["gaps_share" if untraced else "unexplained_share"] = rest' \
+    'out["gaps_share" if untraced else "unexplained_share"] = 0.0' \
+    tests/kernels/test_figures.py::test_each_share_is_computed_and_can_be_told_from_a_constant
+add share-sum src/tokensleuth/analysis/kernels.py \
+    '"kernels", "busy_ms_per_token"), ("outside"' '"kernels", "kernel_ms_per_token"), ("outside"' \
+    tests/kernels/test_figures.py::test_each_share_is_computed_and_can_be_told_from_a_constant
+add records-rule src/tokensleuth/analysis/kernels.py \
+    'RECORDS = 0.01' 'RECORDS = 0.20' \
+    tests/kernels/test_figures.py::test_the_records_rule_withholds_at_one_percent_not_at_twenty
+add share-interval src/tokensleuth/analysis/kernels.py \
+    'return float(lo), float(hi)' 'return 0.0, 2.0' \
+    tests/kernels/test_figures.py::test_each_share_is_computed_and_can_be_told_from_a_constant
+add own-time src/tokensleuth/analysis/kernels.py \
+    'credit[lead] += nxt - t' 'credit[lead] += 0' \
+    tests/kernels/test_figures.py::test_a_kernel_that_grew_only_beside_a_slowed_one_is_named_so_below_it
+add beside-verdict src/tokensleuth/analysis/kernels.py \
+    'verdict = f"{verdict} beside others"' 'verdict = verdict' \
+    tests/kernels/test_figures.py::test_a_kernel_that_grew_only_beside_a_slowed_one_is_named_so_below_it
+add withheld-rows src/tokensleuth/analysis/kernels.py \
+    'out["rows"] = []' 'out["rows"] = rows' \
+    tests/kernels/test_figures.py::test_a_withheld_table_names_no_kernel_anywhere
+add sample-cross src/tokensleuth/analysis/kernels.py \
+    'm &= ~late' 'm &= m' \
+    tests/kernels/test_h100_traces.py::test_sample_16_records_cross_the_next_launch_and_are_withheld_everywhere
+add compare-note src/tokensleuth/drivers/comparisons.py \
+    'if self.clean_verdict == self.verdict:' 'if True:' \
+    tests/test_confounded_decisions.py::test_a_verdict_a_busy_neighbour_steered_waits
+add bin-backends src/tokensleuth/sources/configure.py \
+    'found += _linked_backends(folder / program)' 'found += []' \
+    tests/sources/test_backends.py::test_a_static_program_answers_by_what_it_links
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

@@ -316,3 +316,47 @@ def test_a_trace_without_a_timeline_gives_no_share_and_says_why() -> None:
     assert "no timeline" in d["shares_withheld"]
     assert d["sentence"].startswith("llama-bench measured +0.2 ms/token (untraced processes); no shares: the trace has "
                                     "no timeline"), d["sentence"]
+
+
+def test_each_share_is_computed_and_can_be_told_from_a_constant() -> None:
+    """The parts of a measured difference, planted apart: the kernels' union (not their sum), the
+    time outside the kernels, the gaps, each share's interval narrow on quiet processes. A share
+    fixed at 0, taken from the summed kernels, or an interval fixed wide fails here."""
+    rng = np.random.default_rng(9)
+    # traced processes only: +60 ns in a, and the window closes 15 ns later after the last kernel
+    base, cand = _processes(rng, 4, {}), _processes(rng, 4, {"a": 60})
+    for p in cand:
+        p.window_ns += 15 * p.tokens
+        p.bench_ns = (p.bench_ns or 0) + 15 * p.tokens
+    d = diff(base, cand, 0.02)
+    assert d["kernels_share"]["share"] == pytest.approx(60 / 75, abs=0.05)
+    assert d["unexplained_share"] == pytest.approx(15 / 75, abs=0.05)  # the outside time: not the trace's kernels
+    lo, hi = d["kernels_share"]["ci"]
+    assert lo < d["kernels_share"]["share"] < hi and hi - lo < 0.15
+    # against untraced processes whose gaps grew 20 ns beside the kernels' 60
+    base, cand = _processes(rng, 4, {}), _processes(rng, 4, {"a": 60})
+    untraced = ([352e-6 * x for x in (1.0, 1.002, 0.998, 1.0)], [432e-6 * x for x in (1.0, 1.002, 0.998, 1.0)])
+    d = diff(base, cand, 0.02, untraced=untraced)
+    assert d["kernels_share"]["share"] == pytest.approx(60 / 80, abs=0.05)
+    assert d["gaps_share"] == pytest.approx(20 / 80, abs=0.05)
+    # the union, not the sum: x waits beside k, so the sum grows twice as much as the busy time
+    base, cand = _waits(rng, 4, 0), _waits(rng, 4, 60)
+    busy_a = float(np.mean([p.busy_ms_per_token or 0 for p in base]))
+    busy_b = float(np.mean([p.busy_ms_per_token or 0 for p in cand]))
+    out_a = float(np.mean([p.outside_ms_per_token or 0 for p in base]))
+    untraced = ([(busy_a + out_a) * x for x in (1.0, 1.001, 0.999, 1.0)],
+                [(busy_b + out_a) * x for x in (1.0, 1.001, 0.999, 1.0)])
+    d = diff(base, cand, 0.02, untraced=untraced)
+    assert d["kernels_share"]["share"] == pytest.approx(1.0, abs=0.05), d["kernels_share"]
+    assert d["kernels"]["delta_ms_per_token"] == pytest.approx(2 * d["busy"]["delta_ms_per_token"], rel=0.1)
+
+
+def test_the_records_rule_withholds_at_one_percent_not_at_twenty() -> None:
+    """Records per token alike within 1% across a side's processes, or the table is withheld."""
+    from tokensleuth.analysis.kernels import missing_records
+
+    def proc(calls: int) -> ProcessKernels:
+        return ProcessKernels(10, 1000, 1000, calls={"k": calls}, busy_ns={"k": 500})
+
+    assert missing_records([proc(1000), proc(1000), proc(995)]) is None  # 0.5%: alike
+    assert "records per token differ" in (missing_records([proc(1000), proc(1000), proc(985)]) or "")  # 1.5%
