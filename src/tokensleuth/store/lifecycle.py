@@ -32,6 +32,23 @@ from tokensleuth.store.schema import APPLICATION_ID, CORE_TABLES, MIGRATIONS, SC
 from tokensleuth.store.writes import _Writes
 
 
+def _wal(db: sqlite3.Connection, patience_s: float = 30.0) -> None:
+    """Put a store in WAL mode. Switching a new file's journal answers "database is locked" at once
+    while another process opens it too (SQLite calls no busy handler there), so it is tried again
+    for as long as a locked store is waited for elsewhere."""
+    deadline = time.monotonic() + patience_s
+    delay = 0.01
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(0.5, delay * 2)
+
+
 class Store(_Reads, _Writes):
     """A connection to the study store. Caller-owned; close it (or use ``with``).
 
@@ -96,7 +113,7 @@ class Store(_Reads, _Writes):
                     raise UserError(f"the store {self.path} is read-only and has the older schema "
                                     f"{version} — make it writable once so tokensleuth can upgrade it")
                 return db
-            db.execute("PRAGMA journal_mode=WAL")
+            _wal(db)
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute("PRAGMA foreign_keys=ON")
             self._migrate()
@@ -161,9 +178,17 @@ class Store(_Reads, _Writes):
                             f"(tables: {shown or 'none'}) — pass another --db path")
 
     def _migrate(self) -> None:
-        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
-        for v in range(version, SCHEMA_VERSION):
+        """Bring the schema up to date, one step per write transaction. Each step reads the version
+        under the write lock it migrates in: processes opening a new store together (four bench
+        runs and a reader) each found version 0 outside it, and all but the first then failed on
+        "table … already exists"."""
+        if int(self.db.execute("PRAGMA user_version").fetchone()[0]) >= SCHEMA_VERSION:
+            return
+        while True:
             with self.tx() as db:
+                v = int(db.execute("PRAGMA user_version").fetchone()[0])
+                if v >= SCHEMA_VERSION:
+                    return
                 for stmt in MIGRATIONS[v].split(";"):
                     if stmt.strip():
                         db.execute(stmt)

@@ -1,0 +1,30 @@
+"""Processes that open one new store at the same instant: each migrates under the write lock, so
+none finds the tables another has just made ("table … already exists")."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OPEN = """
+import sys, time
+from pathlib import Path
+from tokensleuth.store import Store
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+with Store(Path(sys.argv[1])) as s:
+    s.studies()
+"""
+
+
+def test_processes_opening_a_new_store_together_all_open_it(tmp_path: Path) -> None:
+    for round_ in range(6):
+        db = tmp_path / f"s{round_}.db"
+        start = time.time() + 1.5  # every process waits, already imported, for the same instant
+        procs = [subprocess.Popen([sys.executable, "-c", OPEN, str(db), str(start)], stderr=subprocess.PIPE,
+                                  text=True) for _ in range(5)]
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+        assert all(p.returncode == 0 for p in procs), [e[-400:] for e in errors if e]
