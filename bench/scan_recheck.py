@@ -7,13 +7,18 @@ the same (a neutral pair: it must not come out as a step). Prints, per pair, the
 the compare's, and what the compare found of each (``classify``): confirmed (the scan's verdict,
 beyond the band the same way, or the same), moved the same way but not beyond the band (its
 interval excludes no change), contradicted (the other way, or the same where the scan saw a
-step, or a step where the scan saw none), or unresolved. An unresolved cell is never counted as
-agreement. Exit 1 where any cell is contradicted.
+step, or a step where the scan judged the same), or unresolved. An unresolved cell, on either
+side, is never counted as agreement. Exit 1 where any cell is contradicted.
 
     .venv/bin/python bench/scan_recheck.py --db SCAN_DB --study SCAN_ID --out-db RECHECK_DB [--max-pairs 20]
 
 A git history only (a --repo checkout or a packed bundle): the sources are the scan's own.
 Killed, it goes on where it was when run again with the same --out-db (each compare resumes).
+
+    .venv/bin/python bench/scan_recheck.py --reclass bench/results/scan_planted_6pct_recheck.txt
+
+prints a stored re-check with each cell's class and the count line recomputed by ``classify`` from
+the verdicts and intervals it printed (nothing measured again; other lines unchanged).
 A control model's cells are shown beside the step's bisect's answer for it, not scored: the
 bisect judged the control in a band of its own. The neutral pair is compared on the scanned
 models alone, with up to twice --max-pairs (what the scan gives an interval it cannot decide).
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -59,15 +65,20 @@ def _compare(args: argparse.Namespace, spec: dict[str, Any], repo: str, a: str, 
 
 
 KINDS = ("confirmed", "moved, not beyond the band", "contradicted", "unresolved")
+DECIDED = ("slower", "faster", "same")
 
 
 def classify(scan: str, got: str, ci: tuple[float, float] | None) -> str:
-    """What a re-check found of one cell the scan judged ``scan`` (slower, faster or same), from
-    the compare's verdict ``got`` and its interval of the ratio."""
+    """What a re-check found of one cell the scan judged ``scan`` (slower, faster, same or
+    unresolved), from the compare's verdict ``got`` and its interval of the ratio. Confirmed
+    means the compare gave the scan's own decided verdict. A cell the scan left unresolved made
+    no claim, so nothing confirms or contradicts it: it is unresolved whatever the compare says."""
+    if scan not in DECIDED:
+        return "unresolved"
     if got == scan:
         return "confirmed"
     if scan in ("slower", "faster"):
-        if got in ("slower", "faster", "same"):  # the other way, or within the band: not the step
+        if got in DECIDED:  # the other way, or within the band: not the step
             return "contradicted"
         side = ci is not None and (ci[1] < 1 if scan == "slower" else ci[0] > 1)
         return "moved, not beyond the band" if side else "unresolved"
@@ -76,13 +87,40 @@ def classify(scan: str, got: str, ci: tuple[float, float] | None) -> str:
     return "unresolved"
 
 
+CELL = re.compile(r"^(  \S+ \S+: scan (\w+), compare (\w+) [\d.]+ (?:\[([\d.]+), ([\d.]+)\] )?after \d+ pairs) — (.+)$")
+COUNTS = re.compile(r"^(\d+ pairs re-checked: ).+$")
+
+
+def reclass(text: str) -> str:
+    """A stored re-check's text with each scored cell's class, and the count line, as ``classify``
+    decides them from the verdicts and intervals printed (control cells are not scored)."""
+    found = dict.fromkeys(KINDS, 0)
+    out = []
+    for line in text.splitlines():
+        if m := CELL.match(line):
+            head, scan, got, lo, hi = m.group(1, 2, 3, 4, 5)
+            kind = classify(scan, got, (float(lo), float(hi)) if lo else None)
+            found[kind] += 1
+            line = f"{head} — {kind}"
+        elif m := COUNTS.match(line):
+            line = m.group(1) + ", ".join(f"{n} {k}" for k, n in found.items())
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--db", type=Path, required=True)
-    ap.add_argument("--study", required=True)
-    ap.add_argument("--out-db", type=Path, required=True)
+    ap.add_argument("--reclass", type=Path, help="print this stored re-check re-classified; measure nothing")
+    ap.add_argument("--db", type=Path)
+    ap.add_argument("--study")
+    ap.add_argument("--out-db", type=Path)
     ap.add_argument("--max-pairs", type=int, default=20)
     args = ap.parse_args()
+    if args.reclass:
+        sys.stdout.write(reclass(args.reclass.read_text()))
+        return 0
+    if not (args.db and args.study and args.out_db):
+        ap.error("--db, --study and --out-db are needed (or --reclass FILE)")
     with Store(args.db) as store:
         sid = store.study(args.study)["id"]
         spec = dict(store.study(sid)["spec"])

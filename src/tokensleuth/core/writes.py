@@ -82,7 +82,14 @@ def check_writable(option: str, path: Path, *, new: bool = False, regular: bool 
     An existing path must be a writable file (with ``regular``, a plain one; without, a device
     such as /dev/null or /dev/stdout too) in a folder that takes the temporary file an atomic
     write puts beside it; with ``new`` it must not exist at all. A new path needs its nearest
-    existing folder to be a writable folder (missing folders are made)."""
+    existing folder to be a writable folder (missing folders are made). With ``regular`` the file
+    is written whole and renamed into place, which would replace a symbolic link rather than
+    write through it: a link there, to a file or to nothing, is refused."""
+    if regular and os.path.islink(path):
+        gone = "" if os.path.exists(path) else ", which does not exist"
+        raise UserError(f"{option} {path} is a symbolic link to {os.readlink(path)}{gone} — the file is renamed into "
+                        f"place and would replace the link; give the target's own path ({os.path.realpath(path)}) "
+                        "or a new file")
     try:
         st: os.stat_result | None = os.stat(path)
     except FileNotFoundError:
@@ -94,7 +101,7 @@ def check_writable(option: str, path: Path, *, new: bool = False, regular: bool 
         raise UserError(f"cannot use {option} {path}: {exc.strerror or exc} — give another path") from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
-            raise UserError(f"{option} {path} is a folder — give a file path, e.g. {path / _example(option)}")
+            raise UserError(f"{option} {path} is a folder — give a file path, e.g. {path / _example(option, replaces)}")
         if new:
             raise UserError(f"{option} {path} exists — give a new file, or --force to replace it")
         if regular and not stat.S_ISREG(st.st_mode):
@@ -134,8 +141,11 @@ def _read_only(folder: Path) -> bool:
         return False
 
 
-def _example(option: str) -> str:
-    return {"--html": "report.html", "--out": "out.gguf"}.get(option, "result.json")
+def _example(option: str, kind: str | None) -> str:
+    """A file name to suggest for ``option``: by the kind of file it writes where that is known
+    (a bundle, a model), else by the option."""
+    by_kind = {"a git bundle": "h.bundle", "a GGUF model": "out.gguf"}
+    return by_kind.get(kind or "") or {"--html": "report.html"}.get(option, "result.json")
 
 
 def check_writes(writes: Iterable[tuple[str, Path | None]], *, reads: Iterable[tuple[str, Path | str | None]] = (),

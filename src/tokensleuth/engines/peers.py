@@ -9,7 +9,9 @@ Read, and nothing else (a file of another tool or version is refused with one li
   default ``--export-level records`` writes both). Every request of the profiling phase is
   one sample; the warm-up phase is left out, as AIPerf leaves it out.
 - **llama-benchy** (``--format json --save-result``; version 0.4): every run of every test is
-  one sample.
+  one sample, with the TTFTs of its own requests. The file lists every request's TTFT in one
+  list: where it cannot say which run each came from (a request failed), no run keeps one, and
+  a note says so.
 
 A workload is named as tokensleuth names its own: ``pp512+tg128xc4`` is a 512-token prompt,
 128 generated tokens, 4 requests at once. The definitions differ from tokensleuth's, and
@@ -207,6 +209,25 @@ def _aiperf(path: Path) -> tuple[str, dict[str, Any], str, list[ResultRow], list
     return model, raw, version, [row], notes
 
 
+def _benchy_ttfts(b: dict[str, Any], conc: int, runs: int) -> list[list[float]] | None:
+    """Each run's requests' TTFTs (ms), in run order, or None where the file cannot tell which run
+    a TTFT came from. llama-benchy 0.4 writes one TTFT per request that got a first token, all
+    runs in one list, and one generation rate per run that got one (at concurrency > 1, one
+    prefill rate per run that got a first token). The runs are told apart only where every run
+    with a first token gave a rate and all its ``conc`` requests gave a TTFT: as many TTFTs as
+    ``conc`` times the rates and, at concurrency > 1, as many prefill rates as generation rates;
+    then they come in blocks of ``conc``. At concurrency 1 a rate implies a TTFT, so equal
+    counts suffice."""
+    got = (b.get("e2e_ttft") or {}).get("values") or []
+    if not all(isinstance(x, (int, float)) for x in got) or len(got) != conc * runs:
+        return None
+    if conc > 1:
+        pp = (b.get("pp_throughput") or {}).get("values")
+        if not isinstance(pp, list) or len(pp) != runs:
+            return None
+    return [[float(x) for x in got[i * conc:(i + 1) * conc]] for i in range(runs)]
+
+
 def _benchy(path: Path) -> tuple[str, dict[str, Any], str, list[ResultRow], list[str]]:
     obj = _load(path)
     if not isinstance(obj, dict) or not isinstance(obj.get("benchmarks"), list):
@@ -222,16 +243,22 @@ def _benchy(path: Path) -> tuple[str, dict[str, Any], str, list[ResultRow], list
         ttft = (b.get("e2e_ttft") or {}).get("values") or []
         req = (b.get("tg_req_throughput") or {}).get("values") or []
         n_gen, n_prompt = int(b.get("response_size") or 0), int(b.get("prompt_size") or 0)
+        per_run = _benchy_ttfts(b, conc, len(tg))
+        if per_run is None and ttft:
+            notes.append(f"test pp{n_prompt} tg{n_gen} c{conc}: {len(ttft)} TTFTs for {len(tg)} runs of {conc} "
+                         "requests, and the file does not say which run each came from (a request failed or "
+                         "gave no first token): no run's TTFT kept; llama-benchy's own mean is in raw")
         samples = []
         for i, v in enumerate(tg):
             if not isinstance(v, (int, float)) or v <= 0 or n_gen <= 1:
                 continue
             tokens = (n_gen - 1) * conc  # tokens after the first, every request of the run
-            metrics: dict[str, Any] = {"ttft_ms_all": [float(ttft[i])] if i < len(ttft) else []}
+            mine = per_run[i] if per_run is not None else []  # this run's own requests' TTFTs
+            metrics: dict[str, Any] = {"ttft_ms_all": mine}
             if i < len(req) and isinstance(req[i], (int, float)) and conc == 1:
                 metrics["client_tg_ts"] = float(req[i])
             samples.append(SampleRow(i, int(tokens * 1e9 / v), tokens, n_prompt, n_gen, None, None,
-                                     int(float(ttft[i]) * 1e6) if i < len(ttft) else None, metrics))
+                                     int(min(mine) * 1e6) if mine else None, metrics))
         if not samples:
             notes.append(f"test pp{n_prompt} tg{n_gen} c{conc}: no run with a generation rate, left out")
             continue

@@ -123,20 +123,19 @@ class TreeFetcher:
             return self._sdist_locked(src, log)
 
     def _sdist_locked(self, src: Source, log: Log | None) -> Path:
+        """The cached sdist of ``src``, fetched with pip where it is missing or damaged. The
+        fetch is logged once it worked: a failed one says so in its error's one line alone."""
         assert src.package and src.version
         dest = self.sdists / f"{src.package}-{src.version}"
         sdist = next(iter(sorted(dest.glob("*.tar.gz"))), None) if dest.exists() else None
         damaged = sdist is not None and not _opens(sdist)
+        said = ""
         if damaged:  # (a cached file cut short or overwritten: set aside, fetched again)
             assert sdist is not None
-            aside = set_aside(sdist)
-            if log:
-                log(f"the cached sdist {sdist} is damaged: set aside as {aside.name}, fetching it again")
+            said = f"the cached sdist {sdist} was damaged: set aside as {set_aside(sdist).name}; "
             sdist = None
         if sdist is None:
             dest.mkdir(parents=True, exist_ok=True)
-            if log:
-                log(f"downloading sdist {src.package}=={src.version} with pip")
             proc = subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", src.package,
                  "--disable-pip-version-check", "--dest", str(dest), f"{src.package}=={src.version}"],
@@ -156,6 +155,8 @@ class TreeFetcher:
             if not _opens(sdist):
                 raise UserError(f"the sdist fetched for {src.package}=={src.version} ({sdist}) is not a readable "
                                 f"tar.gz — remove {dest} and try again")
+            if log:
+                log(f"{said}downloaded sdist {src.package}=={src.version} with pip")
         return sdist
 
     def _pypi_tree_locked(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
