@@ -17,7 +17,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from tokensleuth.analysis.kernels import COVERAGE, Window, coverage, diff, process_kernels, reach
+from tokensleuth.analysis.kernels import COVERAGE, ProcessKernels, Window, coverage, diff, process_kernels, reach
 from tokensleuth.kernels.cupti import read_file
 
 
@@ -28,7 +28,8 @@ def main() -> None:
         for tar in sorted(raw.glob("raw_*.tar.xz")):
             with tarfile.open(tar) as t:
                 t.extractall(tmp, filter="data")
-        procs, untraced = {}, {}
+        procs: dict[tuple[str, str], list[ProcessKernels]] = {}
+        untraced: dict[tuple[str, str], list[float]] = {}
         print(f"{'arm':8} {'workload':8} {'traced/untraced':>15} {'busy':>8} {'outside':>8} {'idle':>8} "
               f"{'untraced':>9} {'(b+i)/u':>8} {'(b+o)/u':>8} {'span/u':>7} shares")
         for d in sorted(Path(tmp).iterdir()):
@@ -56,11 +57,11 @@ def main() -> None:
             for w in ("tg32", "pp2048"):
                 if (arm, w) not in procs or ("base", w) not in procs:
                     continue
-                d = diff(procs["base", w], procs[arm, w], 0.02, untraced=(untraced["base", w], untraced[arm, w]))
+                got = diff(procs["base", w], procs[arm, w], 0.02, untraced=(untraced["base", w], untraced[arm, w]))
                 grew = [f"{r['kernel'][:40]} {r['verdict']} {r['delta_ms_per_token']:+.4f} (own "
-                        f"{r['own']['delta_ms_per_token']:+.4f})" for r in d["rows"]
+                        f"{r['own']['delta_ms_per_token']:+.4f})" for r in got["rows"]
                         if r["verdict"] not in ("same",) and r.get("own")][:6]
-                print(f"{arm} vs base, {w}: {d['sentence']}")
+                print(f"{arm} vs base, {w}: {got['sentence']}")
                 print("    " + ("; ".join(grew) or "no kernel moved beyond its interval"))
 
 

@@ -34,6 +34,7 @@ from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings, Sharing
 from tokensleuth.engines.llamabench import argv as bench_argv
 from tokensleuth.engines.llamabench import params
 from tokensleuth.engines.llamabench import settings as load_settings
+from tokensleuth.engines.placement import LoadSettings
 from tokensleuth.engines.llamabench.shared import SHARING
 from tokensleuth.engines.proc import Probe, ProcResult, process_fault, run_process
 from tokensleuth.monitor.attribute import counter_deltas
@@ -524,7 +525,13 @@ class LlamaBench:
     repetitions = staticmethod(bench_argv.repetitions)
     sets_repetitions = staticmethod(bench_argv.sets_repetitions)
     flag_tests = staticmethod(bench_argv.flag_tests)
-    guard = staticmethod(load_settings.settings_from_flags)  # the memory guard reads -ngl, -ot, -ub, …
+    @staticmethod
+    def guard(flags: Sequence[str], tests: Sequence[tuple[int, int, int]]) -> LoadSettings | None:
+        """The memory guard's settings from the flags (-ngl, -ot, -ub, …), once every value the wing
+        reads is one llama-bench takes (doctor and `model fit` said "fits" for `-d -1`)."""
+        bench_argv.check_repetitions(flags)
+        bench_argv.check_flag_values(flags)
+        return load_settings.settings_from_flags(flags, tests)
     with_threads = staticmethod(bench_argv.with_threads)
     sets_threads = staticmethod(bench_argv.sets_threads)
 

@@ -73,7 +73,8 @@ def argv_for(workloads: Sequence[str], repetitions: int | None = None) -> list[s
 # flags whose values tokensleuth reads (the memory prediction), and the values llama-bench takes
 # for them (each value of a list)
 _INT_FLAGS: dict[tuple[str, ...], int] = {("-ngl", "--n-gpu-layers"): -1, ("-ncmoe", "--n-cpu-moe"): 0, ("-b", "--batch-size"): 1,
-              ("-ub", "--ubatch-size"): 1, ("-t", "--threads"): 1}
+              ("-ub", "--ubatch-size"): 1, ("-t", "--threads"): 1, ("-p", "--n-prompt"): 0,
+              ("-n", "--n-gen"): 0, ("-d", "--n-depth"): 0}
 _CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 _CHOICES: dict[tuple[str, ...], tuple[str, ...]] = {("-ctk", "--cache-type-k"): _CACHE_TYPES, ("-ctv", "--cache-type-v"): _CACHE_TYPES,
             ("-mmp", "--mmap"): ("0", "1"), ("-nkvo", "--no-kv-offload"): ("0", "1"),
@@ -81,9 +82,10 @@ _CHOICES: dict[tuple[str, ...], tuple[str, ...]] = {("-ctk", "--cache-type-k"): 
 
 
 def check_flag_values(flags: Sequence[str]) -> None:
-    """Refuse a value the memory prediction reads that llama-bench would not take (``-ub 0``,
-    ``-ngl abc``, ``-ctk nope``): a prediction from it would say "fits" for a run that cannot start, and a study would find out
-    only after its build."""
+    """Refuse a value tokensleuth or llama-bench reads that llama-bench would not take (``-ub 0``,
+    ``-ngl abc``, ``-ctk nope``, ``-p x``, ``-d -1``, ``-pg 512``, ``-p 0 -n 0``): a prediction from it would
+    say "fits" for a run that cannot start, and a study would find out only after its build. Every
+    check of the wing's values is here, run before any build (Engine.check and Engine.guard)."""
     from tokensleuth.core.errors import UserError, show
 
     for names, least in _INT_FLAGS.items():
@@ -92,6 +94,17 @@ def check_flag_values(flags: Sequence[str]) -> None:
                 if not re.fullmatch(r"-?\d{1,9}", v.strip()) or int(v) < least:
                     raise UserError(f"llama-bench flag {names[0]} {show(value)}: give whole numbers of at least "
                                     f"{least} (a list is comma-separated)")
+    for value in flag_values(flags, "-pg"):
+        for pair in value.split(";") if ";" in value else [value]:
+            parts = pair.split(",")
+            if len(parts) != 2 or not all(re.fullmatch(r"\d{1,9}", x.strip()) for x in parts):
+                raise UserError(f"llama-bench flag -pg {show(value)}: give a prompt and a generation length, "
+                                "e.g. -pg 512,128")
+    prompts, gens = flag_values(flags, "-p", "--n-prompt"), flag_values(flags, "-n", "--n-gen")
+    if (prompts and gens and not flag_values(flags, "-pg")
+            and all(int(v) == 0 for x in (*prompts, *gens) for v in x.split(","))):
+        raise UserError("llama-bench flags -p 0 -n 0 leave it no test to run — give a prompt or a generation "
+                        "length, or a workload with -w (e.g. -w tg32)")
     for names, choices in _CHOICES.items():
         for value in flag_values(flags, *names):
             bad = [v for v in value.split(",") if v.strip().lower() not in choices]
