@@ -151,6 +151,7 @@ DEFAULT_ENGINE = {
     ("drivers/kernels.py", "check_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
     ("drivers/kernels.py", "untraced_process"): "the kernel profiler times llama-bench (Engine.profiles)",
     ("drivers/kernels.py", "trace_process"): "the kernel profiler times llama-bench (Engine.profiles)",
+    ("drivers/kernels.py", "joined_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
     ("drivers/profile.py", "bench_ms_per_token"): "the profiler compares with llama-bench's own ms/token",
 }
 

@@ -17,6 +17,7 @@ from tokensleuth.core.plan import pair_round
 from tokensleuth.core.records import PlannedTrial, StudyHandle
 from tokensleuth.core.workloads import JOINED, trial_workloads
 from tokensleuth.drivers.comparisons import (
+    ARGV,
     JOINED_DESIGN,
     NOISE_STATE,
     PLACEMENT_STATE,
@@ -79,6 +80,8 @@ def run_compare(
     """
     spec_json = dict(spec_dump(spec), **(identity or {}))
     spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
+    if any(spec.joined(a).overrides for a in spec.arms):  # what each arm ran, where an arm overrode a common flag
+        spec_json[ARGV] = {a.name: spec.flags_of(a) for a in spec.arms}
     share = shares_process(spec, builds)
     joined = not share and joins_workloads(spec)
     if joined and (resume or create):  # a study a version before one process per model began goes
@@ -105,7 +108,7 @@ def run_compare(
 
 
 def _runtimes(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> dict[str, ArmRuntime]:
-    return {a.name: arm_runtime(a.name, builds[a.name], (*a.flags, *spec.common_flags), a.env, a.kind, a.api_key_env)
+    return {a.name: arm_runtime(a.name, builds[a.name], spec.flags_of(a), a.env, a.kind, a.api_key_env)
             for a in spec.arms}
 
 
@@ -287,7 +290,7 @@ FIRST_REPS = 3  # the first round's repetitions per process when the design is c
 
 def user_reps(spec: CompareSpec) -> bool:
     """Whether the user gave an arm its repetitions (``-r``): the design then keeps them."""
-    return any(engine_for(a.kind).sets_repetitions([*spec.common_flags, *a.flags]) for a in spec.arms)
+    return any(engine_for(a.kind).sets_repetitions(spec.flags_of(a)) for a in spec.arms)
 
 
 def asked_reps(spec: CompareSpec) -> int | None:
@@ -295,7 +298,7 @@ def asked_reps(spec: CompareSpec) -> int | None:
     none was, the arms differ or one is a server (its -r is requests per trial)."""
     if not all(engine_for(a.kind).reps_per_process for a in spec.arms):
         return None
-    got = {engine_for(a.kind).repetitions([*spec.common_flags, *a.flags]) for a in spec.arms}
+    got = {engine_for(a.kind).repetitions(spec.flags_of(a)) for a in spec.arms}
     return got.pop() if len(got) == 1 else None
 
 
@@ -341,8 +344,7 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
                             "drop --pin-params or give every arm a kind that reports them (llama-bench)")
     params = hooks[base]
     assert params is not None
-    base_settings = params.probe(builds[base], spec.models[0], [*arms[base].flags, *spec.common_flags],
-                                 spec.timeout_s)
+    base_settings = params.probe(builds[base], spec.models[0], spec.flags_of(arms[base]), spec.timeout_s)
     new_arms = []
     for a in spec.arms:
         if a.name == base:
@@ -351,8 +353,8 @@ def pin_params(spec: CompareSpec, builds: Mapping[str, EngineBuild],
         own = hooks[a.name]
         assert own is not None
         asked = params.flag_fields(arms[base].flags) | own.flag_fields(a.flags)
-        flags, cannot = own.pin_to(base_settings, builds[a.name], spec.models[0], [*a.flags, *spec.common_flags],
-                                      asked, spec.timeout_s)
+        flags, cannot = own.pin_to(base_settings, builds[a.name], spec.models[0], spec.flags_of(a), asked,
+                                   spec.timeout_s)
         if log:
             log(own.pin_line(a.name, base, flags, cannot))
         new_arms.append(a.model_copy(update={"flags": [*a.flags, *flags]}))
@@ -442,7 +444,7 @@ def plan_output_checks(spec: CompareSpec) -> list[PlannedCheck]:
     from tokensleuth.trials.outputs import PlannedCheck
 
     base = spec.baseline_name()
-    flags = {a.name: perplexity_flags([*spec.common_flags, *a.flags]) for a in spec.arms}
+    flags = {a.name: perplexity_flags(spec.flags_of(a)) for a in spec.arms}
     return [PlannedCheck(base, a.name, m, flags[base], flags[a.name])
             for a in spec.arms if a.name != base for m in spec.models]
 

@@ -292,8 +292,10 @@ JOINED_DESIGN = "one process per trial runs every workload of its model"
 
 
 # what run_compare adds to a spec for the study's identity: the builds, a per-host study's
-# machine, the design (a pair in one process)
-IDENTITY_EXTRAS = ("build_keys", "host", "design")
+# machine, the design (a pair in one process), each arm's argv (only where an arm overrode a
+# common flag: CompareSpec.joined)
+ARGV = "arm_argv"
+IDENTITY_EXTRAS = ("build_keys", "host", "design", ARGV)
 
 
 def stored_spec(store: Store, study_id: str) -> CompareSpec:

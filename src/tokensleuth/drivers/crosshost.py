@@ -95,7 +95,7 @@ def _run_host(db: Path, fleet: Fleet, node: Node, spec: CompareSpec, targets: Ca
                     log(f"{node.label}: building {a.source}")
                     by_source[key] = fleet.build(node, a.source, a.cmake, tuple(targets(a)))
                 builds[a.name] = by_source[key]
-                fleet.check_arm(node, builds[a.name], a.name, a.kind, [*spec.common_flags, *a.flags], a.env,
+                fleet.check_arm(node, builds[a.name], a.name, a.kind, spec.flags_of(a), a.env,
                                 spec.workloads, a.source)
             child, comps = run_compare(st, spec, builds, resume=resume, executor=on_fleet(fleet, [node]),
                                        identity={"host": node.label}, on_trial=on_trial)

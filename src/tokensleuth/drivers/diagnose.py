@@ -506,7 +506,7 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
         if log:
             log(f"probe: {2 * PROBE_PAIRS} processes of {worst.workload} at {' '.join(fewer)} "
                 "(--no-probe skips it)")
-        found = run_probe(store, build, worst.model, worst.workload, [*spec.common_flags, *base.flags],
+        found = run_probe(store, build, worst.model, worst.workload, spec.flags_of(base),
                           d.threads - 1, spec.band, spec.timeout_s, kind=base.kind)
     rx = prescribe(d, spec.band, pairs_now, spec.max_pairs, argv, found, kind=base.kind)
     store.put_state(study_id, DIAGNOSIS_STATE, rx.to_json())

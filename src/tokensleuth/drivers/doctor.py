@@ -294,7 +294,8 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     three = aa_engine().argv_for([], 3) or []  # 3 repetitions per process
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source}, {"name": "b", "source": build.source}],
                                "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": AA_PAIRS,
-                               "max_pairs": AA_PAIRS, "band": 0.001, "common_flags": [*three, *flags]}, "doctor")
+                               "max_pairs": AA_PAIRS, "band": 0.001,
+                               "common_flags": list(aa_engine().join_flags(three, flags).argv)}, "doctor")
     with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
         sid, comps = run_compare(store, spec, {"a": build, "b": build})
         n = noise.estimate(store, sid)
@@ -338,7 +339,7 @@ def threads_advice(build: Any, model: Path, flags: Sequence[str], got: AA, cpus:
         return None
     if log:
         log(f"A/A again at {' '.join(fewer_flags)} (the engine's default, {got.threads}, uses every CPU) …")
-    alt = run_aa(build, model, [*flags, *fewer_flags])
+    alt = run_aa(build, model, list(aa_engine().join_flags(flags, fewer_flags).argv))  # (its -t over the user's)
     return ThreadsAdvice(fewer, alt, sd_ratio(alt.log_ratio_sd, alt.pairs, got.log_ratio_sd, got.pairs),
                          got.pairs_needed.get(0.02), alt.pairs_needed.get(0.02))
 

@@ -105,6 +105,11 @@ class Judge:
                 self._check(source, self.builds[source])
         return self.builds[source]
 
+    def flags_of(self, source: str) -> list[str]:
+        """The flags ``source`` runs with: the common flags and its own (pinned) ones, as the engine
+        joins them (Engine.join_flags)."""
+        return list(engine_for(self.kind).join_flags(self.flags, self.arm_flags.get(source, [])).argv)
+
     def settled(self, a: str, b: str, models: Sequence[str]) -> None:
         """Take the stored comparison of ``b`` with ``a`` as it is: asked again in this process, it
         adds no pairs to a cell it left unresolved (a caller that already read its answer)."""
@@ -194,7 +199,7 @@ class Judge:
         from tokensleuth.trials.memory import guard
 
         # (the engine reads its own flags: a kind with no load to guard answers None)
-        guard(models, [*self.flags, *extra], self.workloads, build.backends, warn=self.log, kind=self.kind)
+        guard(models, self.flags_of(source), self.workloads, build.backends, warn=self.log, kind=self.kind)
         self._guarded.add(key)
 
     def _pin(self, source: str, build: EngineBuild, model: str) -> None:

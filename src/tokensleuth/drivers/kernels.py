@@ -42,7 +42,7 @@ from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome
 from tokensleuth.drivers.slower import run_study
 from tokensleuth.engines import engine_for
-from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
+from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime, JoinedFlags
 from tokensleuth.kernels import Trace, Tracer, tracer_for
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
@@ -83,6 +83,12 @@ def check_flags(flags: Sequence[str], workloads: Sequence[str]) -> None:
     for w in workloads:
         if not engine.argv_for([w]):
             raise UserError(f"workload {w} cannot be traced in one llama-bench process — give pp, tg or pp+tg")
+
+
+def joined_flags(flags: Sequence[str], own: Sequence[str]) -> JoinedFlags:
+    """The flags an engine of a trace runs with: the common ``flags`` and its own, as llama-bench
+    joins them (Engine.join_flags: an option of its own is passed once, with its value)."""
+    return engine_for(DEFAULT_KIND).join_flags(flags, own)
 
 
 def kept_windows(outcome: TrialOutcome) -> list[Window]:
@@ -228,8 +234,11 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
     own = {e: list(f) for e, f in (engine_flags or {}).items() if f}
     if own:
         spec["engine_flags"] = own
-    study = KernelTrace(builds, tracers, {e: [*flags, *own.get(e, [])] for e in builds}, reps, timeout_s, env,
-                        spec.get("mode", "kernels"))
+    joined = {e: joined_flags(flags, own.get(e, [])) for e in builds}
+    argv = {e: list(j.argv) for e, j in joined.items()}
+    if any(j.overrides for j in joined.values()):  # what each engine ran, where its flag overrode a common one
+        spec["engine_argv"] = argv
+    study = KernelTrace(builds, tracers, argv, reps, timeout_s, env, spec.get("mode", "kernels"))
     return run_study(store, study, spec, resume=resume, log=log)
 
 

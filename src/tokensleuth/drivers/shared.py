@@ -168,7 +168,7 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
     def run(parent: str, culprit: str, model: str, workload: str,
             sides: Sequence[tuple[str, Mapping[str, str], Sequence[str]]] | None = None) -> dict[str, Any]:
         from tokensleuth.drivers.kernels import check_flags as check_kernel_flags
-        from tokensleuth.drivers.kernels import run_kernels, traced
+        from tokensleuth.drivers.kernels import joined_flags, run_kernels, traced
         from tokensleuth.drivers.profile import flags_from, run_profile, workload_args
         from tokensleuth.sources.profiler import TARGET
 
@@ -180,7 +180,7 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
             names = [name for name, _, _ in sides]
             extra = {name: list(f) for name, _, f in sides}
             for name in names:
-                check_kernel_flags([*flags, *extra[name]], [workload])
+                check_kernel_flags(list(joined_flags(flags, extra[name]).argv), [workload])
             sid, obj = run_kernels(store, {name: one for name in names}, [model], [workload], flags,
                                    timeout_s=timeout_s, resume=True, log=say.line,
                                    env={name: dict(e) for name, e, _ in sides}, engine_flags=extra)
@@ -240,10 +240,12 @@ def check_judged(spec: dict[str, Any], command: str) -> None:
     as a compare's settings are (models, workloads, band, pairs, flags, watchdog)."""
     from tokensleuth.trials.spec import check_settings
 
+    from tokensleuth.engines import engine_for
     from tokensleuth.engines.checks import check_arm
 
     check_settings({"models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
                     "max_pairs": spec["max_pairs"], "common_flags": spec["flags"], "timeout_s": spec["timeout_s"]},
                    "command line", command)
-    # what the flags and workloads alone show (tokensleuth's own flags, -r), before any build
+    # what the flags and workloads alone show (tokensleuth's own flags, -r; one test per trial), before any build
     check_arm(None, command, spec.get("kind", DEFAULT_KIND), list(spec["flags"]), {}, list(spec["workloads"]))
+    engine_for(spec.get("kind", DEFAULT_KIND)).check_one_test(list(spec["flags"]))

@@ -93,6 +93,19 @@ class Settings(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class JoinedFlags:
+    """An arm's argv from the common flags and its own (Engine.join_flags), and each option the
+    arm overrides: (the arm's words, the common words)."""
+
+    argv: tuple[str, ...]
+    overrides: tuple[tuple[str, str], ...] = ()
+
+    def notes(self, arm: str) -> list[str]:
+        """What a study says of the overrides, a line each."""
+        return [f"arm {arm}: {own} overrides the common {common}" for own, common in self.overrides]
+
+
+@dataclass(frozen=True, slots=True)
 class EngineRun:
     outcome: TrialOutcome
     pid: int | None  # the engine's process (for the confounder checks), when there is one
@@ -121,6 +134,17 @@ class Engine(Protocol):
         """The argv a trial of these workloads is planned with, composed from their names (none:
         the engine's own tests; several: one process, each a test of its own), with ``repetitions``
         per process where it counts them there; None where one process cannot run them together."""
+        ...
+
+    def join_flags(self, common: Sequence[str], own: Sequence[str]) -> JoinedFlags:
+        """The argv an arm runs: the common flags, then its own; an option given in both is passed
+        once, with the arm's value (where the kind knows its options; else both, the arm's last).
+        Every caller that runs or checks an arm's flags asks this, never joins them itself."""
+        ...
+
+    def check_one_test(self, flags: Sequence[str]) -> None:
+        """Refuse, before any build, flags that make one trial several tests (a list of values):
+        each value is an arm of its own (UserError, one line)."""
         ...
 
     def repetitions(self, flags: Sequence[str]) -> int | None:
@@ -220,8 +244,8 @@ class Sharing(Protocol):
 
 
 class NoFlags:
-    """The answers of a kind whose flags have no memory guard and no thread count (a server's,
-    llama-batched-bench's): a kind inherits these where it has no such flag."""
+    """The answers of a kind whose flags have no memory guard, no thread count and no option table
+    (a server's, llama-batched-bench's): a kind inherits these where it has no such flag."""
 
     def guard(self, flags: Sequence[str], tests: Sequence[tuple[int, int, int]]) -> LoadSettings | None:
         return None
@@ -233,6 +257,12 @@ class NoFlags:
         return False
 
     sharing: Sharing | None = None
+
+    def join_flags(self, common: Sequence[str], own: Sequence[str]) -> JoinedFlags:
+        return JoinedFlags((*common, *own))  # no option table: both, the arm's last (a later flag wins)
+
+    def check_one_test(self, flags: Sequence[str]) -> None:
+        return None
 
     def check_served(self, endpoint: str, models: Sequence[str]) -> None:
         return None

@@ -25,7 +25,7 @@ from tokensleuth.core.records import spec_hash as spec_hash  # where it was
 from tokensleuth.core.workloads import canonical as canonical_workload
 from tokensleuth.core.workloads import parse as parse_workload
 from tokensleuth.engines import KINDS, engine_for, kind_for, served
-from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.engines.base import DEFAULT_KIND, JoinedFlags
 from tokensleuth.models.info import check_gguf
 
 
@@ -231,6 +231,15 @@ class CompareSpec(Settings):
     def baseline_name(self) -> str:
         return self.baseline or self.arms[0].name
 
+    def joined(self, arm: ArmSpec) -> JoinedFlags:
+        """The arm's argv as its engine joins the common flags and the arm's own (Engine.join_flags):
+        an option given in both is passed once, with the arm's value."""
+        return engine_for(arm.kind).join_flags(self.common_flags, arm.flags)
+
+    def flags_of(self, arm: ArmSpec) -> list[str]:
+        """The flags the arm runs and is checked with (:meth:`joined`)."""
+        return list(self.joined(arm).argv)
+
     def candidates(self) -> list[str]:
         return [a.name for a in self.arms if a.name != self.baseline_name()]
 
@@ -244,6 +253,11 @@ class CompareSpec(Settings):
         if self.baseline and self.baseline not in names:
             raise UserError(f"--baseline {self.baseline} is not an arm — choose one of {names}")
         self.check_settings([f for a in self.arms for f in a.flags])
+        for a in self.arms:  # one trial is one test: a list of values is arms of its own
+            try:
+                engine_for(a.kind).check_one_test(self.flags_of(a))
+            except UserError as exc:
+                raise UserError(f"arm {a.name}: {exc}") from None
         if self.min_pairs > self.max_pairs:
             raise UserError(f"--max-pairs {self.max_pairs} is below the first round of {self.min_pairs} pairs — raise it")
 

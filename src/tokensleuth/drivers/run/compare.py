@@ -45,7 +45,9 @@ def run(request: CompareRequest, say: Say, summarize: Summarize) -> CompareOutco
     diagnose an unresolved verdict and profile a changed one (``summarize``: the profile kind's)."""
     spec = request.spec
     for a in spec.arms:
-        check_arm(None, a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
+        for note in spec.joined(a).notes(a.name):  # an arm's flag over a common one: said once
+            say.line(note)
+        check_arm(None, a.name, a.kind, spec.flags_of(a), a.env, spec.workloads,
                   api_key_env=a.api_key_env, source=a.source)
         if a.source.startswith("url:"):  # an attached server that answers with another model: one line
             engine_for(a.kind).check_served(a.source, spec.models)
@@ -110,7 +112,7 @@ def _build_arms(spec: CompareSpec, check_outputs: bool,
         if key not in by_source:
             kinds = [x.kind for x in spec.arms if (x.source, tuple(x.cmake)) == key]
             by_source[key] = shared.build(a.source, a.cmake, shared.targets_for(kinds, base_targets), say)
-        check_arm(by_source[key], a.name, a.kind, [*spec.common_flags, *a.flags], a.env, spec.workloads,
+        check_arm(by_source[key], a.name, a.kind, spec.flags_of(a), a.env, spec.workloads,
                   help_cache, a.api_key_env, a.source)  # every arm's own
         builds[a.name] = by_source[key]
     return builds, by_source
@@ -122,7 +124,7 @@ def _guard_memory(spec: CompareSpec, builds: Mapping[str, EngineBuild], say: Say
 
     predicted: dict[str, dict[str, Any]] = {}
     for a in spec.arms:
-        needs = guard(spec.models, [*spec.common_flags, *a.flags], spec.workloads, builds[a.name].backends,
+        needs = guard(spec.models, spec.flags_of(a), spec.workloads, builds[a.name].backends,
                       warn=say.line, kind=a.kind)  # None: the arm's engine has no load to guard
         if needs is not None:
             predicted[a.name] = {m: need.to_json() for m, need in needs}
@@ -150,7 +152,7 @@ def _on_fleet(fleet: Fleet, request: CompareRequest, say: Say) -> CompareOutcome
     builds: dict[str, EngineBuild] = {}
     for a in spec.arms:  # the first machine's builds name the study; every machine makes its own
         builds[a.name] = fleet.build(fleet.nodes[0], a.source, list(a.cmake), targets(a))
-        fleet.check_arm(fleet.nodes[0], builds[a.name], a.name, a.kind, [*spec.common_flags, *a.flags], a.env,
+        fleet.check_arm(fleet.nodes[0], builds[a.name], a.name, a.kind, spec.flags_of(a), a.env,
                         spec.workloads, a.source)
     with shared.open_store(request.db) as store:
         sid, comps = compare.run_compare(store, spec, builds, resume=request.resume,

@@ -46,8 +46,7 @@ def measure_levels(scan: Scan, rounds: int) -> None:
                     b = scan.judge.builds.get(c.source)
                     if b is None:
                         continue
-                    flags = (*scan.spec["flags"], *scan.judge.arm_flags.get(c.source, []))
-                    arm = ArmRuntime("level", Path(b.bin_dir), tuple(flags), {})
+                    arm = ArmRuntime("level", Path(b.bin_dir), tuple(scan.judge.flags_of(c.source)), {})
                     name = JOINED.join(ws)
                     argv = engine.argv_for(ws)
                     assert argv is not None

@@ -30,7 +30,7 @@ from tokensleuth.core.workloads import (  # llama-bench's workload names, the co
     INT32_MAX,
     bench_test_name,
 )
-from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings, Sharing
+from tokensleuth.engines.base import ArmRuntime, EngineRun, JoinedFlags, Settings, Sharing
 from tokensleuth.engines.llamabench import argv as bench_argv
 from tokensleuth.engines.llamabench import params
 from tokensleuth.engines.llamabench import settings as load_settings
@@ -534,6 +534,11 @@ class LlamaBench:
         return load_settings.settings_from_flags(flags, tests)
     with_threads = staticmethod(bench_argv.with_threads)
     sets_threads = staticmethod(bench_argv.sets_threads)
+    check_one_test = staticmethod(bench_argv.check_one_test)  # -t 1,2 is two tests in one trial
+
+    def join_flags(self, common: Sequence[str], own: Sequence[str]) -> JoinedFlags:
+        argv, overrides = bench_argv.join_flags(common, own)  # -t 1 over the common -t 2: passed once
+        return JoinedFlags(tuple(argv), tuple(overrides))
 
     def check(self, arm: ArmRuntime, workloads: Sequence[str]) -> None:
         bench_argv.check_repetitions(arm.flags)

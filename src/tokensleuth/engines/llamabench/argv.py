@@ -185,3 +185,99 @@ def with_threads(flags: Sequence[str], threads: int) -> list[str]:
 def sets_threads(flags: Sequence[str]) -> bool:
     """Whether the flags set the thread count (``-t``, ``--threads``) themselves."""
     return any(f in THREAD_FLAGS or f.startswith(f"{THREAD_FLAGS[1]}=") for f in flags)
+
+
+# -- an arm's argv: the common flags and its own, one value per option -----------------------
+# llama-bench's options, from its parse_cmd_params (tools/llama-bench/llama-bench.cpp). Each row:
+# the spellings of one option (short and long name one setting), then how its value reads:
+# "list" (one test per value, ',' between values), "range" (a list whose numbers may also be
+# first-last[+|*step]), "one" (a single value; a later one wins), "none" (it takes no value).
+# -pg's ',' joins its pair.
+OPTIONS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("-h", "--help"), "none"), (("--version",), "none"), (("--list-devices",), "none"),
+    (("-v", "--verbose"), "none"), (("--progress",), "none"), (("--no-warmup",), "none"), (("--offline",), "none"),
+    (("-m", "--model"), "list"), (("-hf", "-hfr", "--hf-repo"), "list"), (("-hff", "--hf-file"), "list"),
+    (("-hft", "--hf-token"), "one"), (("-p", "--n-prompt"), "range"), (("-n", "--n-gen"), "range"),
+    (("-pg",), "pair"), (("-d", "--n-depth"), "range"), (("-b", "--batch-size"), "range"),
+    (("-ub", "--ubatch-size"), "range"), (("-ctk", "--cache-type-k"), "list"), (("-ctv", "--cache-type-v"), "list"),
+    (("-dev", "--device"), "list"), (THREAD_FLAGS, "range"), (("-C", "--cpu-mask"), "list"),
+    (("--cpu-strict",), "list"), (("--poll",), "range"), (("-ngl", "--n-gpu-layers"), "range"),
+    (("-ncmoe", "--n-cpu-moe"), "range"), (("-rpc", "--rpc"), "one"), (("-sm", "--split-mode"), "list"),
+    (("-lm", "--load-mode"), "list"), (("-lzm", "--lazy-mode"), "list"), (("-mg", "--main-gpu"), "range"),
+    (("-nkvo", "--no-kv-offload"), "list"), (("--numa",), "one"), (("-fa", "--flash-attn"), "list"),
+    (("-mmp", "--mmap"), "list"), (("-dio", "--direct-io"), "list"), (("-embd", "--embeddings"), "list"),
+    (("-nopo", "--no-op-offload"), "list"), (("--no-host",), "list"), (("--repack",), "list"),
+    (("-ts", "--tensor-split"), "list"), (("-ot", "--override-tensor"), "list"), (REPETITION_FLAGS, "one"),
+    (("--prio",), "one"), (("--delay",), "one"), (("-o", "--output"), "one"), (("-oe", "--output-err"), "one"),
+    (("-fitt", "--fit-target"), "list"), (("-fitc", "--fit-ctx"), "list"),
+)
+_CANONICAL = {s: names[0] for names, _ in OPTIONS for s in names}
+_VALUES = {names[0]: how for names, how in OPTIONS}
+_RANGE = re.compile(r"-?\d+-\d+")  # first-last, a step after it or not
+
+
+def option_name(word: str) -> str | None:
+    """The option a word names, by its first spelling (-t for --threads; llama-bench reads a
+    long option's '_' as '-'), None for a value (a negative number too)."""
+    if not word.startswith("-") or re.fullmatch(r"-\d[\d.,]*", word):
+        return None
+    name = word.split("=", 1)[0]
+    if name.startswith("--"):
+        name = name.replace("_", "-")
+    return _CANONICAL.get(name, name)
+
+
+def options(flags: Sequence[str]) -> list[tuple[str | None, tuple[str, ...]]]:
+    """The flags as options, in order: (the option's name, its words: the option and its
+    value). A value no option takes stands alone, under None."""
+    out: list[tuple[str | None, tuple[str, ...]]] = []
+    i = 0
+    while i < len(flags):
+        word, name = flags[i], option_name(flags[i])
+        how = _VALUES.get(name or "")
+        takes = name is not None and "=" not in word and how != "none" and i + 1 < len(flags) and (
+            how is not None or option_name(flags[i + 1]) is None)  # (an option llama-bench has not: a value if one follows)
+        out.append((name, tuple(flags[i:i + 2]) if takes else (word,)))
+        i += 2 if takes else 1
+    return out
+
+
+def join_flags(common: Sequence[str], own: Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """An arm's argv: the common flags, then its own. An option the arm gives itself is passed
+    once, with the arm's value: the common one is left out (-t and --threads are one option).
+    Also (the arm's words, the common words) for each option the arm overrides."""
+    mine = options(own)
+    given = {name for name, _ in mine if name is not None}
+    kept: list[str] = []
+    dropped: dict[str, list[str]] = {}
+    for name, words in options(common):
+        if name in given:
+            dropped.setdefault(name, []).extend(words)
+        else:
+            kept.extend(words)
+    overrides = [(" ".join(w for n, words in mine if n == name for w in words), " ".join(common_words))
+                 for name, common_words in dropped.items()]
+    return [*kept, *own], overrides
+
+
+def check_one_test(flags: Sequence[str]) -> None:
+    """Refuse an option whose value is a list (``-t 1,2``, ``-p 512-1024``) or that is given twice
+    where each value is a test of its own: llama-bench would run one test per value, and a trial
+    is one test. Each value is its own arm (UserError, one line)."""
+    from tokensleuth.core.errors import UserError, show
+
+    seen: dict[str, str] = {}
+    for name, words in options(flags):
+        how = _VALUES.get(name or "")
+        if name is None or how in (None, "one", "none"):
+            continue
+        value = words[0].split("=", 1)[1] if "=" in words[0] else (words[1] if len(words) > 1 else "")
+        shown = f"{words[0].split('=', 1)[0]} {show(value)}"
+        listed = how != "pair" and ("," in value or (how == "range" and _RANGE.match(value) is not None))
+        if listed:
+            raise UserError(f"llama-bench flag {shown} sweeps several settings (one test per value) — "
+                            "give each value its own arm")
+        if name in seen:
+            raise UserError(f"llama-bench flag {shown} is given twice ({show(seen[name])} too): llama-bench would "
+                            "run one test per value — give it once, and each value its own arm")
+        seen[name] = value
