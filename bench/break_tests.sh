@@ -114,6 +114,12 @@ add bin-backends src/tokensleuth/sources/configure.py \
 add store-race src/tokensleuth/store/lifecycle.py \
     'if "locked" not in str(exc) or time.monotonic() + delay > deadline:' 'if True:' \
     tests/test_store_race.py::test_processes_opening_a_new_store_together_all_open_it
+add name-tags src/tokensleuth/kernels/__init__.py \
+    'return _ANONYMOUS.sub("", _UNIT_TAG.sub("", name))' 'return name' \
+    tests/kernels/test_h100_traces.py::test_a_kernel_of_one_source_has_one_name_whatever_the_build_path
+add argv-join src/tokensleuth/engines/llamabench/argv.py \
+    'if name in given:' 'if False:' \
+    tests/test_arm_flags.py::test_an_arms_flag_is_passed_once_with_its_value
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

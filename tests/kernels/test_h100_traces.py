@@ -133,3 +133,17 @@ def test_the_gpu_run_of_profile_on_bin_folders_gives_the_shares_and_names_the_pl
     assert "kernels_share" in fusion["tg32"] and "kernels_share" in fusion["pp2048"]
     rows = {r["kernel"]: r for r in fusion["tg32"]["rows"]}
     assert rows["k_bin_bcast<&op_add, float, float, float, float const*>"]["calls_per_token"] == [49.0, 432.0]
+
+
+def test_a_kernel_of_one_source_has_one_name_whatever_the_build_path() -> None:
+    """nvcc tags a file's internal names with a hash of the build path (the H100 trace's own name,
+    then the same kernel built in another folder): one row name for both; an anonymous namespace
+    is left out too."""
+    from tokensleuth.kernels import short_name
+
+    h100 = ("void k_bin_bcast<&_INTERNAL_ee5aa2f1_11_binbcast_cu_6840010b::op_add, float, float, float, float const*>"
+            "(float const*, float const*, float*, unsigned int, uint3, float const*)")
+    elsewhere = h100.replace("ee5aa2f1", "c669ff45")
+    assert short_name(h100) == short_name(elsewhere) == "k_bin_bcast<&op_add, float, float, float, float const*>"
+    assert short_name("void (anonymous namespace)::topk<4>(float*)") == "topk<4>"
+    assert short_name("void `anonymous namespace'::topk<4>(float*)") == "topk<4>"
