@@ -57,3 +57,15 @@ def test_a_missing_part_is_refused(tmp_path: Path) -> None:
     r = _run("in", str(tmp_path / "out"), str(tmp_path / "c2"))
     assert r.returncode != 0 and r.stderr.count("\n") == 1 and "lacks part" in r.stderr
     assert not (tmp_path / "c2").exists()
+
+
+def test_a_missing_last_part_is_refused_and_nothing_unpacked(tmp_path: Path) -> None:
+    """With the last part gone the numbers are still whole (00, 01, …): the archive's own end says it."""
+    _cache(tmp_path / "c", 6, 50_000)
+    _run("out", str(tmp_path / "c"), str(tmp_path / "out"), "--budget-mb", "1", "--part-mb", "0.1")
+    parts = sorted((tmp_path / "out").iterdir())
+    assert len(parts) >= 3
+    parts[-1].unlink()
+    r = _run("in", str(tmp_path / "out"), str(tmp_path / "c2"))
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "ends before the cache does" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "c2").exists()

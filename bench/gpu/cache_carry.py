@@ -69,10 +69,21 @@ def unpack(parts_dir: Path, cache: Path) -> int:
         raise SystemExit(f"error: {parts_dir} lacks part(s) of the cache ({', '.join(p.name for p in parts)}) — "
                          "carry every cache.tar.NN the last call returned, or none")
     data = b"".join(p.read_bytes() for p in parts)
+    # the last part(s) missing leave the numbers whole: the tar must still end as a tar ends (two
+    # zero blocks) and read through, or nothing is unpacked
+    try:
+        if len(data) % tarfile.BLOCKSIZE or data[-2 * tarfile.BLOCKSIZE:] != bytes(2 * tarfile.BLOCKSIZE):
+            raise tarfile.ReadError("no end of archive")
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+            members = tar.getmembers()
+    except (tarfile.TarError, EOFError):
+        raise SystemExit(f"error: {parts_dir} ends before the cache does (its last part is missing or cut short: "
+                         f"{', '.join(p.name for p in parts)}) — carry every cache.tar.NN the last call returned, "
+                         "or none") from None
     cache.mkdir(parents=True, exist_ok=True)
     n = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
-        for m in tar.getmembers():
+        for m in members:
             if m.isfile() and not (cache / m.name).exists():
                 tar.extract(m, cache, filter="data")
                 n += 1
