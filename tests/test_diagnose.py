@@ -41,6 +41,18 @@ def test_between_dominated_noise_is_named_with_both_spreads() -> None:
     assert "processes differ by" in d.findings[0].seen
 
 
+def test_no_spread_is_said_where_none_was_measured() -> None:
+    """One process a cell, or one repetition a process: neither spread is measured, so no sentence
+    compares them (it said "processes differ by 0.0% while repetitions agree within 0.0%")."""
+    one_each = [Proc("AB"[i], f"m\x00tg{i}\x000", float(i), (LEVEL, LEVEL + 0.01, LEVEL - 0.01)) for i in range(2)]
+    one_rep = table(normal(8, 0.1), reps=1)
+    for procs in (one_each, one_rep):
+        d = classify(procs, cpus=2)
+        assert not {"between", "within"} & set(d.codes()), d.findings
+    # two processes of two repetitions in one cell: measured, and said
+    assert {"between", "within"} & set(classify(table([0.0, 0.2, 0.0, 0.2], reps=2), cpus=2).codes())
+
+
 def test_within_dominated_noise_says_repetitions_spread() -> None:
     d = classify(table(normal(20, 0.002), within=0.08), cpus=2)
     assert d.codes() == ["within"]

@@ -151,6 +151,12 @@ def _components(groups: Mapping[tuple[str, str], list[Proc]]) -> tuple[float, fl
     return n.between_cv, n.within_cv, n.repetitions / max(n.processes, 1)
 
 
+def _measured(groups: Mapping[tuple[str, str], list[Proc]]) -> bool:
+    """Whether the spreads between and within processes are measured: some arm x cell has two
+    processes of two repetitions each (else _components' zeros would read as "agree within 0.0%")."""
+    return any(sum(len(p.log_tps) >= 2 for p in ps) >= 2 for ps in groups.values())
+
+
 def _residuals(groups: Mapping[tuple[str, str], list[Proc]]) -> tuple[np.ndarray, np.ndarray]:
     """Each process's (start, level) less its cell's mean start and median level: levels of every
     arm and cell on one scale (the median stays in the main mode when some processes are slow)."""
@@ -244,12 +250,15 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
         if below >= COLD_SHARE * len(firsts) and -med > max(2 * within, 0.02):
             found.append(Finding("cold", f"the first repetition of {below} of {len(firsts)} processes ran "
                                          f"{-math.expm1(med):.0%} below the rest"))
-    if between ** 2 >= within ** 2 / max(rbar, 1):
+    measured = _measured(groups)
+    if not measured:
+        pass  # no arm x cell has two processes of two repetitions: neither spread is measured
+    elif between ** 2 >= within ** 2 / max(rbar, 1):
         found.append(Finding("between", f"processes differ by {between:.1%} while repetitions agree within "
                                         f"{within:.1%}" if between >= within else
                                         f"processes differ by {between:.1%} (repetitions inside one spread "
                                         f"{within:.1%}, averaged over {rbar:g})"))
-    elif n:
+    elif measured:
         found.append(Finding("within", f"repetitions inside a process spread {within:.1%} while processes "
                                        f"agree within {between:.1%}"))
     return Diagnosis(tuple(found), between, within, rbar, n, threads, cpus, busy)
