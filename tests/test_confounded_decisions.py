@@ -94,6 +94,16 @@ def test_a_load_on_both_sides_of_every_pair_is_not_a_confounder(tmp_path: Path) 
         assert len(s.warnings(sid)) == 20
         (c,) = analyze(s, sid, spec("wait"))
     assert c.confounded == {} and c.verdict == "same" and not c.steered
+    # "the same" is said from the interval inside the band, and said with it
+    from tokensleuth.drivers.comparisons import summary_sentence
+
+    assert c.estimate is not None and 0.95 <= c.estimate.lo and c.estimate.hi <= 1.05
+    line = summary_sentence([c], 0.05)
+    assert line.startswith("b is the same as a within ±5% on pp128") and f"{(c.estimate.lo - 1) * 100:+.1f}%" in line
+    s2, sid2 = study(tmp_path / "slow", PLANTED)
+    with s2:
+        (slow,) = analyze(s2, sid2, spec("said"))
+    assert slow.verdict == "slower" and "the same" not in summary_sentence([slow], 0.05)
 
 
 def test_a_neighbour_beside_every_trial_does_not_hide_one_beside_some(tmp_path: Path) -> None:

@@ -357,3 +357,29 @@ def test_a_killed_profile_resumes_without_losing_or_repeating_a_process(
     assert runs[:len(first)] == first  # what was stored before the kill is kept as it was
     con = sqlite3.connect(db)
     assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='profile'").fetchone()[0] == 1  # resumed, not anew
+
+
+def test_compare_profile_of_one_cpu_build_two_ways_profiles_each_arm_as_it_runs(
+        engine: EngineBuild, dense_model: Path, cli_env: dict[str, str], tmp_path: Path) -> None:
+    """compare --profile on two arms of one CPU build that differ in their environment (the planted
+    engine's 2 ms wait per decode call on b) and flags: the op profile of each arm, with its own
+    environment and flags, beside the verdict (it said "not profiled — one CPU build two ways")."""
+    from tests.planted import planted_engine
+
+    src, _ = planted_engine()
+    out = tmp_path / "c.json"
+    p = subprocess.run([tokensleuth_bin(), "compare", "--json", str(out), "--arm", f"a={src}", "--arm", f"b={src}",
+                        "--env", "b:TOKENSLEUTH_SPIN_US=2000", "--flags", "b=-t 1", "--model", str(dense_model),
+                        "-w", "tg16", "--max-pairs", "5", "--profile", "--", "-r", "3", "-t", "1"],
+                       env=cli_env, capture_output=True, text=True, timeout=1800)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    (prof,) = doc["profile"]
+    assert "skipped" not in prof and "not profiled" not in json.dumps(prof), prof
+    assert prof["candidate"] == "b" and "time outside the graph: +" in prof["headline"], prof
+    from tokensleuth.store import Store
+
+    with Store(Path(cli_env["TOKENSLEUTH_DB"])) as store:
+        (sid,) = [s["id"] for s in store.studies() if s["kind"] == "profile"]
+        spec = store.study(sid).spec
+    assert spec["engines"] == ["a", "b"] and spec["env"] == {"b": {"TOKENSLEUTH_SPIN_US": "2000"}}

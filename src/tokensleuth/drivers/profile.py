@@ -121,7 +121,7 @@ class OpProfile:
     cell's llama-bench runs beside them; the sides are diffed op signature by op signature."""
 
     builds: Mapping[str, EngineBuild]
-    flags: Sequence[str]
+    flags: Mapping[str, Sequence[str]]  # each engine's: the common flags and its own
     reps: int
     groups: bool
     timeout_s: float
@@ -134,8 +134,8 @@ class OpProfile:
 
     def measure(self, entry: dict[str, Any], number: int) -> Iterator[str]:
         e, m, w = entry["engine"], entry["model"], entry["workload"]
-        entry["rows"] = profile_process(self.builds[e], e, m, w, self.flags, self.reps, self.groups, self.timeout_s,
-                                        self.env.get(e))
+        entry["rows"] = profile_process(self.builds[e], e, m, w, self.flags[e], self.reps, self.groups,
+                                        self.timeout_s, self.env.get(e))
         yield f"  profile {number}: {e} {Path(m).stem} {w} ({self.reps} repetitions)"
 
     def beside(self, store: Store, sid: str, model: str, workload: str) -> None:
@@ -143,7 +143,7 @@ class OpProfile:
         for e in self.builds:
             if not any((b["engine"], b["model"], b["workload"]) == (e, model, workload) for b in bench):
                 bench.append({"engine": e, "model": model, "workload": workload,
-                              "ms_per_token": bench_ms_per_token(self.builds[e], model, workload, self.flags,
+                              "ms_per_token": bench_ms_per_token(self.builds[e], model, workload, self.flags[e],
                                                                  self.timeout_s, self.env.get(e, {}))})
                 store.put_state(sid, BENCH_STATE, bench)
 
@@ -155,8 +155,11 @@ class OpProfile:
 def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],
                 flags: Sequence[str], *, processes: int = PROCESSES, reps: int = 3, band: float = 0.02,
                 timeout_s: float = 600, resume: bool = False, log: Log | None = None, groups: bool = False,
-                env: Mapping[str, Mapping[str, str]] | None = None) -> tuple[str, dict[str, Any]]:
+                env: Mapping[str, Mapping[str, str]] | None = None,
+                engine_flags: Mapping[str, Sequence[str]] | None = None) -> tuple[str, dict[str, Any]]:
     """Profile every engine on every model and workload; return (study id, its JSON).
+    ``engine_flags``: an engine's profile flags where they differ from the common ``flags`` (one
+    build two ways: each arm's flags joined with the common ones).
 
     ``builds`` maps each engine's name (its source, or a label) to its build; ``env`` gives an
     engine's environment (its profiles and its llama-bench run both get it); ``groups`` times
@@ -173,5 +176,8 @@ def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
         spec["env"] = env
     if groups:
         spec["groups"] = True
-    study = OpProfile(builds, list(flags), reps, groups, timeout_s, env)
+    own = {e: list(f) for e, f in (engine_flags or {}).items() if list(f) != list(flags)}
+    if own:  # only then, as env
+        spec["engine_flags"] = own
+    study = OpProfile(builds, {e: own.get(e, list(flags)) for e in builds}, reps, groups, timeout_s, env)
     return run_study(store, study, spec, resume=resume, log=log)

@@ -172,13 +172,19 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
         from tokensleuth.drivers.profile import flags_from, run_profile, workload_args
         from tokensleuth.sources.profiler import TARGET
 
-        if sides is not None:  # one build, two arms: traced two ways (their environment and flags)
+        if sides is not None:  # one build, two arms: traced or profiled two ways (their environment and flags)
             one = build(parent, cmake, DEFAULT_TARGETS, say)
-            if not traced([one.backends]):
-                raise UserError("one CPU build two ways: the op profile compares builds — profile each arm's "
-                                "flags with `tokensleuth profile` instead")
             names = [name for name, _, _ in sides]
             extra = {name: list(f) for name, _, f in sides}
+            if not traced([one.backends]):  # a CPU build: the op profile of each arm, as it runs
+                workload_args(workload)
+                one = build(parent, cmake, (*DEFAULT_TARGETS, TARGET), say)
+                one.binary(TARGET)
+                own = {name: flags_from(list(joined_flags(flags, extra[name]).argv)) for name in names}
+                sid, obj = run_profile(store, {name: one for name in names}, [model], [workload], flags_from(flags),
+                                       timeout_s=timeout_s, resume=True, log=say.line,
+                                       env={name: dict(e) for name, e, _ in sides}, engine_flags=own)
+                return summarize(sid, obj)
             for name in names:
                 check_kernel_flags(list(joined_flags(flags, extra[name]).argv), [workload])
             sid, obj = run_kernels(store, {name: one for name in names}, [model], [workload], flags,
