@@ -120,6 +120,15 @@ add name-tags src/tokensleuth/kernels/__init__.py \
 add argv-join src/tokensleuth/engines/llamabench/argv.py \
     'if name in given:' 'if False:' \
     tests/test_arm_flags.py::test_an_arms_flag_is_passed_once_with_its_value
+add arm-flags src/tokensleuth/trials/arms.py \
+    '"flags": lambda a: _options(spec.flags_of(a)),' '"flags": lambda a: _options(a.flags),' \
+    tests/test_arm_differences.py::test_the_flags_are_each_arms_after_the_one_join
+add repro-command src/tokensleuth/studies/compare.py \
+    '("--separate-processes", spec.separate_processes),' '("--separate-processes", False),' \
+    tests/test_arm_differences.py::test_the_command_that_reproduces_a_study_is_read_back_as_its_identity
+add issue-once src/tokensleuth/pages/issue.py \
+    'if obj.get("summary") and str(obj["summary"]) not in md:' 'if obj.get("summary"):' \
+    tests/report/test_html.py::test_bench_page_and_issue_markdown
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

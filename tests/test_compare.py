@@ -115,7 +115,7 @@ def test_a_planted_wait_is_slower_on_tg(engine: EngineBuild, moe_model: Path, cl
     # one compute thread: each arm's busy cores is a real figure, at most one core (and a bit)
     for arm in ("baseline", "candidate"):
         assert 0 < c["resources"][arm]["busy_cores"] <= 1.15, c["resources"][arm]
-    assert "slower" in p.stdout and "spin is" in p.stdout
+    assert "spin (TOKENSLEUTH_SPIN_US=1500) is" in p.stdout and "% slower than base" in p.stdout
     # the plan interleaved the arms: never all of one arm first
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     arms = [r[0] for r in con.execute("SELECT a.name FROM trials t JOIN arms a ON a.id=t.arm_id ORDER BY seq")]

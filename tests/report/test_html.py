@@ -37,9 +37,10 @@ def studies(tmp_path_factory: pytest.TempPathFactory, engine: EngineBuild, dense
     d = tmp_path_factory.mktemp("html")
     env = dict(os.environ, TOKENSLEUTH_DB=str(d / "store.sqlite"))
     run(["bench", "-m", str(dense_model), "--", "-p", "16", "-n", "8", "-r", "2", "-t", "1"], env)
+    # (the CUDA setting does nothing on this CPU build: the arms still differ in it, as the reports say)
     run(["compare", "--arm", f"one={DEFAULT_ENGINE}", "--arm", f"two={DEFAULT_ENGINE}", "--flags", "one=-t 1",
-         "--flags", "two=-t 2", "-m", str(dense_model), "-w", "tg16", "-w", "tg16@d256", "--min-pairs", "3",
-         "--max-pairs", "3", "--", "-r", "2"], env)
+         "--flags", "two=-t 2", "--env", "two:GGML_CUDA_DISABLE_FUSION=1", "-m", str(dense_model), "-w", "tg16",
+         "-w", "tg16@d256", "--min-pairs", "3", "--max-pairs", "3", "--", "-r", "2"], env)
     return {"db": env["TOKENSLEUTH_DB"], "dir": str(d), "bench": study_ids(env["TOKENSLEUTH_DB"], "bench")[0],
             "compare": study_ids(env["TOKENSLEUTH_DB"], "compare")[0]}
 
@@ -64,6 +65,13 @@ def test_compare_page_shows_every_figure_and_its_numbers(studies: dict[str, str]
         assert f"{c['ratio']:.4f}" in seen.text  # the ratio of every cell, as a number
         assert f"{c['ci'][0]:.4f}" in seen.text
     assert obj["summary"] in seen.text
+    # what sets each arm apart, in the sentence and the arms table; what they share, once, apart
+    assert obj["differences"]["arms"] == {"one": ["-t 1"], "two": ["-t 2", "GGML_CUDA_DISABLE_FUSION=1"]}
+    assert "two (-t 2, GGML_CUDA_DISABLE_FUSION=1)" in obj["summary"] and "one (-t 1)" in obj["summary"]
+    assert "sets it apart" in seen.text and "-t 2, GGML_CUDA_DISABLE_FUSION=1" in seen.text
+    shared = obj["differences"]["shared"]
+    assert shared[0] == f"source {DEFAULT_ENGINE}" and "flags -r 2" in shared
+    assert seen.text.count("Every arm: " + "; ".join(shared)) == 1
     # the depth explanation: a line per arm and where the change sits
     # placement from each arm's load log, captured once per arm and model by the real engine
     assert "Where the weights and buffers live" in seen.text
@@ -100,7 +108,13 @@ def test_bench_page_and_issue_markdown(studies: dict[str, str]) -> None:
     for heading in ("Name and Version", "Operating systems", "GGML backends", "Hardware", "Models",
                     "Problem description & steps to reproduce", "First Bad Commit", "Relevant log output"):
         assert f"### {heading}" in md
-    assert "tokensleuth compare --study study.toml" in md
+    # the verdict sentence once, naming what sets the arms apart; the command that reruns it, once
+    summary = run(["report", studies["compare"]], env).stdout.splitlines()[0]
+    assert md.count(summary) == 1 and "two (-t 2, GGML_CUDA_DISABLE_FUSION=1)" in summary
+    assert "- two: `" in md and "; run with -t 2, GGML_CUDA_DISABLE_FUSION=1" in md
+    steps = [ln for ln in md.splitlines() if ln.startswith("tokensleuth compare ")]
+    assert len(steps) == 1 and "--env two:GGML_CUDA_DISABLE_FUSION=1" in steps[0], steps
+    assert "--flags 'one=-t 1'" in steps[0] and "-w tg16 -w tg16@d256" in steps[0] and steps[0].endswith(" -- -r 2")
     assert "llama-bench" in md and "-t 2" in md  # the engine command of the arm, without tokensleuth
     assert "n/a (not bisected)" in md
 

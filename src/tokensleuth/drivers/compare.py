@@ -78,20 +78,13 @@ def run_compare(
     open (decompose: one cell faster and the others' intervals already rule out slower); no more
     rounds are planned. It is not part of what is measured: the cells stay as they were measured.
     """
-    spec_json = dict(spec_dump(spec), **(identity or {}))
-    spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
-    if any(spec.joined(a).overrides for a in spec.arms):  # what each arm ran, where an arm overrode a common flag
-        spec_json[ARGV] = {a.name: spec.flags_of(a) for a in spec.arms}
     share = shares_process(spec, builds)
     joined = not share and joins_workloads(spec)
     if joined and (resume or create):  # a study a version before one process per model began goes
         # on as it began (a process per workload), never measured again from its start
-        old = spec_hash(measurement_identity(spec_json))
+        old = spec_hash(measurement_identity(study_json(spec, builds, identity, share=False, joined=False)))
         joined = not (store.find_resumable("compare", old) if resume else store.find_study("compare", old))
-    if share:  # what is measured: a pair's ratio inside one process (absent: a process per trial)
-        spec_json["design"] = SHARED_DESIGN
-    elif joined:  # every workload of a model in one process per trial (absent: a process per workload)
-        spec_json["design"] = JOINED_DESIGN
+    spec_json = study_json(spec, builds, identity, share=share, joined=joined)
     h = spec_hash(measurement_identity(spec_json))
     if not measure:
         study_id = (store.find_resumable("compare", h) if resume else None) or (
@@ -105,6 +98,23 @@ def run_compare(
     with store.lease(handle.id):
         return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor,
                                       placement, share, joined, until)
+
+
+def study_json(spec: CompareSpec, builds: Mapping[str, EngineBuild], identity: Mapping[str, Any] | None = None,
+               *, share: bool, joined: bool) -> dict[str, Any]:
+    """What a compare study stores as its spec: the spec, ``identity`` (a per-host study's
+    machine), the builds' keys, each arm's argv where an arm overrode a common flag, and the
+    design (``share``: a pair in one process; ``joined``: a trial runs all of a model's
+    workloads). Its measurement_identity's hash is the study's identity."""
+    spec_json = dict(spec_dump(spec), **(identity or {}))
+    spec_json["build_keys"] = {n: b.key for n, b in builds.items()}
+    if any(spec.joined(a).overrides for a in spec.arms):  # what each arm ran, where an arm overrode a common flag
+        spec_json[ARGV] = {a.name: spec.flags_of(a) for a in spec.arms}
+    if share:  # what is measured: a pair's ratio inside one process (absent: a process per trial)
+        spec_json["design"] = SHARED_DESIGN
+    elif joined:  # every workload of a model in one process per trial (absent: a process per workload)
+        spec_json["design"] = JOINED_DESIGN
+    return spec_json
 
 
 def _runtimes(spec: CompareSpec, builds: Mapping[str, EngineBuild]) -> dict[str, ArmRuntime]:

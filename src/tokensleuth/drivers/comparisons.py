@@ -300,10 +300,12 @@ IDENTITY_EXTRAS = ("build_keys", "host", "design", ARGV)
 
 def stored_spec(store: Store, study_id: str) -> CompareSpec:
     """The spec a compare study was run with, as stored (without what only its identity holds)."""
-    spec_json = store.study(study_id).spec
-    for k in IDENTITY_EXTRAS:
-        spec_json.pop(k, None)
-    return CompareSpec.model_validate(spec_json)
+    return spec_of(store.study(study_id).spec)
+
+
+def spec_of(spec_json: Mapping[str, Any]) -> CompareSpec:
+    """A stored compare spec without what only its identity holds (IDENTITY_EXTRAS)."""
+    return CompareSpec.model_validate({k: v for k, v in spec_json.items() if k not in IDENTITY_EXTRAS})
 
 
 PLACEMENT_STATE = "placement"  # {arm: {model: Placement.to_json() or {"error": …}}}
@@ -342,32 +344,35 @@ def unasked_diffs_sentence(comps: list[Comparison]) -> str:
             "--pin-params to give every arm the baseline's values.")
 
 
-def summary_sentence(comps: list[Comparison], band: float) -> str:
-    """One paragraph a maintainer can read first."""
+def summary_sentence(comps: list[Comparison], band: float, names: Mapping[str, str] | None = None) -> str:
+    """One paragraph a maintainer can read first. ``names``: how to call each arm (its name with
+    what sets it apart, trials.arms.ArmDifferences.label); else its name."""
     parts = []
+    names = names or {}
     for c in comps:
         model = Path(c.model).stem
         e = c.estimate
+        cand, base = names.get(c.candidate, c.candidate), names.get(c.baseline, c.baseline)
         if c.steered:
-            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is not decided after {c.pairs} "
+            parts.append(f"{cand} vs {base} on {c.workload} for {model} is not decided after {c.pairs} "
                          f"pairs: {c.confounder_note()}")
             continue
         if e is None:
-            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model}: no complete pairs")
+            parts.append(f"{cand} vs {base} on {c.workload} for {model}: no complete pairs")
             continue
         pct = (e.ratio - 1) * 100
         ci = f"[{(e.lo - 1) * 100:+.1f}%, {(e.hi - 1) * 100:+.1f}%]"
         if c.verdict in ("faster", "slower"):
-            parts.append(f"{c.candidate} is {abs(pct):.1f}% {c.verdict} than {c.baseline} on {c.workload} "
+            parts.append(f"{cand} is {abs(pct):.1f}% {c.verdict} than {base} on {c.workload} "
                          f"for {model} {ci}")
         elif c.verdict == "same":
-            parts.append(f"{c.candidate} is the same as {c.baseline} within ±{band * 100:g}% on {c.workload} "
+            parts.append(f"{cand} is the same as {base} within ±{band * 100:g}% on {c.workload} "
                          f"for {model} ({pct:+.1f}% {ci})")
         else:
             need = stats.pairs_for_same(e, band)
             hint = (f"; at this noise ±{band * 100:g}% takes about {need} pairs" if need and need > c.pairs
                     else "")
-            parts.append(f"{c.candidate} vs {c.baseline} on {c.workload} for {model} is unresolved after "
+            parts.append(f"{cand} vs {base} on {c.workload} for {model} is unresolved after "
                          f"{c.pairs} pairs ({pct:+.1f}% {ci}; the interval straddles the ±{band * 100:g}% band"
                          f"{hint})")
     return "; ".join(parts) + "." + shared_sentence(comps) + cold_sentence(comps) + unasked_diffs_sentence(comps)

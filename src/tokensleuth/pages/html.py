@@ -40,14 +40,19 @@ def _when(t: float | None) -> str:
     return "—" if t is None else dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def arms_table(store: Store, study_id: str) -> list[dict[str, str]]:
+def arms_table(store: Store, study_id: str, apart: dict[str, list[str]] | None = None) -> list[dict[str, str]]:
+    """A row per arm; ``apart``: what sets each arm apart (the kind's JSON "differences"), a column
+    of its own where the kind names it."""
     out = []
     for a in store.arms(study_id):
         eng = a.engine
         flags = a.flags
-        out.append({"name": str(a["name"]), "kind": str(a["kind"] if "kind" in a.keys() else DEFAULT_KIND),
-                    "source": str(a["source"]), "commit": str(eng.get("commit") or eng.get("build_number") or "—"),
-                    "backends": ",".join(eng.get("backends") or []) or "—", "flags": " ".join(map(str, flags))})
+        row = {"name": str(a["name"]), "kind": str(a["kind"] if "kind" in a.keys() else DEFAULT_KIND),
+               "source": str(a["source"]), "commit": str(eng.get("commit") or eng.get("build_number") or "—"),
+               "backends": ",".join(eng.get("backends") or []) or "—", "flags": " ".join(map(str, flags))}
+        if apart is not None:
+            row["apart"] = ", ".join(apart.get(row["name"]) or []) or "—"
+        out.append(row)
     return out
 
 
@@ -84,9 +89,12 @@ def render_html(store: Store, study_id: str, nav: str | None = None, sections: l
     figures: list[Figure] = kind.figures(store, sid, obj)
     summary = obj.get("summary") or (md.strip().splitlines() or [""])[0]
     warnings = [ln[2:] for ln in warn_md.splitlines() if ln.startswith("- ")]
+    differences = obj.get("differences") or {}  # absent: the arms differ in their source only, or no arms
+    shared = "; ".join(differences.get("shared") or [])
     return TEMPLATES.get_template("study.html.j2").render(
         title=f"tokensleuth {row['kind']} · {kind.describe(row.spec)}"[:200],
         kind=str(row["kind"]), study_id=sid, status=str(row["status"]), created=_when(row["created_at"]),
-        engine_s=f"{store.engine_seconds(sid):.1f}", summary=summary, arms=arms_table(store, sid),
+        engine_s=f"{store.engine_seconds(sid):.1f}", summary=summary,
+        arms=arms_table(store, sid, differences.get("arms")), shared=shared,
         host=host_rows(first_env(store, sid)), figures=figures, extra_sections=sections or [], warnings=warnings,
         markdown=md + warn_md, version=__version__, nav=nav)

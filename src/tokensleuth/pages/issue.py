@@ -56,12 +56,14 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
     env = first_env(store, sid)
     arms = store.arms(sid)
     engines = {a.name: a.engine for a in arms}
+    apart = (obj.get("differences") or {}).get("arms") or {}  # what sets each arm apart (compare)
 
     out = ["### Name and Version", ""]
     for name, e in engines.items():
         ver = f"version: {e.get('build_number') or '?'} ({str(e.get('commit') or 'unknown')[:9]})"
         out.append(f"- {name}: `{e.get('source') or '?'}` — {ver}, built with {e.get('compiler') or '?'}"
-                   + (f", cmake {' '.join(e.get('cmake_flags') or [])}" if e.get("cmake_flags") else ""))
+                   + (f", cmake {' '.join(e.get('cmake_flags') or [])}" if e.get("cmake_flags") else "")
+                   + (f"; run with {', '.join(apart[name])}" if apart.get(name) else ""))
     out += ["", "### Operating systems", "", f"Linux ({env.get('kernel', 'kernel unknown')})", "",
             "### GGML backends", ""]
     backends = sorted({b for e in engines.values() for b in (e.get("backends") or [])})
@@ -75,7 +77,7 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
     for m in models:
         out.append(f"- `{Path(str(m)).name}`")
     out += ["", "### Problem description & steps to reproduce", ""]
-    if obj.get("summary"):
+    if obj.get("summary") and str(obj["summary"]) not in md:  # the verdict sentence once
         out += [str(obj["summary"]), ""]
     out += [md.strip(), ""]
     if why:
@@ -85,7 +87,7 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
         out += [warn, ""]
     out += ["Measured with tokensleuth: paired engine processes in alternating order, ratios of tokens/s with "
             "99% Student-t intervals on the paired log ratios; *same* means the interval lies inside the band.", ""]
-    out += ["To reproduce with tokensleuth:", ""]
+    out += ["Steps to reproduce, with tokensleuth:", ""]
     out += kind.reproduce(spec, sid)
     cmds = _engine_commands(store, sid)
     if cmds:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from tokensleuth.drivers.comparisons import (
     Comparison,
     analyze,
     noise_of,
+    spec_of,
     stored_spec,
     summary_sentence,
 )
@@ -22,14 +24,19 @@ from tokensleuth.report.figures import Figure, cell_label, num, timeline_figure
 from tokensleuth.report.markdown import flags_label, fmt_ts, lat_cell, table
 from tokensleuth.store import Store
 from tokensleuth.studies import DROP_KEYS, KindBase
-from tokensleuth.trials.spec import CompareSpec
+from tokensleuth.engines import kind_for
+from tokensleuth.trials.arms import arm_differences
+from tokensleuth.trials.spec import CompareSpec, parse_duration, parse_percent
 
 
 def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
                  builds: Mapping[str, dict[str, Any]],
                  outputs: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     # "outputs" only when --check-outputs ran: absent means "not checked", never "no change"
-    extra = {} if outputs is None else {"outputs": [dict(o) for o in outputs]}
+    extra: dict[str, Any] = {} if outputs is None else {"outputs": [dict(o) for o in outputs]}
+    apart = arm_differences(spec, builds)
+    if apart.said:  # absent: the arms differ in their source only (the engines say how)
+        extra["differences"] = apart.to_json()
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "study": study_id,
@@ -38,7 +45,7 @@ def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
                           "engine": {k: builds[a.name].get(k) for k in
                                      ("source", "commit", "build_number", "backends", "cmake_flags")}}
                  for a in spec.arms},
-        "summary": summary_sentence(comps, spec.band),
+        "summary": summary_sentence(comps, spec.band, apart.labels()),
         "comparisons": [c.to_json() for c in comps],
         **extra,
     }
@@ -50,7 +57,9 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     spec = stored_spec(store, study_id)
     comps = analyze(store, study_id, spec)
     engines = store.engines(study_id)
-    md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band))
+    apart = arm_differences(spec, engines)
+    md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band, apart.labels()),
+                        apart.shared_line())
     checks = store.get_state(study_id, OUTPUTS_STATE)  # None: outputs were never checked
     if checks:
         md += "\n\n" + render_output_checks(checks)
@@ -95,8 +104,62 @@ def compare_study_toml(spec: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: str) -> str:
-    """Compare table: per model x workload, both arms' t/s, ratio, 99% CI, verdict, pairs."""
+def _exact(text: str, value: float, read: Any) -> str:
+    """``text`` where it reads back as ``value``, else the number as Python writes it (which does)."""
+    return text if read(text) == value else repr(value)
+
+
+def compare_command(spec: CompareSpec) -> str | None:
+    """The one `tokensleuth compare` command that runs this study again: every arm with its source,
+    flags, environment and kind, the build flags, models, workloads and settings, and the common
+    engine flags after `--`. None where the command line cannot say the study (build flags or an
+    API key variable that differ between arms, [[hosts]], a one-sided edge, confounders = "wait",
+    both designs asked): its study file says it then."""
+    cmake = {tuple(a.cmake) for a in spec.arms}
+    remote = [a for a in spec.arms if a.source.startswith("url:")]
+    keys = {a.api_key_env for a in remote}
+    if (len(cmake) > 1 or len(keys) > 1 or any(a.api_key_env for a in spec.arms if a not in remote)
+            or spec.hosts or spec.edge is not None or spec.confounders != "said"
+            or (spec.separate_processes and spec.in_process)):
+        return None
+    words = ["tokensleuth", "compare"]
+    for a in spec.arms:
+        words += ["--arm", f"{a.name}={a.source}"]
+    for a in spec.arms:
+        if a.flags:
+            words += ["--flags", f"{a.name}={shlex.join(a.flags)}"]
+        words += [w for k, v in a.env.items() for w in ("--env", f"{a.name}:{k}={v}")]
+        if a.kind != kind_for(a.source, None):
+            words += ["--kind", f"{a.name}={a.kind}"]
+    words += [f"--cmake={f}" for f in spec.arms[0].cmake]
+    key = next(iter(keys), None)
+    if key:
+        words += ["--api-key-env", key]
+    for m in spec.models:
+        words += ["-m", m]
+    if spec.workloads != CompareSpec.model_fields["workloads"].default:
+        words += [w for wl in spec.workloads for w in ("-w", wl)]
+    if spec.baseline:
+        words += ["--baseline", spec.baseline]
+    words += ["--band", _exact(f"{spec.band * 100:g}%", spec.band, parse_percent)]
+    budget = spec.budget_s
+    if budget is not None:
+        words += ["--budget", _exact(f"{budget:g}s", budget, parse_duration)]
+    for option, name in (("--min-pairs", "min_pairs"), ("--max-pairs", "max_pairs"), ("--timeout", "timeout_s"),
+                         ("--sample-interval", "sample_interval_s")):
+        value = getattr(spec, name)
+        if value != CompareSpec.model_fields[name].default:  # (the command's defaults are the spec's)
+            words += [option, str(value) if isinstance(value, int) else _exact(f"{value:g}", value, float)]
+    words += [f for f, on in (("--separate-processes", spec.separate_processes),
+                              ("--in-process", spec.in_process)) if on]
+    if spec.common_flags:
+        words += ["--", *spec.common_flags]
+    return shlex.join(words)
+
+
+def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: str, shared: str = "") -> str:
+    """Compare table: per model x workload, both arms' t/s, ratio, 99% CI, verdict, pairs.
+    ``shared``: the line that says what the arms share, under the summary."""
     flagged = any(c.base_res.get("flags") or c.cand_res.get("flags") for c in comps)
     headers = ["model", "test", "baseline", "t/s", "candidate", "t/s", "ratio", "99% CI", "verdict",
                "pairs", "CPU ms/tok", "CPU verdict", *(["flags"] if flagged else [])]
@@ -130,7 +193,7 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
     design = ("one pair = one engine process, A, B, B, A on one load, order-balanced"
               if any(getattr(c, "shared", False) for c in comps) else
               "one pair = one engine process per arm, order-balanced")
-    return "\n".join([summary, "", table(headers, rows, right), "",
+    return "\n".join([summary, *(["", shared] if shared else []), "", table(headers, rows, right), "",
                       f"band ±{band * 100:g}% · {design}"
                       f" · study: {study_id}", *tail])
 
@@ -209,6 +272,9 @@ class CompareKind(KindBase):
         return out
 
     def reproduce(self, spec: dict[str, Any], study_id: str) -> list[str]:
+        command = compare_command(spec_of(spec))
+        if command is not None:
+            return ["```shell", command, "```", ""]
         return ["```toml", compare_study_toml(spec), "```", "", "```shell", "tokensleuth compare --study study.toml",
                 "```", ""]
 
