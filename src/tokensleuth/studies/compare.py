@@ -35,7 +35,9 @@ def compare_json(study_id: str, spec: CompareSpec, comps: list[Comparison],
     # "outputs" only when --check-outputs ran: absent means "not checked", never "no change"
     extra: dict[str, Any] = {} if outputs is None else {"outputs": [dict(o) for o in outputs]}
     apart = arm_differences(spec, builds)
-    if apart.said:  # absent: the arms differ in their source only (the engines say how)
+    # absent where the arms differ in their source only (the engines say how) or in nothing (an A/A):
+    # a landed store's reports keep their shape
+    if apart.said and apart.differ_in:
         extra["differences"] = apart.to_json()
     return {
         "schema_version": JSON_SCHEMA_VERSION,
