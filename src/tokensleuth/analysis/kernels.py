@@ -456,7 +456,7 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
         both = len(base) >= 2 and len(cand) >= 2
         verdict = change_verdict(d, lo, hi, practical, appeared=both and in_a == 0 and in_b == len(cand),
                                  vanished=both and in_b == 0 and in_a == len(base))
-        # its own time (no other kernel running) apart from its time beside others: a kernel that grew
+        # its own time (no earlier-started kernel running) apart from its time beside others: one that grew
         # only beside others (waiting beside a slowed one, or sharing the GPU with it) is named so,
         # below those whose own time moved
         own: dict[str, Any] | None = None

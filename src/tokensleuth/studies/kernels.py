@@ -46,7 +46,7 @@ def headline(d: dict[str, Any]) -> str:
     if len(alone) > 4:
         parts.append(f"{len(alone) - 4} more")
     if beside:
-        parts.append("changed only while beside other kernels (their own time within its interval): "
+        parts.append("changed only while beside other kernels (their own time not beyond its interval and the band): "
                      + ", ".join(f"{r['kernel']} ({r['delta_ms_per_token']:+.4f})" for r in beside[:3])
                      + (f" and {len(beside) - 3} more" if len(beside) > 3 else ""))
     launches = [r for r in rows if r.get("launch_changed") and r["verdict"] not in ("appeared", "vanished")]
