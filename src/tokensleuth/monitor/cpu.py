@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import cast
 
 
 def process_cpu_clock(pid: int) -> int:
@@ -114,15 +115,10 @@ def thread_stats(pid: int, proc_root: Path = Path("/proc")) -> dict[int, tuple[s
     return out
 
 
-def spinning_threads(a: dict[int, tuple[str, int, int]], b: dict[int, tuple[str, int, int]],
-                     seconds: float, min_cores: float = 0.9, max_switches_per_s: float = 10.0
-                     ) -> list[dict[str, object]]:
-    """Threads that used >= ``min_cores`` of a core while almost never blocking.
-
-    A thread that is busy but never sleeps voluntarily is polling: on a GPU
-    backend that is a CPU core burnt waiting for the device (the field report's
-    30% CPU at --poll 50 against 2% at --poll 0).
-    """
+def thread_figures(a: dict[int, tuple[str, int, int]], b: dict[int, tuple[str, int, int]],
+                   seconds: float) -> list[dict[str, object]]:
+    """Every thread seen in both snapshots: the cores it used and its voluntary switches a
+    second, busiest first."""
     out: list[dict[str, object]] = []
     if seconds <= 0:
         return out
@@ -130,12 +126,26 @@ def spinning_threads(a: dict[int, tuple[str, int, int]], b: dict[int, tuple[str,
         if tid not in a:
             continue
         _, ns0, vol0 = a[tid]
-        cores = (ns1 - ns0) / 1e9 / seconds
-        switches = (vol1 - vol0) / seconds
-        if cores >= min_cores and switches <= max_switches_per_s:
-            out.append({"tid": tid, "name": name, "cores": round(cores, 3),
-                        "voluntary_switches_per_s": round(switches, 1)})
-    return out
+        out.append({"tid": tid, "name": name, "cores": round((ns1 - ns0) / 1e9 / seconds, 3),
+                    "voluntary_switches_per_s": round((vol1 - vol0) / seconds, 1)})
+    return sorted(out, key=lambda t: -cast(float, t["cores"]))
+
+
+def is_spinning(thread: dict[str, object], min_cores: float = 0.9, max_switches_per_s: float = 10.0) -> bool:
+    """The rule: a thread that used >= ``min_cores`` of a core while almost never blocking.
+
+    A thread that is busy but never sleeps voluntarily is polling: on a GPU
+    backend that is a CPU core burnt waiting for the device (the field report's
+    30% CPU at --poll 50 against 2% at --poll 0).
+    """
+    return (cast(float, thread["cores"]) >= min_cores
+            and cast(float, thread["voluntary_switches_per_s"]) <= max_switches_per_s)
+
+
+def spinning_threads(a: dict[int, tuple[str, int, int]], b: dict[int, tuple[str, int, int]],
+                     seconds: float) -> list[dict[str, object]]:
+    """The threads of ``thread_figures`` that ``is_spinning`` holds, in tid order."""
+    return sorted((t for t in thread_figures(a, b, seconds) if is_spinning(t)), key=lambda t: cast(int, t["tid"]))
 
 
 def memory_mb(pid: int, proc_root: Path = Path("/proc")) -> dict[str, float]:

@@ -17,7 +17,7 @@ from tokensleuth.monitor.cpu import (
     cgroup_cpu_s,
     cgroup_of,
     memory_mb,
-    spinning_threads,
+    thread_figures,
     thread_stats,
 )
 from tokensleuth.monitor.sources import NullSource, ReadFailed, Source, why
@@ -219,13 +219,14 @@ class Monitor:
         os.close(self._wake_w)
         return self.timeline
 
-    def spinning(self, start_ns: int, end_ns: int) -> list[dict[str, object]]:
-        """Threads that spun between ``start_ns`` and ``end_ns`` (first/last snapshot inside)."""
+    def thread_load(self, start_ns: int, end_ns: int) -> list[dict[str, object]]:
+        """Each thread's cores and voluntary switches between ``start_ns`` and ``end_ns`` (first
+        and last snapshot inside), busiest first; none when fewer than two snapshots fell inside."""
         inside = [(t, s) for t, s in self.threads if start_ns <= t <= end_ns and s]
         if len(inside) < 2:
             return []
         (t0, a), (t1, b) = inside[0], inside[-1]
-        return spinning_threads(a, b, (t1 - t0) / 1e9)
+        return thread_figures(a, b, (t1 - t0) / 1e9)
 
     def notes(self) -> list[str]:
         """The sources' notes, then one line for each kind of read that failed: how often, the

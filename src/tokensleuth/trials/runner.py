@@ -13,13 +13,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tokensleuth.analysis import confounders
 from tokensleuth.core.hostenv import host_environment
 from tokensleuth.core.records import TrialOutcome
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import ArmRuntime, SharedRun
+from tokensleuth.monitor.cpu import is_spinning
 from tokensleuth.monitor.sampler import Monitor
 from tokensleuth.monitor.sources import Source
 from tokensleuth.sources.build import EngineBuild
@@ -88,8 +89,11 @@ def run_trial(arm: ArmRuntime, job: TrialJob, *, timeout_s: float | None, source
         warnings.append(("gpu-process", ", ".join(
             f"{name}[{pid}] resident on the GPU" for pid, name in sorted(monitor.gpu_others.items()))))
     if out.windows:
-        spin = monitor.spinning(min(w.start_ns for w in out.windows), max(w.end_ns for w in out.windows))
+        load = monitor.thread_load(min(w.start_ns for w in out.windows), max(w.end_ns for w in out.windows))
+        spin = sorted((t for t in load if is_spinning(t)), key=lambda t: cast(int, t["tid"]))
         gpu_busy = [row[k] for _, row in timeline for k in row if k.endswith("_busy_pct")]
+        if load:  # the busiest thread's figures, whatever the rule decides (what it was applied to)
+            host["busiest_thread"] = load[0]
         host["busy_threads"] = spin
         # Busy threads that never block are polling when the GPU does the work; on a
         # CPU backend the same pattern is plain computing, so only GPU runs are flagged.
