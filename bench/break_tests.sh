@@ -129,6 +129,10 @@ add repro-command src/tokensleuth/studies/compare.py \
 add issue-once src/tokensleuth/pages/issue.py \
     'if obj.get("summary") and str(obj["summary"]) not in md:' 'if obj.get("summary"):' \
     tests/report/test_html.py::test_bench_page_and_issue_markdown
+# sentences that compare two answers (docs/measurements.md): the words follow the comparison
+add bisect-verified src/tokensleuth/drivers/bisect/answer.py \
+    'result["verified"] = all(c.verdict == want for c' 'result["verified"] = all(c.verdict != "same" for c' \
+    tests/test_bisect.py::test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_the_regression
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }
