@@ -133,6 +133,12 @@ add issue-once src/tokensleuth/pages/issue.py \
 add bisect-verified src/tokensleuth/drivers/bisect/answer.py \
     'result["verified"] = all(c.verdict == want for c' 'result["verified"] = all(c.verdict != "same" for c' \
     tests/test_bisect.py::test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_the_regression
+add scan-done src/tokensleuth/drivers/scan/result.py \
+    'status = "done" if not undecided else' 'status = "done" if undecided is not None else' \
+    tests/test_scan.py::test_every_interval_is_said_decided_only_where_none_is_undecided
+add scan-unsampled src/tokensleuth/drivers/scan/result.py \
+    'gaps = [q - p - 1 for p, q, _ in same]' 'gaps = [q - p - 1 for p, q in zip(pts, pts[1:], strict=False)]' \
+    tests/test_scan.py::test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolved_one
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }
