@@ -139,6 +139,9 @@ add scan-done src/tokensleuth/drivers/scan/result.py \
 add scan-unsampled src/tokensleuth/drivers/scan/result.py \
     'gaps = [q - p - 1 for p, q, _ in same]' 'gaps = [q - p - 1 for p, q in zip(pts, pts[1:], strict=False)]' \
     tests/test_scan.py::test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolved_one
+add split-why src/tokensleuth/drivers/scan/refine.py \
+    '"undecided": "undecided"}.get(' '"undecided": "the same"}.get(' \
+    tests/test_scan.py::test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

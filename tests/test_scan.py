@@ -590,3 +590,49 @@ def test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolv
         got = _finished(tmp_path / str(middle["verdict"]), middle)
         assert got["resolution"]["longest_unsampled"] == 2 and said.format(2) in render(got)
 
+
+def test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same(tmp_path: Path) -> None:
+    """refine's log names why it samples inside an interval, from that interval's stored verdict:
+    r0..r10 judged the same (longer than --max-gap) is "the same"; r10..r20, undecided after its
+    pairs, is "undecided"; r20..r22, the same but short, is not split at all."""
+    from tokensleuth.analysis import stats
+    from tokensleuth.drivers.comparisons import Comparison
+    from tokensleuth.drivers.judge import Judgement
+    from tokensleuth.drivers.scan.refine import refine
+    from tokensleuth.drivers.scan.state import INTERVALS, POINTS, Scan
+    from tokensleuth.sources.history import Candidate
+    from tokensleuth.store import Store
+
+    class Sampled(Scan):
+        def build(self, i: int) -> EngineBuild | None:  # every point builds (nothing is built)
+            return EngineBuild(self.cands[i].source, "/x", "k", None, None, (), "cc", ("CPU",), ())
+
+    class Pairs:
+        """The pairs of two sampled points: r10 against r20 cannot decide, any other two are the same."""
+        builds: dict[str, EngineBuild] = {}
+
+        def compare(self, a: str, b: str, models: Any, band: float, most: int) -> Judgement:
+            undecided = (a, b) == ("bin:/sim/10", "bin:/sim/20")
+            est = stats.RatioEstimate(most, 1.03 if undecided else 1.0, 0.97 if undecided else 0.995,
+                                      1.09 if undecided else 1.005, 0.99)
+            return Judgement("s", [Comparison("/m/tiny.gguf", "pp64", "A", "B", most, [1.0], [1.0], est,
+                                              "unresolved" if undecided else "same")])
+
+    cands = [Candidate(f"r{i}", f"bin:/sim/{i}") for i in range(23)]
+    spec = {"models": ["/m/tiny.gguf"], "control_models": [], "workloads": ["pp64"], "band": 0.02,
+            "max_pairs": 20, "cmake": [], "flags": [], "timeout_s": 60.0, "samples": 4, "rounds": 2, "max_gap": 8}
+    same = {"model": "/m/tiny.gguf", "workload": "pp64", "ratio": 1.0, "ci": [0.995, 1.005], "pairs": 20,
+            "verdict": "same"}
+    lines: list[str] = []
+    with Store(tmp_path / "s.db") as store:
+        sid = store.begin_study("scan", spec, "h1", resume=False).id
+        scan = Sampled(store, sid, cands, spec, lines.append, None)
+        scan.judge = Pairs()  # type: ignore[assignment]
+        scan.put(POINTS, ["r0", "r10", "r20", "r22"])
+        scan.put(INTERVALS, {"r0..r10": {"verdict": "same", "cells": [same]},
+                             "r10..r20": {"verdict": "undecided", "cells": [dict(same, verdict="unresolved")]},
+                             "r20..r22": {"verdict": "same", "cells": [same]}})
+        refine(scan)
+        assert scan.points() == [0, 5, 10, 15, 20, 22]
+    splits = [x.strip() for x in lines if " long: sampling " in x]
+    assert splits == ["r0..r10 is the same and 10 long: sampling r5", "r10..r20 is undecided and 10 long: sampling r15"]
