@@ -142,6 +142,9 @@ add scan-unsampled src/tokensleuth/drivers/scan/result.py \
 add split-why src/tokensleuth/drivers/scan/refine.py \
     '"undecided": "undecided"}.get(' '"undecided": "the same"}.get(' \
     tests/test_scan.py::test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same
+add spread-words src/tokensleuth/drivers/diagnose.py \
+    'agree within {between:.1%}"))' 'agree within {within:.1%}"))' \
+    tests/test_diagnose.py::test_the_spreads_are_said_with_each_figure_in_its_place
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }
