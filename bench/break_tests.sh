@@ -145,6 +145,9 @@ add split-why src/tokensleuth/drivers/scan/refine.py \
 add spread-words src/tokensleuth/drivers/diagnose.py \
     'agree within {between:.1%}"))' 'agree within {within:.1%}"))' \
     tests/test_diagnose.py::test_the_spreads_are_said_with_each_figure_in_its_place
+add trace-cost src/tokensleuth/drivers/kernels.py \
+    '"slower": lo > 0}' '"slower": d > 0}' \
+    tests/kernels/test_figures.py::test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_the_trace_slowed_the_program
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }
