@@ -148,6 +148,10 @@ add spread-words src/tokensleuth/drivers/diagnose.py \
 add trace-cost src/tokensleuth/drivers/kernels.py \
     '"slower": lo > 0}' '"slower": d > 0}' \
     tests/kernels/test_figures.py::test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_the_trace_slowed_the_program
+# (name-tags above leaves the tags in; this one strips past them: two kernels read as one)
+add name-overstrip src/tokensleuth/kernels/__init__.py \
+    '[0-9a-f]{8}::")' '[0-9a-f]{8}::[a-z_]*")' \
+    tests/kernels/test_tracers.py::test_one_kernel_built_in_two_folders_has_one_name_and_two_kernels_keep_two
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }
