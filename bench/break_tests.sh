@@ -129,6 +129,29 @@ add repro-command src/tokensleuth/studies/compare.py \
 add issue-once src/tokensleuth/pages/issue.py \
     'if obj.get("summary") and str(obj["summary"]) not in md:' 'if obj.get("summary"):' \
     tests/report/test_html.py::test_bench_page_and_issue_markdown
+# sentences that compare two answers (docs/measurements.md): the words follow the comparison
+add bisect-verified src/tokensleuth/drivers/bisect/answer.py \
+    'result["verified"] = all(c.verdict == want for c' 'result["verified"] = all(c.verdict != "same" for c' \
+    tests/test_bisect.py::test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_the_regression
+add scan-done src/tokensleuth/drivers/scan/result.py \
+    'status = "done" if not undecided else' 'status = "done" if undecided is not None else' \
+    tests/test_scan.py::test_every_interval_is_said_decided_only_where_none_is_undecided
+add scan-unsampled src/tokensleuth/drivers/scan/result.py \
+    'gaps = [q - p - 1 for p, q, _ in same]' 'gaps = [q - p - 1 for p, q in zip(pts, pts[1:], strict=False)]' \
+    tests/test_scan.py::test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolved_one
+add split-why src/tokensleuth/drivers/scan/refine.py \
+    '"undecided": "undecided"}.get(' '"undecided": "the same"}.get(' \
+    tests/test_scan.py::test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same
+add spread-words src/tokensleuth/drivers/diagnose.py \
+    'agree within {between:.1%}"))' 'agree within {within:.1%}"))' \
+    tests/test_diagnose.py::test_the_spreads_are_said_with_each_figure_in_its_place
+add trace-cost src/tokensleuth/drivers/kernels.py \
+    '"slower": lo > 0}' '"slower": d > 0}' \
+    tests/kernels/test_figures.py::test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_the_trace_slowed_the_program
+# (name-tags above leaves the tags in; this one strips past them: two kernels read as one)
+add name-overstrip src/tokensleuth/kernels/__init__.py \
+    '[0-9a-f]{8}::")' '[0-9a-f]{8}::[a-z_]*")' \
+    tests/kernels/test_tracers.py::test_one_kernel_built_in_two_folders_has_one_name_and_two_kernels_keep_two
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

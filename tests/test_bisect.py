@@ -339,3 +339,71 @@ def test_bisect_on_llama_server_finds_the_planted_wait(
     con = sqlite3.connect(cli_env["TOKENSLEUTH_DB"])
     assert {k for (k,) in con.execute("SELECT DISTINCT kind FROM arms")} == {"llama-server"}
     assert con.execute("SELECT COUNT(*) FROM samples WHERE ttft_ns IS NOT NULL").fetchone()[0] > 0
+
+
+class _History:
+    """A bisector over five commits, the planted regression at c3: the endpoints and the search
+    answer from it, and the parent-against-culprit comparison (c2 vs c3) answers ``verify``
+    ({workload: verdict}); every step is stored as the real one stores it."""
+
+    fleet = None
+
+    def __init__(self, store: Store, sid: str, verify: dict[str, str]) -> None:
+        self.store, self.sid, self.verify = store, sid, verify
+        self.builds: dict[str, object] = {}
+
+    def build(self, i: int) -> object:
+        return object()
+
+    def width(self) -> int:
+        return 1
+
+    def compare(self, a: int, b: int, models: object, band: float, max_pairs: int):  # type: ignore[no-untyped-def]
+        from tokensleuth.analysis import stats
+        from tokensleuth.drivers.comparisons import Comparison
+        from tokensleuth.drivers.judge import Judgement
+
+        def comp(w: str, verdict: str, ratio: float) -> Comparison:
+            est = stats.RatioEstimate(20, ratio, ratio * 0.98, ratio * 1.02, 0.99)
+            return Comparison("m.gguf", w, "A", "B", 20, [1.0], [1.0], est, verdict)
+
+        if (a, b) == (0, 4):  # pp512 moved most: the cell the verification is read on
+            return Judgement("s", [comp("pp512", "slower", 0.80), comp("tg32", "slower", 0.95)])
+        assert (a, b) == (2, 3), (a, b)
+        ratio = {"slower": 0.80, "same": 1.0, "unresolved": 0.97}
+        return Judgement("s", [comp(w, v, ratio[v]) for w, v in self.verify.items()])
+
+    def judge(self, i: int) -> str:
+        outcome = "bad" if i >= 3 else "good"
+        steps = self.store.get_state(self.sid, "steps", {})
+        steps[str(i)] = {"commit": f"c{i}", "outcome": outcome, "ratio": 0.8 if i >= 3 else 1.0,
+                         "ci": [0.78, 0.82] if i >= 3 else [0.98, 1.02], "pairs": 20, "build_s": None, "note": ""}
+        self.store.put_state(self.sid, "steps", steps)
+        return outcome
+
+
+@pytest.mark.parametrize("verify, confirmed", [
+    ({"pp512": "slower", "tg32": "slower"}, True),
+    ({"pp512": "slower", "tg32": "same"}, True),  # read on the cell that moved most, as the search was
+    ({"pp512": "same", "tg32": "slower"}, False),
+    ({"pp512": "unresolved", "tg32": "slower"}, False),  # undecided is not confirmed
+])
+def test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_the_regression(
+        tmp_path: Path, verify: dict[str, str], confirmed: bool) -> None:
+    """The bisect's two answers about the culprit: the search's (bad, against good) and the
+    parent-against-culprit comparison's; the words say they agree only where the second, on the
+    cell the search was judged on, moved the way the endpoints did."""
+    from tokensleuth.drivers.bisect import _run
+    from tokensleuth.sources.history import Candidate
+    from tokensleuth.studies.bisect import render_bisect
+
+    cands = [Candidate(f"c{i}", f"bin:/x{i}", commit=f"{i}" * 40, subject=f"commit {i}", author="Ann",
+                       date=f"2026-01-0{i}") for i in range(5)]
+    spec = {"models": ["m.gguf"], "band": 0.02, "max_pairs": 20}
+    with Store(tmp_path / "s.db") as store:
+        sid = store.create_study("bisect", {}, "h", [], [])
+        r = _run(_History(store, sid, verify), store, sid, cands, spec, lambda _m: None)  # type: ignore[arg-type]
+    assert r["status"] == "found" and r["first_bad"] == "c3" and r["verified"] is confirmed
+    first = render_bisect(r).splitlines()[0]
+    said = "verified against its parent" if confirmed else "NOT confirmed against its parent"
+    assert first == f"First bad: {'3' * 40} — commit 3 (Ann, 2026-01-03); {said}."

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats as sps
 
 from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.drivers.diagnose import (
@@ -56,6 +57,36 @@ def test_no_spread_is_said_where_none_was_measured() -> None:
 def test_within_dominated_noise_says_repetitions_spread() -> None:
     d = classify(table(normal(20, 0.002), within=0.08), cpus=2)
     assert d.codes() == ["within"]
+
+
+def planted(between: float, within: float, n: int = 12, reps: int = 5) -> list[Proc]:
+    """n processes an arm whose spreads are exactly ``between`` and ``within`` (noise.components'
+    method of moments): levels at normal quantiles scaled so their variance is between² +
+    within²/reps, each process's repetitions evenly spaced with SD ``within`` (rotated, so that no
+    repetition is always the first)."""
+    z = sps.norm.ppf((np.arange(n) + 0.5) / n)
+    levels = z * math.sqrt((between ** 2 + within ** 2 / reps) / z.var(ddof=1))
+    steps = np.arange(reps) - (reps - 1) / 2
+    dev = within * steps / steps.std(ddof=1)
+    procs: list[Proc] = []
+    for k, arm in enumerate("AB"):
+        for i, lv in enumerate(np.random.default_rng(k).permutation(levels)):
+            procs.append(Proc(arm, "m\x00tg32\x000", float(len(procs)), tuple(LEVEL + lv + np.roll(dev, i))))
+    return procs
+
+
+@pytest.mark.parametrize("between, said", [
+    (0.02, "repetitions inside a process spread 8.0% while processes agree within 2.0%"),
+    (0.05, "processes differ by 5.0% (repetitions inside one spread 8.0%, averaged over 5)"),
+    (0.10, "processes differ by 10.0% while repetitions agree within 8.0%"),
+])
+def test_the_spreads_are_said_with_each_figure_in_its_place(between: float, said: str) -> None:
+    """Repetitions spread 8% inside each process; the processes' own spread is planted below, near
+    and beyond it. Each sentence names the spread that dominates (between² against within²/5)
+    with its figure, and the other with its own."""
+    d = classify(planted(between, 0.08), cpus=2)
+    assert d.between_cv == pytest.approx(between, abs=1e-6) and d.within_cv == pytest.approx(0.08)
+    assert [f.seen for f in d.findings] == [said]
 
 
 def test_two_process_levels_are_bimodal() -> None:

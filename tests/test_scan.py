@@ -526,3 +526,113 @@ def test_the_step_table_says_which_models_moved_and_never_calls_an_undecided_one
     head = "git:/r@aaaa vs git:/r@bbbb, tg128: mul_mat_vec_q<Q6_K> +0.12 ms/token (of +0.13 ms/token in all)"
     assert _kernel({"profile": {"headline": head}}) == "mul_mat_vec_q<Q6_K> +0.12 ms/token (of +0.13 ms/token in all)"
     assert _kernel({}) == "—"
+
+
+def _judged(verdict: str, cell: str, ratio: float, h: float) -> dict[str, Any]:
+    """An interval's stored verdict and its one cell."""
+    return {"verdict": verdict, "cells": [{"model": "/m/tiny.gguf", "workload": "pp64", "ratio": ratio,
+                                           "ci": [ratio - h, ratio + h], "pairs": 40, "verdict": cell}]}
+
+
+SAME = _judged("same", "same", 1.0, 0.01)
+UNDECIDED = _judged("undecided", "unresolved", 1.03, 0.03)
+LONG_STEP = _judged("step", "slower", 0.9, 0.01)  # eight commits long, not bisected yet
+
+
+def _finished(tmp_path: Path, middle: dict[str, Any]) -> dict[str, Any]:
+    """A scan of r0..r12 sampled at r0, r3, r11 and r12, its intervals as the scan stores them:
+    r0..r3 the same, r11..r12 a step of one commit, r3..r11 ``middle``; its result as
+    drivers/scan/result.py builds it from that state (nothing measured)."""
+    from tokensleuth.drivers.scan import finish
+    from tokensleuth.drivers.scan.state import INTERVALS, POINTS, Scan
+    from tokensleuth.sources.history import Candidate
+    from tokensleuth.store import Store
+
+    cands = [Candidate(f"r{i}", f"bin:/sim/{i}") for i in range(13)]
+    spec = {"models": ["/m/tiny.gguf"], "control_models": [], "workloads": ["pp64"], "band": 0.02,
+            "max_pairs": 20, "cmake": [], "flags": [], "timeout_s": 60.0, "samples": 4, "rounds": 2, "max_gap": 32}
+    with Store(tmp_path / "s.db") as store:
+        sid = store.begin_study("scan", spec, "h1", resume=False).id
+        scan = Scan(store, sid, cands, spec, lambda s: None, None)
+        scan.put(POINTS, ["r0", "r3", "r11", "r12"])
+        scan.put(INTERVALS, {"r0..r3": SAME, "r3..r11": middle, "r11..r12": _judged("step", "slower", 0.8, 0.01)})
+        return finish(scan, measure=False)
+
+
+DECIDED = "Every interval between sampled neighbours is the same or a step of one commit."
+
+
+def test_every_interval_is_said_decided_only_where_none_is_undecided(tmp_path: Path) -> None:
+    """The sentence sets each interval's stored verdict against "the same or one commit": said
+    where r3..r11 is the same, not where it is undecided or a step of eight commits not bisected."""
+    from tokensleuth.studies.scan import render
+
+    got = _finished(tmp_path, SAME)
+    assert got["status"] == "done" and got["undecided"] == []
+    assert f"**1 step(s).** {DECIDED}" in render(got)
+    for middle, why in ((UNDECIDED, "the pairs measured could not decide"), (LONG_STEP, "a step not bisected yet")):
+        got = _finished(tmp_path / str(middle["verdict"]), middle)
+        md = render(got)
+        assert got["status"] == "undecided" and DECIDED not in md
+        assert "**1 step(s).** Some intervals stayed undecided (below)" in md
+        assert f"- r3 → r11 (8 commits): {why}" in md
+
+
+def test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolved_one(tmp_path: Path) -> None:
+    """r0..r3 (2 commits between) is the same throughout; r3..r11 (7 between) counts only where it
+    is the same too: undecided or a step, its 7 commits were not judged the same."""
+    from tokensleuth.studies.scan import render
+
+    said = "Longest interval left unsampled: {} commits between neighbours judged the same (longer ones are split past 32)."
+    got = _finished(tmp_path, SAME)
+    assert got["resolution"]["longest_unsampled"] == 7 and said.format(7) in render(got)
+    for middle in (UNDECIDED, LONG_STEP):
+        got = _finished(tmp_path / str(middle["verdict"]), middle)
+        assert got["resolution"]["longest_unsampled"] == 2 and said.format(2) in render(got)
+
+
+def test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same(tmp_path: Path) -> None:
+    """refine's log names why it samples inside an interval, from that interval's stored verdict:
+    r0..r10 judged the same (longer than --max-gap) is "the same"; r10..r20, undecided after its
+    pairs, is "undecided"; r20..r22, the same but short, is not split at all."""
+    from tokensleuth.analysis import stats
+    from tokensleuth.drivers.comparisons import Comparison
+    from tokensleuth.drivers.judge import Judgement
+    from tokensleuth.drivers.scan.refine import refine
+    from tokensleuth.drivers.scan.state import INTERVALS, POINTS, Scan
+    from tokensleuth.sources.history import Candidate
+    from tokensleuth.store import Store
+
+    class Sampled(Scan):
+        def build(self, i: int) -> EngineBuild | None:  # every point builds (nothing is built)
+            return EngineBuild(self.cands[i].source, "/x", "k", None, None, (), "cc", ("CPU",), ())
+
+    class Pairs:
+        """The pairs of two sampled points: r10 against r20 cannot decide, any other two are the same."""
+        builds: dict[str, EngineBuild] = {}
+
+        def compare(self, a: str, b: str, models: Any, band: float, most: int) -> Judgement:
+            undecided = (a, b) == ("bin:/sim/10", "bin:/sim/20")
+            est = stats.RatioEstimate(most, 1.03 if undecided else 1.0, 0.97 if undecided else 0.995,
+                                      1.09 if undecided else 1.005, 0.99)
+            return Judgement("s", [Comparison("/m/tiny.gguf", "pp64", "A", "B", most, [1.0], [1.0], est,
+                                              "unresolved" if undecided else "same")])
+
+    cands = [Candidate(f"r{i}", f"bin:/sim/{i}") for i in range(23)]
+    spec = {"models": ["/m/tiny.gguf"], "control_models": [], "workloads": ["pp64"], "band": 0.02,
+            "max_pairs": 20, "cmake": [], "flags": [], "timeout_s": 60.0, "samples": 4, "rounds": 2, "max_gap": 8}
+    same = {"model": "/m/tiny.gguf", "workload": "pp64", "ratio": 1.0, "ci": [0.995, 1.005], "pairs": 20,
+            "verdict": "same"}
+    lines: list[str] = []
+    with Store(tmp_path / "s.db") as store:
+        sid = store.begin_study("scan", spec, "h1", resume=False).id
+        scan = Sampled(store, sid, cands, spec, lines.append, None)
+        scan.judge = Pairs()  # type: ignore[assignment]
+        scan.put(POINTS, ["r0", "r10", "r20", "r22"])
+        scan.put(INTERVALS, {"r0..r10": {"verdict": "same", "cells": [same]},
+                             "r10..r20": {"verdict": "undecided", "cells": [dict(same, verdict="unresolved")]},
+                             "r20..r22": {"verdict": "same", "cells": [same]}})
+        refine(scan)
+        assert scan.points() == [0, 5, 10, 15, 20, 22]
+    splits = [x.strip() for x in lines if " long: sampling " in x]
+    assert splits == ["r0..r10 is the same and 10 long: sampling r5", "r10..r20 is undecided and 10 long: sampling r15"]

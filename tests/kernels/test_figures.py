@@ -360,3 +360,48 @@ def test_the_records_rule_withholds_at_one_percent_not_at_twenty() -> None:
 
     assert missing_records([proc(1000), proc(1000), proc(995)]) is None  # 0.5%: alike
     assert "records per token differ" in (missing_records([proc(1000), proc(1000), proc(985)]) or "")  # 1.5%
+
+
+def test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_the_trace_slowed_the_program(
+) -> None:
+    """Three traced processes a build and three untraced ones, their ms/token planted: "costly" ran
+    traced at 1.25 × its untraced ms/token, "free" at 1.00 and "noisy" 2% slower inside its noise.
+    The sentence is said of costly only, with the ratio and the 95% Welch interval of the logs
+    (computed here from the planted figures, df 4)."""
+    import dataclasses
+    import math
+
+    from scipy import stats as sps
+
+    from tokensleuth.drivers.kernels import analyze
+    from tokensleuth.studies.kernels import render
+
+    rng = np.random.default_rng(9)
+    s = 0.01
+    spread = (math.exp(-s), 1.0, math.exp(s))
+    untraced_ms = 0.0004  # a token of the planted processes' kernels (392 ns) and a little more
+    traced = {"costly": [1.25 * untraced_ms * x for x in spread], "free": [untraced_ms * x for x in spread],
+              "noisy": [1.02 * untraced_ms * x ** 5 for x in spread]}
+    runs = []
+    for engine, ms in traced.items():
+        for i, (p, t, u) in enumerate(zip(_processes(rng, 3, {}), ms, spread, strict=True)):
+            p = dataclasses.replace(p, bench_ns=int(round(t * p.tokens * 1e6)))
+            runs.append({"engine": engine, "model": "m.gguf", "workload": "tg32", "process": i,
+                         "kernels": p.to_state(), "untraced_ms_per_token": untraced_ms * u})
+    obj = analyze({"engines": list(traced), "models": ["m.gguf"], "workloads": ["tg32"]}, runs)
+    cells = {c["engine"]: c for c in obj["cells"]}
+    # Welch on the logs: each side's three values are log(level) + (-s, 0, s), variance s² each
+    h = float(sps.t.ppf(0.975, 4)) * math.sqrt(2 * s ** 2 / 3)
+    lo, hi = 1.25 * math.exp(-h), 1.25 * math.exp(h)
+    cost = cells["costly"]["trace_cost"]
+    assert cost["ratio"] == pytest.approx(1.25, rel=1e-3) and cost["ci"] == pytest.approx([lo, hi], rel=1e-3)
+    said = (f"the traced program ran 25.0% slower (95% CI {lo - 1:.1%} to {hi - 1:.1%}) than untraced processes "
+            "of the same build: the kernels' own times are the traced run's")
+    assert said == "the traced program ran 25.0% slower (95% CI 22.2% to 27.9%) than untraced processes of the same " \
+                   "build: the kernels' own times are the traced run's"
+    assert cells["costly"]["notes"] == [said]
+    assert cells["free"]["trace_cost"]["ratio"] == pytest.approx(1.0, rel=1e-3) and cells["free"]["notes"] == []
+    noisy = cells["noisy"]["trace_cost"]
+    assert noisy["ci"][0] < 1 < noisy["ci"][1] and cells["noisy"]["notes"] == []  # not measured: not said
+    md = render("s1", obj)
+    assert md.count("the traced program ran") == 1 and f"Note: {said}" in md

@@ -3,6 +3,7 @@ library compiled against this machine's CUPTI, and the refusals (one line, what 
 
 from __future__ import annotations
 
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -167,6 +168,43 @@ def test_rocprofv3_missing_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatc
         rocprof.TRACER.ready()
     assert rocprof.TRACER.prefix(Path("/o")) == ["rocprofv3", "--kernel-trace", "--output-format", "csv", "-d", "/o",
                                                   "-o", "%pid%", "--"]
+
+
+# the H100 trace's own names (bench/results/gpu/raw_traces_h100): nvcc tags a file's internal
+# names with _INTERNAL_<hash>_<length><file>_<hash>, and the hashes change with the build's path
+H100_NAMES = [
+    "_Z11k_bin_bcastIXadL_ZN42_INTERNAL_ee5aa2f1_11_binbcast_cu_6840010b6op_addEffEEfffJPKfEEvPKT0_PKT1_PT2_"
+    "jjj5uint3SB_SB_SB_SB_jjjjjjjjjjjDpT3_",
+    "_Z11k_bin_bcastIXadL_ZN42_INTERNAL_ee5aa2f1_11_binbcast_cu_6840010b6op_mulEffEEfffJPKfEEvPKT0_PKT1_PT2_"
+    "jjj5uint3SB_SB_SB_SB_jjjjjjjjjjjDpT3_",
+    "_Z11k_bin_bcastIXadL_ZN42_INTERNAL_ee5aa2f1_11_binbcast_cu_6840010b6op_divEffEEfffJPKfEEvPKT0_PKT1_PT2_"
+    "jjj5uint3SB_SB_SB_SB_jjjjjjjjjjjDpT3_",
+    "_Z21unary_gated_op_kernelIXadL_ZN38_INTERNAL_3a57546a_8_unary_cu_eb6d53667op_siluEfEEfEvPKT0_S3_PS1_llll",
+    "_ZN12_GLOBAL__N_14topkILi4EEEvPf",  # void (anonymous namespace)::topk<4>(float*)
+]
+
+
+@pytest.mark.skipif(shutil.which("c++filt") is None, reason="no c++filt: the names stay mangled")
+def test_one_kernel_built_in_two_folders_has_one_name_and_two_kernels_keep_two(tmp_path: Path) -> None:
+    """The same kernels built in another folder (every hash of their tags another): read from each
+    build's CUDA trace, the names are the same; the tags are all that is left out, so op_add,
+    op_mul and op_div stay three kernels."""
+    elsewhere = [n.replace("ee5aa2f1", "c669ff45").replace("6840010b", "1f2e3d4c").replace("3a57546a", "90ab12cd")
+                 .replace("eb6d5366", "5566aabb") for n in H100_NAMES]
+    assert len(set(elsewhere) & set(H100_NAMES)) == 1  # only the anonymous namespace's mangles alike
+    read = []
+    for build, names in (("h100", H100_NAMES), ("elsewhere", elsewhere)):
+        (tmp_path / build).mkdir()
+        _cupti_file(tmp_path / build / "kernels-7.bin", names,
+                    [(1000 * i, 1000 * i + 500, i, 0, 32, 0) for i in range(len(names))])
+        (t,) = cupti.TRACER.read(tmp_path / build, [])
+        read.append([t.names[i] for i in t.name])
+    assert read[0] == read[1] == [
+        "k_bin_bcast<&op_add, float, float, float, float const*>",
+        "k_bin_bcast<&op_mul, float, float, float, float const*>",
+        "k_bin_bcast<&op_div, float, float, float, float const*>",
+        "unary_gated_op_kernel<&op_silu, float>",
+        "topk<4>"]
 
 
 @pytest.mark.parametrize("release, kernel, memcpy, graph", [
