@@ -30,48 +30,48 @@ add noise src/tokensleuth/analysis/noise.py \
 add aa-cells src/tokensleuth/studies/compare.py \
     '"comparisons": [c.to_json() for c in comps],' '"comparisons": [c.to_json() for c in comps[:1]],' \
     tests/test_compare.py::test_aa_gives_each_cell_the_rules_verdict
-add pairing src/tokensleuth/drivers/comparisons.py \
+add pairing src/tokensleuth/drivers/verdicts/comparisons.py \
     'ct = [c[p][0] for p in pairs]' 'ct = [c[p][0] for p in reversed(pairs)]' \
     tests/test_compare.py::test_planted_slowdown_is_found_with_the_interval_of_its_pairs
-add edge-stop src/tokensleuth/drivers/compare.py \
+add edge-stop src/tokensleuth/drivers/verdicts/pairs.py \
     'return stats.side(c.estimate, spec.edge) is None' 'return c.verdict == "unresolved"' \
     tests/test_compare.py::test_a_one_sided_question_stops_once_its_side_is_settled
-add until src/tokensleuth/drivers/compare.py \
+add until src/tokensleuth/drivers/verdicts/pairs.py \
     'if until is not None and until(comps):' 'if until is not None and until(comps) and False:' \
     tests/test_compare.py::test_a_callers_answered_question_stops_the_rounds
-add futility src/tokensleuth/drivers/compare.py \
+add futility src/tokensleuth/drivers/verdicts/pairs.py \
     'if spec.edge is None and not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):' 'if False:' \
     tests/test_rules.py::test_the_replay_stops_where_the_driver_did
-add cold-r src/tokensleuth/drivers/compare.py \
+add cold-r src/tokensleuth/drivers/verdicts/pairs.py \
     'asked + n_cold if asked is not None and n_cold else None)' \
     'asked if asked is not None and n_cold else None)' \
     tests/test_cold.py::test_a_compare_adds_the_cold_repetitions_to_r
-add resume src/tokensleuth/drivers/compare.py \
+add resume src/tokensleuth/drivers/verdicts/pairs.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/test_compare.py::test_resume_continues_with_its_pairs
-add kill-resume src/tokensleuth/drivers/compare.py \
+add kill-resume src/tokensleuth/drivers/verdicts/pairs.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
 add recover src/tokensleuth/store/lifecycle.py \
     'lost = tuple(self._recover(db, study_id))' 'lost = ()  # trials a killed run left running stay so' \
     tests/test_shared_process.py::test_a_kill_inside_a_shared_process_loses_and_duplicates_nothing
-add diagnosis src/tokensleuth/drivers/run/compare.py \
+add diagnosis src/tokensleuth/drivers/verdicts/compare.py \
     'if any(c.verdict == "unresolved" for c in comps):' 'if False:' \
     tests/test_diagnose_real.py::test_threads_on_every_cpu_beside_a_busy_process_are_named_and_the_fix_is_measured
-add no-regression src/tokensleuth/drivers/bisect/verdicts.py \
+add no-regression src/tokensleuth/drivers/hunts/bisect/verdicts.py \
     'if verdicts == {"same"}:' 'if verdicts == {"same", "never"}:' \
     tests/test_bisect_endpoints.py::test_only_same_everywhere_is_no_regression
-add controls src/tokensleuth/drivers/bisect/verdicts.py \
+add controls src/tokensleuth/drivers/hunts/bisect/verdicts.py \
     'if control_verdicts and all(v == "same" for v in control_verdicts):' \
     'if control_verdicts and all(v == "never" for v in control_verdicts):' \
     tests/test_bisect.py::test_bisect_finds_the_planted_moe_regression_and_resumes
-add one-sided src/tokensleuth/drivers/bisect/steps.py \
+add one-sided src/tokensleuth/drivers/hunts/bisect/steps.py \
     'if len(sides) == 1 and None not in sides:' 'if sides == {"never"}:' \
     tests/test_bisect.py::test_candidates_are_judged_on_the_cells_that_regressed
-add confounded src/tokensleuth/drivers/comparisons.py \
+add confounded src/tokensleuth/drivers/verdicts/comparisons.py \
     'comp.verdict = stats.verdict(hull, spec.band)' 'comp.verdict = comp.verdict' \
     tests/test_confounded_decisions.py::test_a_verdict_a_busy_neighbour_steered_waits
-add judge-waits src/tokensleuth/drivers/judge.py \
+add judge-waits src/tokensleuth/drivers/verdicts/judge.py \
     '"edge": edge, "confounders": "wait",' '"edge": edge, "confounders": "said",' \
     tests/test_bisect.py::test_no_regression_between_endpoints
 add fleet-pairs src/tokensleuth/executors/base.py \
@@ -105,7 +105,7 @@ add withheld-rows src/tokensleuth/analysis/kernels.py \
 add sample-cross src/tokensleuth/analysis/kernels.py \
     'm &= ~late' 'm &= m' \
     tests/kernels/test_h100_traces.py::test_sample_16_records_cross_the_next_launch_and_are_withheld_everywhere
-add compare-note src/tokensleuth/drivers/comparisons.py \
+add compare-note src/tokensleuth/drivers/verdicts/comparisons.py \
     'if self.clean_verdict == self.verdict:' 'if True:' \
     tests/test_confounded_decisions.py::test_a_verdict_a_busy_neighbour_steered_waits
 add bin-backends src/tokensleuth/sources/configure.py \

@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.core.errors import UserError
-from tokensleuth.drivers.scan import (
+from tokensleuth.drivers.hunts.scan import (
     builds_left,
     first_changed,
     fit_steps,
@@ -88,7 +88,7 @@ def test_a_settings_change_inside_a_same_interval_is_located_by_halving() -> Non
 
 
 def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None:
-    from tokensleuth.drivers.scan import blocks_of
+    from tokensleuth.drivers.hunts.scan import blocks_of
 
     pts = [0, 3, 6, 9, 12, 16, 19, 22, 25]
     assert blocks_of(pts, 1) == [(0, 25)]
@@ -99,7 +99,7 @@ def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None
 
 
 def test_what_is_left_counts_verdicts_splits_and_bisect_steps() -> None:
-    from tokensleuth.drivers.scan import pieces, remaining
+    from tokensleuth.drivers.hunts.scan import pieces, remaining
 
     pts = [0, 10, 50, 60, 61]
     # not judged yet: 10 -> 50 would be split once if the same (a build and two verdicts more)
@@ -166,7 +166,7 @@ def test_the_builds_left_are_estimated_from_the_builds_that_reused_the_cache() -
 
 
 def test_the_time_left_counts_verdicts_and_builds() -> None:
-    from tokensleuth.drivers.scan import eta_text
+    from tokensleuth.drivers.hunts.scan import eta_text
 
     # the real history's first sample: 8 intervals to judge, 8 builds to split them, at the pace measured
     left = {"judge": 8, "split": 0, "bisect": 0, "verdicts": 24, "builds": 8}
