@@ -30,48 +30,48 @@ add noise src/tokensleuth/analysis/noise.py \
 add aa-cells src/tokensleuth/studies/compare.py \
     '"comparisons": [c.to_json() for c in comps],' '"comparisons": [c.to_json() for c in comps[:1]],' \
     tests/test_compare.py::test_aa_gives_each_cell_the_rules_verdict
-add pairing src/tokensleuth/drivers/comparisons.py \
+add pairing src/tokensleuth/drivers/verdicts/comparisons.py \
     'ct = [c[p][0] for p in pairs]' 'ct = [c[p][0] for p in reversed(pairs)]' \
     tests/test_compare.py::test_planted_slowdown_is_found_with_the_interval_of_its_pairs
-add edge-stop src/tokensleuth/drivers/compare.py \
+add edge-stop src/tokensleuth/drivers/verdicts/pairs.py \
     'return stats.side(c.estimate, spec.edge) is None' 'return c.verdict == "unresolved"' \
     tests/test_compare.py::test_a_one_sided_question_stops_once_its_side_is_settled
-add until src/tokensleuth/drivers/compare.py \
+add until src/tokensleuth/drivers/verdicts/pairs.py \
     'if until is not None and until(comps):' 'if until is not None and until(comps) and False:' \
     tests/test_compare.py::test_a_callers_answered_question_stops_the_rounds
-add futility src/tokensleuth/drivers/compare.py \
+add futility src/tokensleuth/drivers/verdicts/pairs.py \
     'if spec.edge is None and not stats.can_still_decide(c.estimate, spec.band, spec.max_pairs):' 'if False:' \
     tests/test_rules.py::test_the_replay_stops_where_the_driver_did
-add cold-r src/tokensleuth/drivers/compare.py \
+add cold-r src/tokensleuth/drivers/verdicts/pairs.py \
     'asked + n_cold if asked is not None and n_cold else None)' \
     'asked if asked is not None and n_cold else None)' \
     tests/test_cold.py::test_a_compare_adds_the_cold_repetitions_to_r
-add resume src/tokensleuth/drivers/compare.py \
+add resume src/tokensleuth/drivers/verdicts/pairs.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/test_compare.py::test_resume_continues_with_its_pairs
-add kill-resume src/tokensleuth/drivers/compare.py \
+add kill-resume src/tokensleuth/drivers/verdicts/pairs.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
 add recover src/tokensleuth/store/lifecycle.py \
     'lost = tuple(self._recover(db, study_id))' 'lost = ()  # trials a killed run left running stay so' \
     tests/test_shared_process.py::test_a_kill_inside_a_shared_process_loses_and_duplicates_nothing
-add diagnosis src/tokensleuth/drivers/run/compare.py \
+add diagnosis src/tokensleuth/drivers/verdicts/compare.py \
     'if any(c.verdict == "unresolved" for c in comps):' 'if False:' \
     tests/test_diagnose_real.py::test_threads_on_every_cpu_beside_a_busy_process_are_named_and_the_fix_is_measured
-add no-regression src/tokensleuth/drivers/bisect/verdicts.py \
+add no-regression src/tokensleuth/drivers/hunts/bisect/verdicts.py \
     'if verdicts == {"same"}:' 'if verdicts == {"same", "never"}:' \
     tests/test_bisect_endpoints.py::test_only_same_everywhere_is_no_regression
-add controls src/tokensleuth/drivers/bisect/verdicts.py \
+add controls src/tokensleuth/drivers/hunts/bisect/verdicts.py \
     'if control_verdicts and all(v == "same" for v in control_verdicts):' \
     'if control_verdicts and all(v == "never" for v in control_verdicts):' \
     tests/test_bisect.py::test_bisect_finds_the_planted_moe_regression_and_resumes
-add one-sided src/tokensleuth/drivers/bisect/steps.py \
+add one-sided src/tokensleuth/drivers/hunts/bisect/steps.py \
     'if len(sides) == 1 and None not in sides:' 'if sides == {"never"}:' \
     tests/test_bisect.py::test_candidates_are_judged_on_the_cells_that_regressed
-add confounded src/tokensleuth/drivers/comparisons.py \
+add confounded src/tokensleuth/drivers/verdicts/comparisons.py \
     'comp.verdict = stats.verdict(hull, spec.band)' 'comp.verdict = comp.verdict' \
     tests/test_confounded_decisions.py::test_a_verdict_a_busy_neighbour_steered_waits
-add judge-waits src/tokensleuth/drivers/judge.py \
+add judge-waits src/tokensleuth/drivers/verdicts/judge.py \
     '"edge": edge, "confounders": "wait",' '"edge": edge, "confounders": "said",' \
     tests/test_bisect.py::test_no_regression_between_endpoints
 add fleet-pairs src/tokensleuth/executors/base.py \
@@ -105,7 +105,7 @@ add withheld-rows src/tokensleuth/analysis/kernels.py \
 add sample-cross src/tokensleuth/analysis/kernels.py \
     'm &= ~late' 'm &= m' \
     tests/kernels/test_h100_traces.py::test_sample_16_records_cross_the_next_launch_and_are_withheld_everywhere
-add compare-note src/tokensleuth/drivers/comparisons.py \
+add compare-note src/tokensleuth/drivers/verdicts/comparisons.py \
     'if self.clean_verdict == self.verdict:' 'if True:' \
     tests/test_confounded_decisions.py::test_a_verdict_a_busy_neighbour_steered_waits
 add bin-backends src/tokensleuth/sources/configure.py \
@@ -130,22 +130,22 @@ add issue-once src/tokensleuth/pages/issue.py \
     'if obj.get("summary") and str(obj["summary"]) not in md:' 'if obj.get("summary"):' \
     tests/report/test_html.py::test_bench_page_and_issue_markdown
 # sentences that compare two answers (docs/measurements.md): the words follow the comparison
-add bisect-verified src/tokensleuth/drivers/bisect/answer.py \
+add bisect-verified src/tokensleuth/drivers/hunts/bisect/answer.py \
     'result["verified"] = all(c.verdict == want for c' 'result["verified"] = all(c.verdict != "same" for c' \
     tests/test_bisect.py::test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_the_regression
-add scan-done src/tokensleuth/drivers/scan/result.py \
+add scan-done src/tokensleuth/drivers/hunts/scan/result.py \
     'status = "done" if not undecided else' 'status = "done" if undecided is not None else' \
     tests/test_scan.py::test_every_interval_is_said_decided_only_where_none_is_undecided
-add scan-unsampled src/tokensleuth/drivers/scan/result.py \
+add scan-unsampled src/tokensleuth/drivers/hunts/scan/result.py \
     'gaps = [q - p - 1 for p, q, _ in same]' 'gaps = [q - p - 1 for p, q in zip(pts, pts[1:], strict=False)]' \
     tests/test_scan.py::test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolved_one
-add split-why src/tokensleuth/drivers/scan/refine.py \
+add split-why src/tokensleuth/drivers/hunts/scan/refine.py \
     '"undecided": "undecided"}.get(' '"undecided": "the same"}.get(' \
     tests/test_scan.py::test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same
-add spread-words src/tokensleuth/drivers/diagnose.py \
+add spread-words src/tokensleuth/drivers/verdicts/diagnose.py \
     'agree within {between:.1%}"))' 'agree within {within:.1%}"))' \
     tests/test_diagnose.py::test_the_spreads_are_said_with_each_figure_in_its_place
-add trace-cost src/tokensleuth/drivers/kernels.py \
+add trace-cost src/tokensleuth/drivers/slower/kernels.py \
     '"slower": lo > 0}' '"slower": d > 0}' \
     tests/kernels/test_figures.py::test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_the_trace_slowed_the_program
 # (name-tags above leaves the tags in; this one strips past them: two kernels read as one)

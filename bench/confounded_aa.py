@@ -23,8 +23,8 @@ from pathlib import Path
 
 from _common import default_engine, tiny_model
 
-from tokensleuth.drivers.comparisons import analyze
-from tokensleuth.drivers.compare import run_compare
+from tokensleuth.drivers.verdicts.comparisons import analyze
+from tokensleuth.drivers.verdicts.pairs import run_compare
 from tokensleuth.store import Store
 from tokensleuth.trials.spec import build_compare_spec
 

@@ -30,8 +30,9 @@ from pathlib import Path
 import psutil
 from _common import default_engine, tiny_model
 
-from tokensleuth.drivers import diagnose, doctor
-from tokensleuth.drivers.compare import run_compare
+from tokensleuth.drivers import doctor
+from tokensleuth.drivers.verdicts import causes, diagnose
+from tokensleuth.drivers.verdicts.pairs import run_compare
 from tokensleuth.store import Store
 from tokensleuth.trials.spec import build_compare_spec
 
@@ -78,7 +79,7 @@ class Plant(threading.Thread):
         self.signal_all(signal.SIGCONT)
 
 
-def one(kind: str, build: object, model: Path, pairs: int, cpus: int) -> diagnose.Diagnosis:
+def one(kind: str, build: object, model: Path, pairs: int, cpus: int) -> causes.Diagnosis:
     threads = cpus if kind == "threads" else 1
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source},  # type: ignore[attr-defined]
                                         {"name": "b", "source": build.source}],  # type: ignore[attr-defined]
@@ -95,7 +96,7 @@ def one(kind: str, build: object, model: Path, pairs: int, cpus: int) -> diagnos
     try:
         with tempfile.TemporaryDirectory() as td, Store(Path(td) / "s.sqlite") as store:
             sid, _ = run_compare(store, spec, {"a": build, "b": build})  # type: ignore[dict-item]
-            return diagnose.classify(diagnose.load_procs(store, sid), cpus)
+            return causes.classify(diagnose.load_procs(store, sid), cpus)
     finally:
         plant.done.set()
         if plant.is_alive():

@@ -32,7 +32,7 @@ from bisect_cost import NAMES as COST_NAMES
 from tests.fleet import local_cluster
 from tests.planted import bisect_history
 from tokensleuth.core.paths import cache_dir
-from tokensleuth.drivers.bisect import search, search_parallel
+from tokensleuth.drivers.hunts.bisect import search, search_parallel
 
 # bisect_cost's 24-commit history with a slowdown that shows at -t 1 (300 µs per decode call)
 NAMES = tuple("spin" if n == "culprit" else n for n in COST_NAMES)

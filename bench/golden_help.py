@@ -13,8 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from tokensleuth.engines.llamabench import params
-from tokensleuth.engines.llamabench import known_flags, parse_jsonl, run_trial
+from tokensleuth.engines.llamabench import known_flags, params, parse_jsonl, run_trial
 from tokensleuth.models.synth import synth
 from tokensleuth.sources.build import BuildCache
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from _common import default_engine, tiny_model, tokensleuth_cmd
 
-from tokensleuth.drivers.comparisons import analyze, stored_spec
+from tokensleuth.drivers.verdicts.comparisons import analyze, stored_spec
 from tokensleuth.store import Store
 
 DESIGNS = {"in-process": ["--in-process"], "separate": ["--separate-processes"]}

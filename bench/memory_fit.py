@@ -15,8 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tokensleuth.engines.placement import parse_load_log
 from tokensleuth.engines.llamabench.settings import settings_from_flags
+from tokensleuth.engines.placement import parse_load_log
 from tokensleuth.trials.memory import MIB, predict
 
 

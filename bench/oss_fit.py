@@ -13,11 +13,11 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from tokensleuth.engines.llamabench.settings import settings_from_flags
 from tokensleuth.engines.placement import parse_load_log
 from tokensleuth.models.shapes import write_shape
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import BuildCache
-from tokensleuth.engines.llamabench.settings import settings_from_flags
 from tokensleuth.trials.memory import MIB, predict, tests_of
 
 ROOT = Path(__file__).resolve().parent.parent

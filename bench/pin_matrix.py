@@ -16,8 +16,7 @@ from pathlib import Path
 from golden_help import SOURCES, label  # beside this script (python puts bench/ on the path)
 
 from tokensleuth.core.errors import EngineError
-from tokensleuth.engines.llamabench import params
-from tokensleuth.engines.llamabench import probe_settings
+from tokensleuth.engines.llamabench import params, probe_settings
 from tokensleuth.sources.build import BuildCache
 
 MODEL = Path("/tmp/golden-help-llama-tiny.gguf")  # written by bench/golden_help.py

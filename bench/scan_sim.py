@@ -3,10 +3,10 @@
 Histories of ``--releases`` releases, each scan with ``--steps`` planted steps of 3-10% (either
 way, at random releases) or none; every measurement is the true level times log-normal noise of
 ``--noise`` (the sd of one trial's log t/s: 0.015 is what the tiny models' tg16 show here). The
-scan runs its own code on it: :func:`tokensleuth.drivers.scan.initial_sample` and :func:`next_work`, paired
+scan runs its own code on it: :func:`tokensleuth.drivers.hunts.scan.initial_sample` and :func:`next_work`, paired
 verdicts by :func:`tokensleuth.analysis.stats.verdict` with compare's schedule (5, 10, 20 pairs, then once
 twice that), an interval still undecided, or a step whose bisect named no culprit, split at its
-middle as the scan does, each step bisected with :func:`tokensleuth.drivers.bisect.search` judging candidates at half
+middle as the scan does, each step bisected with :func:`tokensleuth.drivers.hunts.bisect.search` judging candidates at half
 the step as the bisect does. The others get one measurement per release (every release built):
 asv's penalised step fit (PELT, L1, penalty from the noise) and a Perfherder-style sliding t-test
 (12 releases either side, t > 7).
@@ -27,8 +27,8 @@ import ruptures as rpt
 from scipy import stats as sps
 
 from tokensleuth.analysis import stats
-from tokensleuth.drivers.bisect import half_regression_band, search
-from tokensleuth.drivers.scan import initial_sample, next_work
+from tokensleuth.drivers.hunts.bisect import half_regression_band, search
+from tokensleuth.drivers.hunts.scan import initial_sample, next_work
 
 
 class History:

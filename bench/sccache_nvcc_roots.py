@@ -29,6 +29,7 @@ import _common  # noqa: F401  (the project root on sys.path)
 
 from tokensleuth.sources.configure import cache_env
 
+
 def stats(launcher: str, env: dict[str, str]) -> dict[str, int]:
     """The launcher's own counts: compiles, hits, misses (sccache also by step: CUDA, PTX, CUBIN)."""
     got: dict[str, int] = {}

@@ -34,7 +34,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.test_seams import BENCH_FLAGS, OTHER_PROGRAMS, cycles, floors, import_graph  # noqa: E402 - after the path
+from tests.test_seams import (  # noqa: E402 - after the path
+    BENCH_FLAGS,
+    OTHER_PROGRAMS,
+    cycles,
+    floors,
+    import_graph,
+)
 
 ENGINE_KINDS = {"llama-bench", "llama-server", "openai", "llama-batched-bench"}
 STUDY_KINDS = {"bench", "compare", "bisect", "decompose", "crosshost", "import", "profile", "scan"}

@@ -38,7 +38,7 @@ import numpy as np
 
 from tokensleuth.core.records import ResultRow, SampleRow, TrialOutcome
 from tokensleuth.core.workloads import parse
-from tokensleuth.drivers.compare import run_compare
+from tokensleuth.drivers.verdicts.pairs import run_compare
 from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.executors.base import Delivery, Done, Handout, Unit
 from tokensleuth.sources.build import EngineBuild

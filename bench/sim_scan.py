@@ -6,7 +6,7 @@ kind registered for this script): a trial of release i is a real process drawn w
 measured ones (its level, its repetitions with the cold first one, its tails: the H200's A/A
 processes of the 30B shape, or this machine's, bench/inprocess_aa.py) times the release's true
 level. Builds come from a cache that makes none (a release's "build" is its index). Everything
-else is the real code: ``tokensleuth.drivers.scan.run_scan`` — its sample, level rounds, step fit,
+else is the real code: ``tokensleuth.drivers.hunts.scan.run_scan`` — its sample, level rounds, step fit,
 verdicts by the real compare driver, splits, bisects and budget — in a real store.
 
 A planted step is found when a step of the scan names its release (first_bad); a false step is
@@ -18,7 +18,7 @@ intervals, builds (releases measured), trials; then the totals.
         [--step-min 0.03 --step-max 0.10 --neutral-every 4] [--auto-band] [--before] [--independent]
 
 ``--auto-band``: the band is not given (the scan uses what its noise resolves where that is wider,
-drivers/scan/resolve.py); ``--before``: the scan as before issue 43's change (the band as given,
+drivers/hunts/scan/resolve.py); ``--before``: the scan as before issue 43's change (the band as given,
 and every interval undecided after its pairs split), for the figures beside it.
 """
 
@@ -38,13 +38,13 @@ from typing import Any
 import numpy as np
 from sim_compare import H200, Processes, _outcome, _reps
 
-import tokensleuth.drivers.judge as judge_mod
+import tokensleuth.drivers.verdicts.judge as judge_mod
 import tokensleuth.engines as engines
-from tokensleuth.sources.history import Candidate
-from tokensleuth.drivers.scan import run_scan
+from tokensleuth.drivers.hunts.scan import run_scan
 from tokensleuth.engines.base import ArmRuntime, EngineRun, NoFlags
 from tokensleuth.engines.llamabench import argv as bench_argv
 from tokensleuth.sources.build import EngineBuild
+from tokensleuth.sources.history import Candidate
 from tokensleuth.store import Store
 
 
@@ -146,7 +146,7 @@ def main() -> None:
     a = ap.parse_args()
     install()
     if a.before:  # every undecided interval split, the band as given: the scan before issue 43
-        import tokensleuth.drivers.scan.refine as refine_mod
+        import tokensleuth.drivers.hunts.scan.refine as refine_mod
 
         setattr(refine_mod, "split_limit", lambda noise: None)  # noqa: B010 - the old rule, for the figures
     rows = [json.loads(ln) for ln in a.processes.read_text().splitlines() if ln.strip()]

@@ -31,8 +31,8 @@ from _common import default_engine, tiny_model
 
 from tests.planted import planted_engine
 from tokensleuth.analysis import stats
+from tokensleuth.drivers.verdicts.pairs import run_compare
 from tokensleuth.engines.llamabench.argv import workload_flags
-from tokensleuth.drivers.compare import run_compare
 from tokensleuth.store import Store
 from tokensleuth.trials.spec import build_compare_spec
 

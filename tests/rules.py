@@ -14,10 +14,10 @@ import math
 import sqlite3
 import tempfile
 from collections.abc import Iterator
-from typing import Any
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy import stats as st

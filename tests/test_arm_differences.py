@@ -13,7 +13,8 @@ import pytest
 from tests.faults.gguf_tiny import write_tiny_gguf
 from tokensleuth import cli
 from tokensleuth.analysis import stats
-from tokensleuth.drivers.comparisons import Comparison, summary_sentence
+from tokensleuth.drivers.verdicts.comparisons import Comparison
+from tokensleuth.drivers.verdicts.sentences import summary_sentence
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.trials.arms import arm_differences
@@ -104,9 +105,9 @@ def test_the_command_that_reproduces_a_study_is_read_back_as_its_identity(
     """The issue's command, parsed by the CLI as a user's (up to the run), gives the spec and
     the study identity (spec hash) the store holds."""
     from tokensleuth.core.records import spec_hash
-    from tokensleuth.drivers import compare as driver
-    from tokensleuth.drivers.comparisons import spec_of
-    from tokensleuth.drivers.run import compare as run_module
+    from tokensleuth.drivers.verdicts import compare as run_module
+    from tokensleuth.drivers.verdicts import pairs as driver
+    from tokensleuth.drivers.verdicts.comparisons import spec_of
     from tokensleuth.store import Store
     from tokensleuth.studies import kind_of
 

@@ -65,7 +65,8 @@ def test_a_list_of_values_is_several_tests() -> None:
 
 
 def test_the_spec_checks_and_runs_each_arm_with_its_joined_argv() -> None:
-    from tokensleuth.drivers import compare as cmp
+    from tokensleuth.drivers.verdicts import pairs as cmp
+    from tokensleuth.drivers.verdicts import reps
     from tokensleuth.trials.spec import build_compare_spec
 
     spec = build_compare_spec({"arms": [{"name": "a", "source": "bin:/x", "flags": "-t 1 -r 4"},
@@ -78,11 +79,11 @@ def test_the_spec_checks_and_runs_each_arm_with_its_joined_argv() -> None:
     build: Any = SimpleNamespace(bin_dir="/x", source="bin:/x")
     runtimes = cmp._runtimes(spec, {"a": build, "b": build})
     assert runtimes["a"].flags == ("-t", "1", "-r", "4") and runtimes["b"].flags == ("-t", "2", "-r", "2")
-    assert cmp.asked_reps(spec) is None  # the arms' own -r: 4 and 2, not the common one for both
+    assert reps.asked_reps(spec) is None  # the arms' own -r: 4 and 2, not the common one for both
 
 
 def test_an_engine_of_a_trace_runs_its_own_flag_over_the_common_one(monkeypatch: pytest.MonkeyPatch) -> None:
-    from tokensleuth.drivers import kernels
+    from tokensleuth.drivers.slower import kernels
 
     got: dict[str, Any] = {}
     monkeypatch.setattr(kernels, "tracer_for", lambda backends: SimpleNamespace(name="fake", ready=lambda: None))

@@ -15,9 +15,9 @@ from tests import rules
 from tests.conftest import tokensleuth_bin
 from tests.planted import assert_only_the_plant
 from tokensleuth.core.errors import UserError
-from tokensleuth.drivers.bisect import search, specific_to_model
-from tokensleuth.sources.history import pypi_candidates
+from tokensleuth.drivers.hunts.bisect import search, specific_to_model
 from tokensleuth.sources.build import EngineBuild
+from tokensleuth.sources.history import pypi_candidates
 from tokensleuth.store import Store
 
 
@@ -224,11 +224,11 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
     The question is one-sided (which side of half the endpoint regression?), so a step whose
     interval straddles the band's far edge is still good."""
     from tokensleuth.analysis import stats
-    from tokensleuth.drivers.bisect import Bisector
-    from tokensleuth.sources.history import Candidate
-    from tokensleuth.drivers.comparisons import Comparison
-    from tokensleuth.drivers.judge import Judgement
+    from tokensleuth.drivers.hunts.bisect import Bisector
+    from tokensleuth.drivers.verdicts.comparisons import Comparison
+    from tokensleuth.drivers.verdicts.judge import Judgement
     from tokensleuth.sources.build import EngineBuild
+    from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
 
     def comp(w: str, lo: float, hi: float) -> Comparison:
@@ -270,7 +270,7 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         assert bis.classify(1, build).outcome == "good" and edges == [pytest.approx(0.5)]
         bis.compare = answer((0.22, 0.30))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "bad"
-    from tokensleuth.drivers.bisect import regression_edge
+    from tokensleuth.drivers.hunts.bisect import regression_edge
     assert regression_edge(0.99, 0.05) == 0.95 and regression_edge(4.0, 0.05) == 2.0  # never inside the band
 
 
@@ -360,8 +360,8 @@ class _History:
 
     def compare(self, a: int, b: int, models: object, band: float, max_pairs: int):  # type: ignore[no-untyped-def]
         from tokensleuth.analysis import stats
-        from tokensleuth.drivers.comparisons import Comparison
-        from tokensleuth.drivers.judge import Judgement
+        from tokensleuth.drivers.verdicts.comparisons import Comparison
+        from tokensleuth.drivers.verdicts.judge import Judgement
 
         def comp(w: str, verdict: str, ratio: float) -> Comparison:
             est = stats.RatioEstimate(20, ratio, ratio * 0.98, ratio * 1.02, 0.99)
@@ -393,7 +393,7 @@ def test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_t
     """The bisect's two answers about the culprit: the search's (bad, against good) and the
     parent-against-culprit comparison's; the words say they agree only where the second, on the
     cell the search was judged on, moved the way the endpoints did."""
-    from tokensleuth.drivers.bisect import _run
+    from tokensleuth.drivers.hunts.bisect import _run
     from tokensleuth.sources.history import Candidate
     from tokensleuth.studies.bisect import render_bisect
 

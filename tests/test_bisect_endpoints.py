@@ -9,9 +9,9 @@ from pathlib import Path
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.analysis import stats
-from tokensleuth.drivers.bisect import endpoint_answer
-from tokensleuth.drivers.comparisons import Comparison
-from tokensleuth.drivers.judge import ArmFailure, Judgement
+from tokensleuth.drivers.hunts.bisect import endpoint_answer
+from tokensleuth.drivers.verdicts.comparisons import Comparison
+from tokensleuth.drivers.verdicts.judge import ArmFailure, Judgement
 from tokensleuth.sources.build import EngineBuild
 
 
@@ -141,7 +141,7 @@ class _Ends:
 
 
 def test_undecided_endpoints_get_twice_the_pairs_before_the_bisect_answers(tmp_path: Path) -> None:
-    from tokensleuth.drivers.bisect import _run
+    from tokensleuth.drivers.hunts.bisect import _run
     from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
 

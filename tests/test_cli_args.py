@@ -203,7 +203,7 @@ def test_a_release_bisect_over_pypi_keeps_its_engine_kind(world: dict[str, str],
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     """`bisect --source pypi:NAME` reached the driver with the source's prefix as its engine kind
     ("unknown engine kind 'pypi'"): the candidates come from PyPI, the kind from --kind."""
-    from tokensleuth.drivers import bisect as bis
+    from tokensleuth.drivers.hunts import bisect as bis
     from tokensleuth.sources import history
 
     seen: dict[str, object] = {}

@@ -15,8 +15,8 @@ from tests.conftest import tokensleuth_bin
 from tests.faults.gguf_tiny import write_tiny_gguf
 from tokensleuth import cli
 from tokensleuth.commands import common
-from tokensleuth.drivers import shared
 from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.drivers import shared
 from tokensleuth.sources.build import EngineBuild
 
 

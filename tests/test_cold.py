@@ -104,7 +104,8 @@ def test_a_faster_first_repetition_is_not_cold() -> None:
 
 def test_the_statistic_leaves_cold_repetitions_out(tmp_path: Path) -> None:
     from tokensleuth.analysis.noise import estimate
-    from tokensleuth.drivers.comparisons import analyze, summary_sentence
+    from tokensleuth.drivers.verdicts.comparisons import analyze
+    from tokensleuth.drivers.verdicts.sentences import summary_sentence
     from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
     from tokensleuth.trials.spec import build_compare_spec
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth.drivers.comparisons import Comparison
+from tokensleuth.drivers.verdicts.comparisons import Comparison
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
 
@@ -46,7 +46,7 @@ def test_workloads_one_process_can_run_are_joined() -> None:
 
 
 def test_a_round_joins_the_open_workloads_of_a_model_and_leaves_decided_ones_out() -> None:
-    from tokensleuth.drivers.compare import round_trials
+    from tokensleuth.drivers.verdicts.pairs import round_trials
     from tokensleuth.engines import engine_for
 
     def joins(ws: Sequence[str]) -> bool:
@@ -77,7 +77,7 @@ def test_aa_gives_each_cell_the_rules_verdict(engine: EngineBuild, dense_model: 
     `same` or `unresolved` is the machine's noise; how rarely it reads a finding is
     bench/verdict_quality.py's to measure, not one run's to assert.)"""
     from tests import rules
-    from tokensleuth.drivers.comparisons import stored_spec
+    from tokensleuth.drivers.verdicts.comparisons import stored_spec
     from tokensleuth.store import Store
 
     p, doc = compare(["--arm", f"a={E}", "--arm", f"b={E}", "--model", str(dense_model),
@@ -128,7 +128,7 @@ def test_a_trial_runs_every_workload_of_its_model_in_one_process(engine: EngineB
     test lands in its own cell, and a wait planted per decode call is found on tg only.
     --separate-processes gives each workload its own process again."""
     from tests.planted import planted_engine
-    from tokensleuth.drivers.comparisons import JOINED_DESIGN
+    from tokensleuth.drivers.verdicts.comparisons import JOINED_DESIGN
 
     src, _ = planted_engine()
     args = ["--arm", f"base={src}", "--arm", f"spin={src}", "--env", "spin:TOKENSLEUTH_SPIN_US=1500",
@@ -175,7 +175,7 @@ def test_a_study_begun_with_a_process_per_workload_goes_on_so(engine: EngineBuil
     """A study stored before one process per model (its identity has no design) is continued as
     it began — by --resume while unfinished, and by a driver asking for it again (bisect's
     judge) once finished — never measured again from its start under the new design."""
-    from tokensleuth.drivers import compare as cmp
+    from tokensleuth.drivers.verdicts import pairs as cmp
     from tokensleuth.store import Store
     from tokensleuth.trials.spec import build_compare_spec
 
@@ -317,7 +317,7 @@ def test_a_one_sided_question_stops_once_its_side_is_settled(engine: EngineBuild
     (the first round settles the side on a quiet machine; one fresh run needed the second)."""
     from tests import rules
     from tokensleuth.analysis import stats
-    from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.drivers.verdicts.pairs import run_compare
     from tokensleuth.store import Store
     from tokensleuth.trials.spec import build_compare_spec
 
@@ -344,7 +344,7 @@ def test_a_callers_answered_question_stops_the_rounds(engine: EngineBuild, dense
     after the round that answered it; the cells stay as measured. The same study asked again
     for more pairs without it goes on where it stopped."""
     from tests import rules
-    from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.drivers.verdicts.pairs import run_compare
     from tokensleuth.store import Store
     from tokensleuth.trials.spec import build_compare_spec
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokensleuth.drivers.comparisons import analyze
+from tokensleuth.drivers.verdicts.comparisons import analyze
 from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
 from tokensleuth.trials.spec import CompareSpec, build_compare_spec
 
@@ -95,7 +95,7 @@ def test_a_load_on_both_sides_of_every_pair_is_not_a_confounder(tmp_path: Path) 
         (c,) = analyze(s, sid, spec("wait"))
     assert c.confounded == {} and c.verdict == "same" and not c.steered
     # "the same" is said from the interval inside the band, and said with it
-    from tokensleuth.drivers.comparisons import summary_sentence
+    from tokensleuth.drivers.verdicts.sentences import summary_sentence
 
     assert c.estimate is not None and 0.95 <= c.estimate.lo and c.estimate.hi <= 1.05
     line = summary_sentence([c], 0.05)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.analysis import stats
-from tokensleuth.drivers.compare import run_compare
-from tokensleuth.drivers.comparisons import analyze
+from tokensleuth.drivers.verdicts.comparisons import analyze
+from tokensleuth.drivers.verdicts.pairs import run_compare
 from tokensleuth.store import Store
 from tokensleuth.trials.spec import build_compare_spec
 

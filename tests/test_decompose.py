@@ -15,11 +15,11 @@ import pytest
 from tests import rules
 from tests.conftest import tokensleuth_bin
 from tokensleuth.core.errors import EngineError, UserError
-from tokensleuth.drivers.decompose import classify, headline
-from tokensleuth.studies.decompose import render_decompose
+from tokensleuth.drivers.hunts.decompose.steps import classify, headline
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.patches import Patch, PatchFailed, apply_error, build_error, parse_patch
 from tokensleuth.store import Store
+from tokensleuth.studies.decompose import render_decompose
 
 
 def test_classify_keeps_only_what_is_faster_and_never_guesses() -> None:
@@ -40,8 +40,8 @@ def test_classify_keeps_only_what_is_faster_and_never_guesses() -> None:
 
 def test_a_cell_unresolved_above_the_lower_band_edge_is_not_slower() -> None:
     from tokensleuth.analysis.stats import RatioEstimate
-    from tokensleuth.drivers.comparisons import Comparison
-    from tokensleuth.drivers.decompose import answer
+    from tokensleuth.drivers.hunts.decompose.steps import answer
+    from tokensleuth.drivers.verdicts.comparisons import Comparison
 
     def cell(lo: float, hi: float, verdict: str = "unresolved") -> Comparison:
         return Comparison("m", "pp64", "A", "B", 20, [], [], RatioEstimate(20, (lo * hi) ** 0.5, lo, hi, 0.99), verdict)
@@ -360,7 +360,7 @@ def test_a_pypi_base_becomes_a_private_repo(engine: EngineBuild, llama_tree: Pat
     """--base pypi:…: the sdist's llama.cpp tree is committed into a private repo; patches apply there."""
     from tests.planted import decompose_series
     from tokensleuth.core.paths import cache_dir
-    from tokensleuth.drivers.decompose import prepare
+    from tokensleuth.drivers.hunts.decompose.branches import prepare
     from tokensleuth.sources import DEFAULT_ENGINE
     from tokensleuth.studies import kind_of
 
@@ -379,8 +379,8 @@ def test_a_pypi_base_becomes_a_private_repo(engine: EngineBuild, llama_tree: Pat
 
 def test_a_patch_taken_upstream_and_edited_since_is_skipped(tmp_path: Path) -> None:
     """git cherry's test: the reverse no longer applies, the patch id still matches."""
-    from tokensleuth.drivers.decompose import Decomposer
-    from tokensleuth.drivers.judge import Judge
+    from tokensleuth.drivers.hunts.decompose.steps import Decomposer
+    from tokensleuth.drivers.verdicts.judge import Judge
     from tokensleuth.sources.patches import PrivateRepo
     from tokensleuth.store import Store
 
@@ -454,8 +454,8 @@ class _TableJudge:
     def compare(self, a: str, b: str, models: list[str], band: float, max_pairs: int, fresh: str = "",
                 until: object = None) -> object:
         from tokensleuth.analysis import stats
-        from tokensleuth.drivers.comparisons import Comparison
-        from tokensleuth.drivers.judge import Judgement
+        from tokensleuth.drivers.verdicts.comparisons import Comparison
+        from tokensleuth.drivers.verdicts.judge import Judgement
 
         sha = b.rsplit("@", 1)[1]
         self.asked.append((sha, max_pairs))
@@ -486,7 +486,7 @@ def _series_repo(tmp_path: Path, n: int) -> tuple[Path, str, list[Path]]:
 
 def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outputs: dict[int, str],
                allow: bool, diagnose: Any = None, profile: Any = None) -> tuple[dict[str, Any], _TableJudge]:
-    from tokensleuth.drivers.decompose import Decomposer
+    from tokensleuth.drivers.hunts.decompose.steps import Decomposer
     from tokensleuth.sources.patches import PrivateRepo, read_patch_files
     from tokensleuth.store import Store
 

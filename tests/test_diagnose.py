@@ -9,16 +9,8 @@ import pytest
 from scipy import stats as sps
 
 from tokensleuth.analysis.confounders import busy_names
-from tokensleuth.drivers.diagnose import (
-    Diagnosis,
-    Finding,
-    Probe,
-    Proc,
-    classify,
-    prescribe,
-    rerun_command,
-    where_work_runs,
-)
+from tokensleuth.drivers.verdicts.causes import Diagnosis, Finding, Proc, classify, where_work_runs
+from tokensleuth.drivers.verdicts.diagnose import Probe, prescribe, rerun_command
 from tokensleuth.engines.llamabench.argv import with_threads
 
 LEVEL = math.log(100.0)

@@ -13,7 +13,8 @@ import pytest
 
 from tests import rules
 from tests.conftest import tokensleuth_bin
-from tokensleuth.drivers.diagnose import allowed_cpus, classify, load_procs
+from tokensleuth.drivers.verdicts.causes import classify
+from tokensleuth.drivers.verdicts.diagnose import allowed_cpus, load_procs
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import tokensleuth_bin
 from tokensleuth.analysis import stats
 from tokensleuth.drivers import doctor
-from tokensleuth.drivers.diagnose import allowed_cpus
+from tokensleuth.drivers.verdicts.diagnose import allowed_cpus
 from tokensleuth.sources.build import EngineBuild
 
 

@@ -20,7 +20,7 @@ from tests import rules
 from tests.conftest import tokensleuth_bin
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.paths import cache_dir
-from tokensleuth.drivers.bisect import probe_points, search, search_parallel
+from tokensleuth.drivers.hunts.bisect import probe_points, search, search_parallel
 from tokensleuth.executors import units_of
 from tokensleuth.fleet import Node, check_address, parse_selectors, select
 from tokensleuth.sources.build import EngineBuild

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tokensleuth.analysis.results import load_cells
-from tokensleuth.drivers import diagnose
+from tokensleuth.drivers.verdicts import causes, diagnose
 from tokensleuth.store import Store
 
 GOLDEN = Path(__file__).parent / "golden" / "h200"
@@ -42,7 +42,7 @@ def test_a_full_offload_is_diagnosed_on_the_gpu_not_the_threads(tmp_path: Path) 
         for (sid,) in s.db.execute("SELECT id FROM studies"):
             procs = diagnose.load_procs(s, sid)
             assert procs and {p.where for p in procs} == {"gpu"} and {p.threads for p in procs} == {16}
-            codes = diagnose.classify(procs, cpus=16).codes()
+            codes = causes.classify(procs, cpus=16).codes()
             assert "threads" not in codes and "gpu" in codes
 
 

@@ -13,9 +13,9 @@ import pytest
 from tests.conftest import tokensleuth_bin
 from tests.monitor.fakes import FakeNVML
 from tokensleuth.core.errors import UserError
+from tokensleuth.engines.llamabench.settings import settings_from_flags
 from tokensleuth.engines.placement import parse_load_log
 from tokensleuth.models.shapes import REAL_SHAPES, write_shape
-from tokensleuth.engines.llamabench.settings import settings_from_flags
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.trials.memory import (
     MIB,
@@ -241,7 +241,7 @@ def test_the_cli_refuses_before_anything_runs(engine: EngineBuild, llama_tree: P
         assert line.startswith("error: huge.gguf needs ") and "of host memory" in line and "would not fit" in line
         assert "Traceback" not in p.stderr
     assert not Path(cli_env["TOKENSLEUTH_DB"]).exists()  # refused before a study was opened
-    # bisect (and decompose: both judge through tokensleuth.drivers.judge) refuse before the first trial
+    # bisect (and decompose: both judge through tokensleuth.drivers.verdicts.judge) refuse before the first trial
     dirs = []
     for name in ("good", "bad"):
         (tmp_path / name).symlink_to(engine.bin_dir, target_is_directory=True)
@@ -263,7 +263,7 @@ def test_the_judge_refuses_a_load_that_cannot_fit_before_its_first_trial(engine:
     (UserError) before either arm runs, on the prediction for its own flags."""
     import sqlite3
 
-    from tokensleuth.drivers.judge import Judge
+    from tokensleuth.drivers.verdicts.judge import Judge
     from tokensleuth.store import Store
 
     huge = dataclasses.replace(REAL_SHAPES["qwen3-30b-a3b"], n_expert=4096, n_layer=96)

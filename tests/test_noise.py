@@ -13,7 +13,7 @@ import numpy as np
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.analysis.noise import Noise, Process, components
-from tokensleuth.drivers.compare import damped
+from tokensleuth.drivers.verdicts.reps import damped
 from tokensleuth.sources.build import EngineBuild
 
 

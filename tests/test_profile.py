@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import tokensleuth_bin
-from tokensleuth.core.errors import UserError
 from tokensleuth.analysis.ops import Profile, analyze, diff, profiles
-from tokensleuth.drivers.profile import engine_names
+from tokensleuth.core.errors import UserError
+from tokensleuth.drivers.slower.ops import engine_names
 from tokensleuth.engines.profiler import check_flags, parse_rows, workload_args
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.sources.profiler import api_defines
@@ -268,7 +268,7 @@ def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys
     per-op chart (no engine runs)."""
     from tokensleuth import cli
     from tokensleuth.core.records import spec_hash
-    from tokensleuth.drivers.profile import BENCH_STATE, RUNS_STATE
+    from tokensleuth.drivers.slower.ops import BENCH_STATE, RUNS_STATE
     from tokensleuth.store import Store
 
     jitter = [1.0, 1.01, 0.99]
@@ -328,7 +328,7 @@ def test_a_killed_profile_resumes_without_losing_or_repeating_a_process(
     import sqlite3
     import time
 
-    from tokensleuth.drivers.profile import RUNS_STATE
+    from tokensleuth.drivers.slower.ops import RUNS_STATE
 
     args = [tokensleuth_bin(), "profile", "--model", str(dense_model), "-w", "tg16", "--processes", "3", "--",
             "-t", "1"]

@@ -59,7 +59,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> EngineBuild:
 
 
 def _study(store: Store, fake: EngineBuild, data: dict[str, Any], **kw: Any) -> str:
-    from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.drivers.verdicts.pairs import run_compare
     from tokensleuth.trials.spec import build_compare_spec
 
     spec = build_compare_spec({"arms": [{"name": "A", "source": fake.source}, {"name": "B", "source": fake.source}],
@@ -72,7 +72,7 @@ def _study(store: Store, fake: EngineBuild, data: dict[str, Any], **kw: Any) -> 
 def test_the_replay_stops_where_the_driver_did(fake: EngineBuild, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                sd: float) -> None:
     """Two-sided (futility included, joined cells parting), one-sided, and a forced round."""
-    from tokensleuth.drivers.comparisons import analyze, stored_spec
+    from tokensleuth.drivers.verdicts.comparisons import analyze, stored_spec
 
     monkeypatch.setenv("FAKE_SD", str(sd))
     with Store(tmp_path / "s.db") as store:

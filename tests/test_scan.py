@@ -19,7 +19,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.core.errors import UserError
-from tokensleuth.drivers.scan import (
+from tokensleuth.drivers.hunts.scan import (
     builds_left,
     first_changed,
     fit_steps,
@@ -88,7 +88,7 @@ def test_a_settings_change_inside_a_same_interval_is_located_by_halving() -> Non
 
 
 def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None:
-    from tokensleuth.drivers.scan import blocks_of
+    from tokensleuth.drivers.hunts.scan import blocks_of
 
     pts = [0, 3, 6, 9, 12, 16, 19, 22, 25]
     assert blocks_of(pts, 1) == [(0, 25)]
@@ -99,7 +99,7 @@ def test_the_range_is_cut_into_one_block_per_machine_at_sampled_points() -> None
 
 
 def test_what_is_left_counts_verdicts_splits_and_bisect_steps() -> None:
-    from tokensleuth.drivers.scan import pieces, remaining
+    from tokensleuth.drivers.hunts.scan import pieces, remaining
 
     pts = [0, 10, 50, 60, 61]
     # not judged yet: 10 -> 50 would be split once if the same (a build and two verdicts more)
@@ -166,7 +166,7 @@ def test_the_builds_left_are_estimated_from_the_builds_that_reused_the_cache() -
 
 
 def test_the_time_left_counts_verdicts_and_builds() -> None:
-    from tokensleuth.drivers.scan import eta_text
+    from tokensleuth.drivers.hunts.scan import eta_text
 
     # the real history's first sample: 8 intervals to judge, 8 builds to split them, at the pace measured
     left = {"judge": 8, "split": 0, "bisect": 0, "verdicts": 24, "builds": 8}
@@ -542,9 +542,9 @@ LONG_STEP = _judged("step", "slower", 0.9, 0.01)  # eight commits long, not bise
 def _finished(tmp_path: Path, middle: dict[str, Any]) -> dict[str, Any]:
     """A scan of r0..r12 sampled at r0, r3, r11 and r12, its intervals as the scan stores them:
     r0..r3 the same, r11..r12 a step of one commit, r3..r11 ``middle``; its result as
-    drivers/scan/result.py builds it from that state (nothing measured)."""
-    from tokensleuth.drivers.scan import finish
-    from tokensleuth.drivers.scan.state import INTERVALS, POINTS, Scan
+    drivers/hunts/scan/result.py builds it from that state (nothing measured)."""
+    from tokensleuth.drivers.hunts.scan import finish
+    from tokensleuth.drivers.hunts.scan.state import INTERVALS, POINTS, Scan
     from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
 
@@ -596,10 +596,10 @@ def test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_s
     r0..r10 judged the same (longer than --max-gap) is "the same"; r10..r20, undecided after its
     pairs, is "undecided"; r20..r22, the same but short, is not split at all."""
     from tokensleuth.analysis import stats
-    from tokensleuth.drivers.comparisons import Comparison
-    from tokensleuth.drivers.judge import Judgement
-    from tokensleuth.drivers.scan.refine import refine
-    from tokensleuth.drivers.scan.state import INTERVALS, POINTS, Scan
+    from tokensleuth.drivers.verdicts.comparisons import Comparison
+    from tokensleuth.drivers.verdicts.judge import Judgement
+    from tokensleuth.drivers.hunts.scan.refine import refine
+    from tokensleuth.drivers.hunts.scan.state import INTERVALS, POINTS, Scan
     from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
 

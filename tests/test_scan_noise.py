@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from scipy import stats as sps
 
-from tokensleuth.drivers.scan import next_work
-from tokensleuth.drivers.scan.resolve import (
+from tokensleuth.drivers.hunts.scan import next_work
+from tokensleuth.drivers.hunts.scan.resolve import (
     choose_band,
     halfwidth,
     level_spread,
@@ -129,9 +129,9 @@ def test_a_narrow_undecided_interval_is_left_listed_and_a_wide_one_split() -> No
 
 def test_the_result_carries_the_resolvable_band_the_band_used_and_the_pairs_an_undecided_one_needs(
         tmp_path: Path) -> None:
-    from tokensleuth.drivers.scan import finish
-    from tokensleuth.drivers.scan.levels import settle_band
-    from tokensleuth.drivers.scan.state import INTERVALS, LEVELS, POINTS, Scan
+    from tokensleuth.drivers.hunts.scan import finish
+    from tokensleuth.drivers.hunts.scan.levels import settle_band
+    from tokensleuth.drivers.hunts.scan.state import INTERVALS, LEVELS, POINTS, Scan
     from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
     from tokensleuth.studies.scan import render

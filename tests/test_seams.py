@@ -83,7 +83,7 @@ BENCH_FLAGS = TRIAL_FLAGS | SETTINGS_FLAGS
 # The same spellings in other programs' argv, each with its program: not llama-bench's. An entry
 # that matches nothing fails (test_every_other_program_entry_matches_a_flag).
 OTHER_PROGRAMS = {
-    ("drivers/decompose.py", "-o"): "git format-patch -o DIR",
+    ("drivers/hunts/decompose/branches.py", "-o"): "git format-patch -o DIR",
     ("report/plots.py", "-o"): "a matplotlib line style (line and dots)",
     ("sources/patches.py", "-p"): "git log -p, git commit-tree -p PARENT",
     ("kernels/cupti.py", "-o"): "cc -o LIBRARY (the CUDA tracer's injection library)",
@@ -122,9 +122,9 @@ def test_every_other_program_entry_matches_a_flag() -> None:
 # stored spec (a study keeps the identity it had before arms named a kind), or an option left at
 # its default lets the source's prefix pick the kind.
 DEFAULT_KIND_IDENTITY = {
-    ("drivers/bench.py", "bench_spec"), ("drivers/compare.py", "spec_dump"), ("drivers/judge.py", "compare"),
+    ("drivers/bench.py", "bench_spec"), ("drivers/verdicts/pairs.py", "spec_dump"), ("drivers/verdicts/judge.py", "compare"),
     ("commands/common.py", "set_kind"), ("drivers/shared.py", "set_kind"), ("commands/bench.py", "bench"),
-    ("drivers/run/bench.py", "run"),
+    ("drivers/bench.py", "run"),
 }
 
 
@@ -148,11 +148,10 @@ DEFAULT_ENGINE = {
     ("trials/spec.py", ""): "WORKLOAD_FLAGS: llama-bench's test flags are refused beside --workload for "
                             "every arm, whatever its kind (common_flags are shared by arms of several kinds)",
     ("drivers/doctor.py", "aa_engine"): "the doctor's A/A: its arms name no kind, so they run the default one",
-    ("drivers/kernels.py", "check_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
-    ("drivers/kernels.py", "untraced_process"): "the kernel profiler times llama-bench (Engine.profiles)",
-    ("drivers/kernels.py", "trace_process"): "the kernel profiler times llama-bench (Engine.profiles)",
-    ("drivers/kernels.py", "joined_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
-    ("drivers/profile.py", "bench_ms_per_token"): "the profiler compares with llama-bench's own ms/token",
+    ("drivers/slower/kernels.py", "check_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
+    ("drivers/slower/kernels.py", "joined_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
+    ("drivers/slower/loop.py", "bench_process"): "the op profile and the kernel trace time llama-bench itself, "
+                                                 "one process as measured (Engine.profiles)",
 }
 
 
@@ -198,7 +197,7 @@ def test_the_flag_and_default_kind_guards_see_what_they_look_for() -> None:
                   "def f(s):\n    return base.DEFAULT_KIND != s.kind")
     assert _default_kind_tests("drivers/x.py", t) == ["drivers/x.py:2 compares a kind with DEFAULT_KIND",
                                                       "drivers/x.py:4 compares a kind with DEFAULT_KIND"]
-    assert _default_kind_tests("drivers/compare.py", ast.parse(
+    assert _default_kind_tests("drivers/verdicts/pairs.py", ast.parse(
         "def spec_dump(s):\n    if s.kind == DEFAULT_KIND: pass")) == []
     t = ast.parse('s = f(["-ngl", "99", "--threads", "2", "-C", "x"])\ndef g():\n    return engine_for(base.DEFAULT_KIND)')
     assert sorted(_flag_literals("drivers/x.py", t)) == ["drivers/x.py:1 '--threads'", "drivers/x.py:1 '-ngl'"]
@@ -324,7 +323,7 @@ def long_functions(rel: str, tree: ast.Module, most: int = MAX_COMMAND_LINES) ->
 
 def test_commands_parse_and_hand_one_request_down() -> None:
     """A command function parses its options into a request and hands it to its driver
-    (drivers/run/): none runs over 40 lines."""
+    (drivers/): none runs over 40 lines."""
     found = [f for rel, tree in _modules() if rel.startswith("commands/") for f in long_functions(rel, tree)]
     assert found == [], "move the orchestration into the command's driver:\n" + "\n".join(found)
 

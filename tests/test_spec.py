@@ -99,7 +99,7 @@ def test_unreadable_study_file(tmp_path: Path) -> None:
 
 
 def test_study_file_arms_name_their_engine_kind(tmp_path: Path) -> None:
-    from tokensleuth.drivers.compare import spec_dump
+    from tokensleuth.drivers.verdicts.pairs import spec_dump
 
     m = tmp_path / "m.gguf"
     m.write_bytes(b"GGUF")

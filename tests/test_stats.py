@@ -147,7 +147,8 @@ def test_futility_rarely_costs_detection() -> None:
 
 
 def test_unresolved_summary_says_how_many_pairs_the_band_needs() -> None:
-    from tokensleuth.drivers.comparisons import Comparison, summary_sentence
+    from tokensleuth.drivers.verdicts.comparisons import Comparison
+    from tokensleuth.drivers.verdicts.sentences import summary_sentence
 
     rng = np.random.default_rng(2)
     b, c = _pairs(rng, 20, 1.0, 0.02)

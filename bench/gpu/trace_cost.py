@@ -9,7 +9,7 @@ only what is missing (--resume is the default: the file is the store). It prints
 workload:
 
 * t/s over processes, and llama-bench's ms/token traced over untraced with its 95% interval
-  (drivers.kernels.trace_cost: what a kernels study says beside its table);
+  (analysis.traces.trace_cost: what a kernels study says beside its table);
 * from the traced timeline, per token as a kernels study reads it (process_kernels): the
   kernels' sum, their busy union, the overlap, the idle time between kernels, the time outside
   the span, with the graphs' execution time (graphs mode) and the graph launches traced (sample
@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 
 from tokensleuth.analysis.kernels import Window, process_kernels
-from tokensleuth.drivers.kernels import kept_windows, trace_cost
+from tokensleuth.analysis.traces import trace_cost
+from tokensleuth.drivers.slower.kernels import kept_windows
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.kernels import GRAPH, LAUNCH, WORK, Trace

@@ -9,7 +9,6 @@ import pytest
 from tests.conftest import GOLDEN
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import bench_test_name, parse_workload
-from tokensleuth.engines.llamabench.argv import workload_flags
 from tokensleuth.engines.llamabench import (
     MalformedOutput,
     check_flags,
@@ -19,6 +18,7 @@ from tokensleuth.engines.llamabench import (
     parse_jsonl,
     parse_progress,
 )
+from tokensleuth.engines.llamabench.argv import workload_flags
 from tokensleuth.engines.proc import Line, ProcResult
 
 

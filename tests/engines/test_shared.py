@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tokensleuth.engines.base import ArmRuntime
-from tokensleuth.engines.base import per_instance
+from tokensleuth.engines.base import ArmRuntime, per_instance
 from tokensleuth.engines.llamabench.shared import differing_setting, shared_unit, split
 from tokensleuth.store import ResultRow, SampleRow, TrialOutcome, WindowRow
 from tokensleuth.trials.runner import TrialJob

@@ -34,8 +34,8 @@ from tokensleuth.engines.llamabench import (
     parse_progress,
     result_row,
 )
-from tokensleuth.engines.llamabench.import_ import import_file, parse_bench_file
 from tokensleuth.engines.llamabench.argv import workload_flags
+from tokensleuth.engines.llamabench.import_ import import_file, parse_bench_file
 from tokensleuth.engines.llamabench.sql import parse_sql
 from tokensleuth.engines.proc import Line, ProcResult
 from tokensleuth.models.info import ModelInfo, check_gguf, model_info
@@ -359,7 +359,7 @@ budget_texts = st.lists(budget_parts, max_size=3).map(",".join)
 def test_fuzz_scan_budget(text: str) -> None:
     """parse_budget: a budget whose every part lets the scan work (above 0, finite, whole
     builds), or a UserError; never a budget under which the scan does nothing."""
-    from tokensleuth.drivers.scan.progress import parse_budget
+    from tokensleuth.drivers.hunts.scan.progress import parse_budget
 
     try:
         got = parse_budget(text)
@@ -417,7 +417,11 @@ flag_values = st.text(max_size=8) | st.sampled_from(["0", "-1", "-5", "512", "1,
 def test_fuzz_engine_flag_values(pairs: list[tuple[str, str]], eq: bool) -> None:
     """The values tokensleuth reads from the engine's flags (model fit, -r, every study's check):
     accepted only where llama-bench takes them, else a UserError."""
-    from tokensleuth.engines.llamabench.argv import check_flag_values, check_repetitions, repetitions
+    from tokensleuth.engines.llamabench.argv import (
+        check_flag_values,
+        check_repetitions,
+        repetitions,
+    )
     from tokensleuth.engines.llamabench.settings import settings_from_flags
 
     flags: list[str] = []

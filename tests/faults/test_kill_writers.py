@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-
 from tests.conftest import tokensleuth_bin
 from tokensleuth.sources.build import EngineBuild
 

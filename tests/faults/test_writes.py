@@ -185,8 +185,8 @@ def test_reads_work_on_a_full_disk_and_a_write_says_it_is_full(files: Files, tmp
 
 def test_a_bundle_is_bisected_as_it_is_scanned(tmp_path: Path) -> None:
     """bisect --repo h.bundle was refused ("not a git checkout") before the bundle was opened."""
+    from tokensleuth.drivers.hunts.bisect import candidates
     from tokensleuth.drivers.requests import BisectRequest
-    from tokensleuth.drivers.run.bisect import candidates
 
     repo = tmp_path / "r"
     git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
@@ -275,7 +275,7 @@ def test_a_hung_version_is_killed_with_everything_it_started(tmp_path: Path) -> 
                                       (",", False), ("0builds", False), ("0s", False), ("4h,", False),
                                       ("1.5builds", False), ("0.0h", False)])
 def test_a_budget_that_lets_the_scan_do_nothing_is_refused(text: str, ok: bool) -> None:
-    from tokensleuth.drivers.scan.progress import parse_budget
+    from tokensleuth.drivers.hunts.scan.progress import parse_budget
 
     if ok:
         assert parse_budget(text)
@@ -310,7 +310,7 @@ def test_an_unknown_engine_flag_is_refused_before_the_build_from_llama_benchs_ow
         engine: object, tmp_path: Path) -> None:
     """scan and bisect built both ends before refusing `-- --no-such-flag`: the flags that
     llama-bench's source parses are read from the sdist (or the git revision) first."""
-    from tokensleuth.drivers.judge import Judge
+    from tokensleuth.drivers.verdicts.judge import Judge
     from tokensleuth.engines.llamabench import check_flags_in_source
     from tokensleuth.sources.build import BuildCache
     from tokensleuth.store import Store

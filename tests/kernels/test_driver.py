@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tokensleuth import kernels
-from tokensleuth.drivers.kernels import RUNS_STATE, run_kernels
+from tokensleuth.drivers.slower.kernels import RUNS_STATE, run_kernels
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 from tokensleuth.studies import kind_of
@@ -59,7 +59,7 @@ def test_two_builds_traced_stored_resumed_and_diffed(engine: EngineBuild, dense_
 
 
 def test_a_cpu_build_is_not_traced_and_a_tracer_that_records_nothing_is_said(engine: EngineBuild) -> None:
-    from tokensleuth.drivers.kernels import traced
+    from tokensleuth.drivers.slower.kernels import traced
 
     assert not traced([engine.backends])  # the op profile's, not a kernel trace
     assert traced([("CPU", "CUDA"), ("CPU", "Vulkan")])
@@ -67,7 +67,7 @@ def test_a_cpu_build_is_not_traced_and_a_tracer_that_records_nothing_is_said(eng
 
 def test_a_traced_run_refuses_what_it_cannot_trace_before_any_build() -> None:
     from tokensleuth.core.errors import UserError
-    from tokensleuth.drivers.kernels import check_flags
+    from tokensleuth.drivers.slower.kernels import check_flags
 
     for flags, workloads, said in ((["-p", "512"], ["tg32"], "conflicts with --workload"),
                                    (["-o", "csv"], ["tg32"], "set by tokensleuth"),
@@ -85,8 +85,8 @@ def test_arms_of_one_build_are_traced_as_each_runs_it(engine: EngineBuild, dense
     ways (it said "not profiled — one build" before)."""
     from types import SimpleNamespace
 
-    from tokensleuth.drivers.profile import profile_comparisons
     from tokensleuth.drivers.shared import profiler
+    from tokensleuth.drivers.slower.ops import profile_comparisons
     from tokensleuth.sources import DEFAULT_ENGINE
     from tokensleuth.studies.kernels import summary
 

@@ -373,7 +373,7 @@ def test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_
 
     from scipy import stats as sps
 
-    from tokensleuth.drivers.kernels import analyze
+    from tokensleuth.analysis.traces import analyze
     from tokensleuth.studies.kernels import render
 
     rng = np.random.default_rng(9)

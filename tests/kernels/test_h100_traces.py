@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from tokensleuth.analysis.kernels import COVERAGE, ProcessKernels, Window, coverage, diff, process_kernels, reach
-from tokensleuth.drivers.kernels import analyze
+from tokensleuth.analysis.kernels import (
+    COVERAGE,
+    ProcessKernels,
+    Window,
+    coverage,
+    diff,
+    process_kernels,
+    reach,
+)
+from tokensleuth.analysis.traces import analyze
 from tokensleuth.kernels.cupti import read_file
 
 RAW = Path(__file__).parents[2] / "bench" / "results" / "gpu" / "raw_traces_h100"

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from tokensleuth.core.errors import EngineError, UserError
-from tokensleuth.kernels import MEMCPY, OP, short_name, tracer_for
-from tokensleuth.kernels import cupti, rocprof, vulkan
+from tokensleuth.kernels import MEMCPY, OP, cupti, rocprof, short_name, tracer_for, vulkan
 
 DATA = Path(__file__).parent / "data"
 

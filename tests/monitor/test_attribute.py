@@ -110,7 +110,7 @@ def test_a_trial_whose_windows_are_all_off_gives_the_cpu_verdict_nothing(tmp_pat
     """The CPU verdict's pairs are load_cells': a trial whose every window is off by more than the
     edge limit has no CPU there, and the stored sum of its windows' CPU is not taken instead."""
     from tokensleuth.core.records import WindowRow
-    from tokensleuth.drivers.comparisons import analyze
+    from tokensleuth.drivers.verdicts.comparisons import analyze
     from tokensleuth.store import PlannedTrial, ResultRow, SampleRow, Store, TrialOutcome
     from tokensleuth.trials.spec import build_compare_spec
 

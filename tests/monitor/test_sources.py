@@ -243,7 +243,7 @@ def test_cgroup_cpu_v2_and_v1(tmp_path: Path) -> None:
 
 
 def test_gpu_clock_drift_between_arms_is_a_warning() -> None:
-    from tokensleuth.drivers.comparisons import Comparison
+    from tokensleuth.drivers.verdicts.comparisons import Comparison
 
     c = Comparison("m", "tg128", "a", "b", 5, [], [], None, "unresolved",
                    base_res={"gpu_clock_mhz": 1980.0}, cand_res={"gpu_clock_mhz": 1800.0})

@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -27,6 +26,7 @@ from tokensleuth.commands.common import (
 )
 from tokensleuth.core.errors import EngineError
 from tokensleuth.core.limits import MAX_TIMEOUT_S, MAX_TRIALS
+from tokensleuth.core.writes import file_path
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources import DEFAULT_ENGINE
 
@@ -58,8 +58,8 @@ def bench(
     `tokensleuth bench --kind llama-server --model m.gguf -w pp512 -w tg128xc4 -- -r 5 -ngl 99`.
     """
     from tokensleuth.analysis.results import load_cells
+    from tokensleuth.drivers.bench import run
     from tokensleuth.drivers.requests import BenchRequest
-    from tokensleuth.drivers.run.bench import run
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies.bench import bench_json, render_bench
 

@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -23,6 +22,7 @@ from tokensleuth.commands.common import (
     seconds_option,
 )
 from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.core.writes import file_path
 from tokensleuth.engines.base import DEFAULT_KIND
 
 
@@ -55,9 +55,8 @@ def bisect(
     """Find the first commit (or release) that made it slower, and verify it against its parent.
 
     With --cluster and k machines (--on a label they share), k candidates are judged a round."""
-    from tokensleuth.drivers.bisect import ANSWERED
+    from tokensleuth.drivers.hunts.bisect import ANSWERED, run
     from tokensleuth.drivers.requests import BisectRequest
-    from tokensleuth.drivers.run.bisect import run
     from tokensleuth.studies.profile import summary
 
     flags = engine_flags(ctx)

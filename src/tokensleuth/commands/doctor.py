@@ -29,11 +29,10 @@ def doctor(
     import time as _time
 
     from tokensleuth.drivers import doctor as doc
-    from tokensleuth.report.markdown import table
-    from tokensleuth.sources import DEFAULT_ENGINE, parse_source
-
     from tokensleuth.engines.base import DEFAULT_KIND
     from tokensleuth.engines.checks import check_arm
+    from tokensleuth.report.markdown import table
+    from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 
     flags = engine_flags(ctx)
     source = engine or DEFAULT_ENGINE

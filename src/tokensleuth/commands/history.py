@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import err, guard_writes, out
 from tokensleuth.core.errors import UserError
+from tokensleuth.core.writes import file_path
 
 
 def history_pack(

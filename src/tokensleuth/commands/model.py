@@ -9,9 +9,9 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import CmakeOpt, engine_flags, guard_writes, out
 from tokensleuth.core.errors import UserError
+from tokensleuth.core.writes import file_path
 from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import BuildCache
 
@@ -72,6 +72,8 @@ def model_fit(
 ) -> None:
     """What a llama-bench run of MODEL with the flags after `--` will need in memory, per
     device, against what is free here — nothing is run."""
+    from tokensleuth.engines.base import DEFAULT_KIND
+    from tokensleuth.engines.checks import check_arm
     from tokensleuth.trials.memory import (
         Free,
         gpu_free,
@@ -80,9 +82,6 @@ def model_fit(
         load_settings,
         predict,
     )
-
-    from tokensleuth.engines.base import DEFAULT_KIND
-    from tokensleuth.engines.checks import check_arm
 
     flags = engine_flags(ctx)
     # tokensleuth's own flags, -r, and values llama-bench would not take: refused, not predicted

@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     CmakeOpt,
     DbOpt,
@@ -21,6 +20,7 @@ from tokensleuth.commands.common import (
     seconds_option,
 )
 from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.core.writes import file_path
 from tokensleuth.sources import DEFAULT_ENGINE
 
 
@@ -62,8 +62,8 @@ def profile(
     """
     from tokensleuth.core.errors import EngineError
     from tokensleuth.core.workloads import canonical
-    from tokensleuth.drivers.profile import engine_names
-    from tokensleuth.drivers.run.profile import ProfileRequest, run
+    from tokensleuth.drivers.slower.ops import engine_names
+    from tokensleuth.drivers.slower.profile import ProfileRequest, run
     from tokensleuth.studies import kind_of
     from tokensleuth.trials.spec import model_paths, parse_percent
 

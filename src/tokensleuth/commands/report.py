@@ -8,9 +8,9 @@ from typing import Annotated, Optional
 import typer
 
 from tokensleuth.commands import common
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import DbOpt, err, guard_writes, out, save_json, save_text
 from tokensleuth.core.errors import UserError
+from tokensleuth.core.writes import file_path
 
 
 def report(

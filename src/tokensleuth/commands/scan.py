@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from tokensleuth.core.writes import file_path
 from tokensleuth.commands.common import (
     SAY,
     ClusterOpt,
@@ -23,6 +22,7 @@ from tokensleuth.commands.common import (
     seconds_option,
 )
 from tokensleuth.core.limits import MAX_TIMEOUT_S
+from tokensleuth.core.writes import file_path
 
 
 def scan(
@@ -63,8 +63,8 @@ def scan(
     The same from a file: tokensleuth scan --study scan.toml (and nightly: --study scan.toml
     --resume --to NEWER)
     """
+    from tokensleuth.drivers.hunts.scan import run
     from tokensleuth.drivers.requests import ScanRequest, merged
-    from tokensleuth.drivers.run.scan import run
     from tokensleuth.studies.profile import summary
     from tokensleuth.trials.spec import load_scan_toml
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 JSON_SCHEMA_VERSION = 1  # every JSON export carries it (pyperf's _JSON_VERSION); bumped when a key changes meaning
 
 

@@ -286,8 +286,8 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     import numpy as np
 
     from tokensleuth.analysis import noise, stats
-    from tokensleuth.drivers import diagnose
-    from tokensleuth.drivers.compare import run_compare
+    from tokensleuth.drivers.verdicts import causes, diagnose
+    from tokensleuth.drivers.verdicts.pairs import run_compare
     from tokensleuth.store import Store
     from tokensleuth.trials.spec import build_compare_spec, model_paths
 
@@ -299,7 +299,7 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
         sid, comps = run_compare(store, spec, {"a": build, "b": build})
         n = noise.estimate(store, sid)
-        d = diagnose.classify(diagnose.load_procs(store, sid), diagnose.allowed_cpus())
+        d = causes.classify(diagnose.load_procs(store, sid), diagnose.allowed_cpus())
     c = comps[0]
     logs = [math.log(y / x) for x, y in zip(c.base_ts, c.cand_ts, strict=True)]
     sd = float(np.std(logs, ddof=1)) if len(logs) > 1 else float("nan")
@@ -376,7 +376,7 @@ def run_doctor(source: str, cmake: Sequence[str], model: Path | None, flags: Seq
     A/A and the threads advice; ``show(report)`` is called after each step (the command renders
     what is there so far), ``log`` says what runs."""
     from tokensleuth.core.errors import UserError
-    from tokensleuth.drivers.diagnose import allowed_cpus
+    from tokensleuth.drivers.verdicts.diagnose import allowed_cpus
 
     rep = Report(checks())
     b = get_build(source, list(cmake)) if aa or engine else None

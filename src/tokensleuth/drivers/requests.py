@@ -126,7 +126,7 @@ class ScanRequest(JudgedOptions):
     budget: str | None = None
     pin_params: bool = False
     # whether the user gave --band (or the study file a band): if not, the scan uses the band its
-    # noise resolves where that is wider than the default (drivers/scan/resolve.py)
+    # noise resolves where that is wider than the default (drivers/hunts/scan/resolve.py)
     band_given: bool = False
 
 

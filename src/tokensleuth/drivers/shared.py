@@ -22,8 +22,8 @@ from tokensleuth.trials.runner import TrialCallback
 Summarize = Callable[[str, dict[str, Any]], dict[str, Any]]  # (study id, profile object) -> its summary
 
 if TYPE_CHECKING:
-    from tokensleuth.drivers.judge import Profiler
-    from tokensleuth.drivers.diagnose import Diagnoser
+    from tokensleuth.drivers.verdicts.diagnose import Diagnoser
+    from tokensleuth.drivers.verdicts.judge import Profiler
     from tokensleuth.executors import Executor
     from tokensleuth.fleet import Fleet
 
@@ -151,7 +151,7 @@ def diagnoser(store: Store, request: DriverOptions, probe: bool, say: Say) -> Di
     """A driver's diagnose hook: why a comparison stayed open, with the threads probe where
     ``probe`` (it runs here: not when a fleet's machines measured)."""
     def why(study_id: str, builds: Mapping[str, EngineBuild]) -> dict[str, Any] | None:
-        from tokensleuth.drivers.diagnose import diagnose
+        from tokensleuth.drivers.verdicts.diagnose import diagnose
 
         rx = diagnose(store, study_id, builds, probe=probe, argv=request.argv, log=say.line)
         return rx.to_json() if rx else None
@@ -163,20 +163,22 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
              summarize: Summarize) -> Profiler:
     """A driver's profile hook (judge.Profiler): what changed between two sources on one model
     and workload, stored as a study, and what the culprit's report shows of it (``summarize``).
-    GPU builds are traced by their kernels (drivers/kernels.py: llama-bench as measured, every
-    flag); CPU builds get the per-op diff of the profiler built with them (drivers/profile.py)."""
+    GPU builds are traced by their kernels (drivers/slower/kernels.py: llama-bench as measured, every
+    flag); CPU builds get the per-op diff of the profiler built with them (drivers/slower/ops.py)."""
     def run(parent: str, culprit: str, model: str, workload: str,
             sides: Sequence[tuple[str, Mapping[str, str], Sequence[str]]] | None = None) -> dict[str, Any]:
-        from tokensleuth.drivers.kernels import check_flags as check_kernel_flags
-        from tokensleuth.drivers.kernels import joined_flags, run_kernels, traced
-        from tokensleuth.drivers.profile import flags_from, run_profile, workload_args
+        from tokensleuth.drivers.slower import slower_for
+        from tokensleuth.drivers.slower.kernels import check_flags as check_kernel_flags
+        from tokensleuth.drivers.slower.kernels import joined_flags, run_kernels
+        from tokensleuth.drivers.slower.ops import run_profile
+        from tokensleuth.engines.profiler import flags_from, workload_args
         from tokensleuth.sources.profiler import TARGET
 
         if sides is not None:  # one build, two arms: traced or profiled two ways (their environment and flags)
             one = build(parent, cmake, DEFAULT_TARGETS, say)
             names = [name for name, _, _ in sides]
             extra = {name: list(f) for name, _, f in sides}
-            if not traced([one.backends]):  # a CPU build: the op profile of each arm, as it runs
+            if slower_for([one.backends]) == "ops":  # a CPU build: the op profile of each arm, as it runs
                 workload_args(workload)
                 one = build(parent, cmake, (*DEFAULT_TARGETS, TARGET), say)
                 one.binary(TARGET)
@@ -192,7 +194,7 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
                                    env={name: dict(e) for name, e, _ in sides}, engine_flags=extra)
             return summarize(sid, obj)
         builds = {s: build(s, cmake, DEFAULT_TARGETS, say) for s in (parent, culprit)}
-        if traced(b.backends for b in builds.values()):
+        if slower_for(b.backends for b in builds.values()) == "kernels":
             check_kernel_flags(flags, [workload])
             sid, obj = run_kernels(store, builds, [model], [workload], flags, timeout_s=timeout_s, resume=True,
                                    log=say.line)
@@ -244,10 +246,9 @@ def set_kind(spec: dict[str, Any], kind: str) -> None:
 def check_judged(spec: dict[str, Any], command: str) -> None:
     """Validate the settings of a judged spec that each comparison will use, before any build,
     as a compare's settings are (models, workloads, band, pairs, flags, watchdog)."""
-    from tokensleuth.trials.spec import check_settings
-
     from tokensleuth.engines import engine_for
     from tokensleuth.engines.checks import check_arm
+    from tokensleuth.trials.spec import check_settings
 
     check_settings({"models": spec["models"], "workloads": spec["workloads"], "band": spec["band"],
                     "max_pairs": spec["max_pairs"], "common_flags": spec["flags"], "timeout_s": spec["timeout_s"]},

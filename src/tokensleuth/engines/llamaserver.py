@@ -53,10 +53,10 @@ from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (
     STALL_S,
     RequestFailed,
-    check_served_model,
     Served,
     ServerArgv,
     Stream,
+    check_served_model,
     http_client,
     model_meta,
     post_stream,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.engines import shared_unit
+from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.executors.base import Delivery, Done, Handout, Unit
 from tokensleuth.monitor.sources import Source, probe_sources
 from tokensleuth.trials.runner import run_shared, run_trial

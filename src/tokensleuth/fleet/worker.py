@@ -15,8 +15,8 @@ from typing import Any
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.hostenv import host_environment
 from tokensleuth.core.records import TrialOutcome
-from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.engines import shared_unit
+from tokensleuth.engines.base import ArmRuntime
 from tokensleuth.sources.build import BuildCache, EngineBuild
 from tokensleuth.trials.runner import TrialJob, failed_outcome, run_shared, run_trial
 

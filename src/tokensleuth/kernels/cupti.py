@@ -38,7 +38,17 @@ import numpy as np
 
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.paths import cache_dir
-from tokensleuth.kernels import GRAPH, KERNEL, LAUNCH, MEMCPY, MEMSET, Trace, demangle, short_name, trace_of
+from tokensleuth.kernels import (
+    GRAPH,
+    KERNEL,
+    LAUNCH,
+    MEMCPY,
+    MEMSET,
+    Trace,
+    demangle,
+    short_name,
+    trace_of,
+)
 
 SOURCE = Path(__file__).with_name("cupti_inject.c")
 MAGIC = b"TSKTRC2\0"

@@ -75,7 +75,7 @@ def _diff(b: Line, c: Line, which: str, confidence: float = 0.99) -> tuple[float
 def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
     """For a compare with the same test at several depths: each arm's line and where the
     change is (the per-token constant, the depth-dependent slope, or both)."""
-    from tokensleuth.drivers.comparisons import analyze, stored_spec
+    from tokensleuth.drivers.verdicts.comparisons import analyze, stored_spec
     from tokensleuth.studies import kind_of
 
     if not kind_of(str(store.study(study_id)["kind"])).paired:
@@ -132,7 +132,7 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
     """Per arm and model: buffers per device, offloaded layers, named tensors; and for each
     candidate one sentence on how its placement differs from the baseline's, beside the
     measured ratios of that model."""
-    from tokensleuth.drivers.comparisons import PLACEMENT_STATE
+    from tokensleuth.drivers.verdicts.comparisons import PLACEMENT_STATE
     from tokensleuth.engines.placement import Placement, difference
     from tokensleuth.studies import kind_of
 

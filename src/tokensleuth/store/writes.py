@@ -14,7 +14,13 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.core.records import STUDY_STATUSES, UNFINISHED, PlannedTrial, StudyHandle, TrialOutcome
+from tokensleuth.core.records import (
+    STUDY_STATUSES,
+    UNFINISHED,
+    PlannedTrial,
+    StudyHandle,
+    TrialOutcome,
+)
 from tokensleuth.store.leases import Holder
 from tokensleuth.store.timeline import LiveTimeline
 

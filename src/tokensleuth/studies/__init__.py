@@ -10,8 +10,8 @@ Floor 9: imports report, drivers and below; pages ask the kinds, never the other
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 import json
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from tokensleuth.core.errors import UserError

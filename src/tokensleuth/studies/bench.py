@@ -10,8 +10,8 @@ from tokensleuth.analysis.stats import summarize
 from tokensleuth.core.records import JSON_SCHEMA_VERSION
 from tokensleuth.report.figures import Figure, timeline_figure
 from tokensleuth.report.markdown import (
-    fmt_ts,
     flags_label,
+    fmt_ts,
     lat_cell,
     model_label,
     params_label,
@@ -71,7 +71,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
 
 def bench_cold_sentence(cells: Sequence[Cell]) -> str:
     """compare's sentence on cold repetitions, for a bench's cells (stats.cold_leading)."""
-    from tokensleuth.drivers.comparisons import cold_words
+    from tokensleuth.drivers.verdicts.sentences import cold_words
 
     seen = {c.test: c.cold for c in cells if c.cold is not None and c.cold.count}
     said = cold_words(seen, added=any(len(c.trial_means) > 1 for c in cells)) if seen else ""

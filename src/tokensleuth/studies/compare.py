@@ -9,22 +9,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.drivers.comparisons import (
+from tokensleuth.analysis import stats
+from tokensleuth.core.records import JSON_SCHEMA_VERSION
+from tokensleuth.drivers.verdicts.comparisons import (
     OUTPUTS_STATE,
     Comparison,
     analyze,
     noise_of,
     spec_of,
     stored_spec,
-    summary_sentence,
 )
-from tokensleuth.analysis import stats
-from tokensleuth.core.records import JSON_SCHEMA_VERSION
+from tokensleuth.drivers.verdicts.sentences import summary_sentence
+from tokensleuth.engines import kind_for
 from tokensleuth.report.figures import Figure, cell_label, num, timeline_figure
 from tokensleuth.report.markdown import flags_label, fmt_ts, lat_cell, table
 from tokensleuth.store import Store
 from tokensleuth.studies import DROP_KEYS, KindBase
-from tokensleuth.engines import kind_for
 from tokensleuth.trials.arms import arm_differences
 from tokensleuth.trials.spec import CompareSpec, parse_duration, parse_percent
 
@@ -66,7 +66,7 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     if checks:
         md += "\n\n" + render_output_checks(checks)
     obj = compare_json(study_id, spec, comps, engines, checks)
-    from tokensleuth.drivers.profile import PROFILES_STATE
+    from tokensleuth.drivers.slower.ops import PROFILES_STATE
 
     profiled = store.get_state(study_id, PROFILES_STATE)  # compare --profile: which op
     if profiled is not None:
@@ -202,7 +202,7 @@ def render_compare(comps: Sequence[Any], study_id: str, band: float, summary: st
 
 def compare_figures(store: Store, study_id: str) -> list[Figure]:
     """A compare study's figures: each cell's pair ratios with their interval, and the timeline."""
-    from tokensleuth.drivers.comparisons import analyze, stored_spec
+    from tokensleuth.drivers.verdicts.comparisons import analyze, stored_spec
     from tokensleuth.report import plots
 
     spec = stored_spec(store, study_id)

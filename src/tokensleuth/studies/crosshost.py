@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.core.errors import UserError
-from tokensleuth.drivers.crosshost import HOSTS_STATE
+from tokensleuth.drivers.verdicts.crosshost import HOSTS_STATE
 from tokensleuth.report.figures import Figure
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store

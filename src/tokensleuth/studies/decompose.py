@@ -260,7 +260,9 @@ def decompose_figures(result: dict[str, Any]) -> list[Figure]:
 def partial_result(store: Store, study_id: str) -> dict[str, Any] | None:
     """What a decompose that has not ended (running, or killed) has decided so far: its stored
     steps as a result marked incomplete, with no scoreboard (None: no step decided yet)."""
-    from tokensleuth.drivers.decompose import public  # (the steps as the driver's result shows them)
+    from tokensleuth.drivers.hunts.decompose.steps import (
+        public,  # (the steps as the driver's result shows them)
+    )
 
     steps = store.get_state(study_id, "steps")
     if not steps:

@@ -6,9 +6,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.core.errors import UserError
 from tokensleuth.analysis.kernels import BESIDE
-from tokensleuth.drivers.kernels import RUNS_STATE, analyze
+from tokensleuth.analysis.traces import analyze
+from tokensleuth.core.errors import UserError
+from tokensleuth.drivers.slower.kernels import RUNS_STATE
 from tokensleuth.report.figures import Figure, cell_label, num
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.core.errors import UserError
-from tokensleuth.drivers.profile import BENCH_STATE, RUNS_STATE, analyze
+from tokensleuth.drivers.slower.ops import BENCH_STATE, RUNS_STATE, analyze
 from tokensleuth.report.figures import Figure, cell_label, num
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -175,8 +174,8 @@ def render(r: dict[str, Any]) -> str:
              "probability (the noisiest such interval sets it). " if seen is not None else "")
             + f"Longest interval left unsampled: {res.get('longest_unsampled', 0)} commits between neighbours "
             f"judged the same (longer ones are split past {res.get('max_gap')})."]
-    if r.get("noise"):  # what the level rounds' noise resolves, and the band chosen (drivers/scan/resolve.py)
-        from tokensleuth.drivers.scan.resolve import noise_line
+    if r.get("noise"):  # what the level rounds' noise resolves, and the band chosen (drivers/hunts/scan/resolve.py)
+        from tokensleuth.drivers.hunts.scan.resolve import noise_line
 
         out += ["", noise_line(r["noise"]).replace("noise: ", "Noise: ", 1) + "."]
     if r.get("skipped"):
@@ -216,7 +215,7 @@ class ScanKind(ResultKind):
 
     def stored(self, store: Store, study_id: str) -> dict[str, Any]:
         if store.get_state(study_id, "result") is None:  # under way: what it has so far
-            from tokensleuth.drivers.scan import partial
+            from tokensleuth.drivers.hunts.scan import partial
 
             return partial(store, study_id)
         return super().stored(store, study_id)

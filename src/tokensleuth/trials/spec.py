@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import shlex
 import tomllib
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (

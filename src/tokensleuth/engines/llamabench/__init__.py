@@ -34,8 +34,8 @@ from tokensleuth.engines.base import ArmRuntime, EngineRun, JoinedFlags, Setting
 from tokensleuth.engines.llamabench import argv as bench_argv
 from tokensleuth.engines.llamabench import params
 from tokensleuth.engines.llamabench import settings as load_settings
-from tokensleuth.engines.placement import LoadSettings
 from tokensleuth.engines.llamabench.shared import SHARING
+from tokensleuth.engines.placement import LoadSettings
 from tokensleuth.engines.proc import Probe, ProcResult, process_fault, run_process
 from tokensleuth.monitor.attribute import counter_deltas
 
