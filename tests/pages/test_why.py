@@ -1,5 +1,6 @@
 """The why beside the verdict: a page's section with the two arms' bars per op or kernel and the
-shares of the measured difference, or only the reason they are withheld. From a real `compare --profile` (the planted engine's wait per decode call on one arm),
+shares of the measured difference, or only the reason they are withheld; the site and the issue
+link to it. From a real `compare --profile` (the planted engine's wait per decode call on one arm),
 and from withheld diffs planted in a copy of its store, opened in a real headless Chromium."""
 
 from __future__ import annotations
@@ -165,3 +166,26 @@ def test_a_withheld_diff_shows_its_reason_and_no_name_no_bar_no_share(profiled: 
         for name in names:
             assert name not in seen.text and name not in page.read_text()
     assert f"tokensleuth report {sid}" in text
+
+
+@pytest.mark.needs("browser")
+def test_the_site_and_the_issue_link_to_the_why_section(profiled: dict[str, Any]) -> None:
+    env, sid, diff_sid = profiled["env"], profiled["compare"], profiled["entry"]["study"]
+    site = profiled["dir"] / "site"
+    run(["site", str(site)], env)
+    index = open_page(site / "index.html", "why-site-index")
+    assert index.console_errors == [] and index.scripts == 0
+    # the compare's row links to its page's why section; the profile study has none to link to
+    assert f"studies/{sid}.html#why" in index.links
+    assert not [u for u in index.links if u.startswith(f"studies/{diff_sid}") and "#" in u]
+    seen = open_page(site / "studies" / f"{sid}.html", "why-site-study", ids=("why",))
+    assert_clean(seen, site / "studies" / f"{sid}.html")
+    assert "#why" in seen.links and len(seen.by_id["why"][1]) == 1
+    # the issue: a link to the section where the page is written beside it, else the command that writes it
+    page = profiled["dir"] / "issue.html"
+    md = run(["report", sid, "--issue", "--html", str(page)], env).stdout
+    assert f"[{page}#why]({page}#why)" in md.split("### First Bad Commit")[0]
+    assert 'id="why"' in page.read_text()
+    md = run(["report", sid, "--issue"], env).stdout
+    assert f"`tokensleuth report {sid} --html report.html` writes it, at report.html#why" in md
+    assert "#why" not in run(["report", diff_sid, "--issue"], env).stdout  # no diff beside a verdict: no link
