@@ -189,3 +189,26 @@ def test_the_site_and_the_issue_link_to_the_why_section(profiled: dict[str, Any]
     md = run(["report", sid, "--issue"], env).stdout
     assert f"`tokensleuth report {sid} --html report.html` writes it, at report.html#why" in md
     assert "#why" not in run(["report", diff_sid, "--issue"], env).stdout  # no diff beside a verdict: no link
+
+
+def test_each_kind_lists_the_diffs_it_stored_beside_its_verdicts() -> None:
+    """compare (--profile), bisect (its culprit), scan (its steps) and decompose (its steps) say
+    which diffs stand beside which verdict; a diff that did not run is listed with its reason."""
+    from tokensleuth.studies import kind_of
+
+    ran = {"study": "p1", "headline": "h", "model": "/m/moe.gguf", "workload": "tg16"}
+    skipped = {"skipped": "a bin: folder has no profiler", "model": "/m/moe.gguf", "workload": "tg16"}
+    got = {
+        "compare": kind_of("compare").beside({"profile": [dict(ran, candidate="b"), dict(skipped, candidate="c")]}),
+        "bisect": kind_of("bisect").beside({"first_bad": "abc123", "profile": ran}),
+        "scan": kind_of("scan").beside({"steps": [{"first_bad": "s1", "parent": "s0"},
+                                                   {"first_bad": "s2", "parent": "s1", "profile": ran}]}),
+        "decompose": kind_of("decompose").beside({"steps": [{"patch": "p.diff", "decision": "kept", "profile": ran},
+                                                            {"patch": "q.diff", "decision": "dropped"}]}),
+    }
+    assert [(e["label"], e.get("study"), e.get("skipped")) for e in got["compare"]] == [
+        ("b, moe tg16", "p1", None), ("c, moe tg16", None, skipped["skipped"])]
+    assert [e["label"] for e in got["bisect"]] == ["the culprit abc123 against its parent"]
+    assert [e["label"] for e in got["scan"]] == ["step 2: s2 against s1"]
+    assert [e["label"] for e in got["decompose"]] == ["p.diff (kept) against the state before it"]
+    assert kind_of("bisect").beside({"first_bad": "abc123"}) == [] and kind_of("bench").beside({}) == []
