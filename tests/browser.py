@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ARTIFACTS = Path(os.environ.get("TOKENSLEUTH_ARTIFACTS", Path(__file__).resolve().parent.parent / "test-artifacts"))
 
@@ -22,13 +24,16 @@ class Seen:
     figures: list[tuple[int, int, int]]  # per <figure> svg: width, height, drawn elements
     scripts: int
     screenshot: Path
+    links: list[str] = field(default_factory=list)  # every <a href> as written
+    # per element id asked for: its visible text and the drawn figures inside it (as ``figures``)
+    by_id: dict[str, tuple[str, list[tuple[int, int, int]]]] = field(default_factory=dict)
 
 
 def have_browser() -> bool:
     return bool(shutil.which("chromium") and shutil.which("chromedriver"))
 
 
-def open_page(page: Path, name: str, width: int = 1000) -> Seen:
+def open_page(page: Path, name: str, width: int = 1000, ids: Sequence[str] = ()) -> Seen:
     # the test says so up front (@pytest.mark.needs("browser")): never a skip after the rest passed
     assert have_browser(), "chromium and chromedriver are missing: mark the test @pytest.mark.needs(\"browser\")"
     from selenium import webdriver
@@ -51,11 +56,21 @@ def open_page(page: Path, name: str, width: int = 1000) -> Seen:
             msg = json.loads(e["message"])["message"]
             if msg["method"] == "Network.requestWillBeSent":
                 requests.append(msg["params"]["request"]["url"])
-        figures = []
-        for svg in d.find_elements(By.CSS_SELECTOR, "figure svg"):
-            drawn = len(svg.find_elements(By.CSS_SELECTOR, "path, line, text, rect, use"))
-            figures.append((svg.size["width"], svg.size["height"], drawn))
+        def drawn_in(root: Any) -> list[tuple[int, int, int]]:  # the driver, or an element of the page
+            out = []
+            for svg in root.find_elements(By.CSS_SELECTOR, "figure svg"):
+                drawn = len(svg.find_elements(By.CSS_SELECTOR, "path, line, text, rect, use"))
+                out.append((svg.size["width"], svg.size["height"], drawn))
+            return out
+
+        figures = drawn_in(d)
         text = d.find_element(By.TAG_NAME, "body").text
+        links = [str(a.get_dom_attribute("href")) for a in d.find_elements(By.CSS_SELECTOR, "a[href]")]
+        by_id = {}
+        for i in ids:
+            found = d.find_elements(By.ID, i)
+            if found:
+                by_id[i] = (found[0].text, drawn_in(found[0]))
         scripts = int(d.execute_script("return document.scripts.length"))
         height = int(d.execute_script("return document.body.scrollHeight"))
         d.set_window_size(width, min(max(height, 600), 12000))
@@ -64,7 +79,7 @@ def open_page(page: Path, name: str, width: int = 1000) -> Seen:
         d.save_screenshot(str(shot))
     finally:
         d.quit()
-    return Seen(text, errors, requests, figures, scripts, shot)
+    return Seen(text, errors, requests, figures, scripts, shot, links, by_id)
 
 
 def assert_clean(seen: Seen, page: Path) -> None:

@@ -80,6 +80,47 @@ def test_the_diff_sees_time_outside_the_graph_and_a_grown_op() -> None:
     assert row["delta_ms_per_token"] == pytest.approx(0.4, rel=0.01)
 
 
+def test_the_shares_split_the_measured_difference_between_the_graph_outside_it_and_each_op() -> None:
+    """Planted apart: +0.5 ms/token in an op that appeared and +0.3 outside the graph. Each share is
+    the part over the profiler's measured difference, with a bootstrap interval narrow on quiet
+    processes that holds it; the sentence says them. A share fixed at 0 or 1, taken from the graph
+    alone, or an interval fixed wide or missing fails here."""
+    jitter = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]
+    a = _profile("a", [_rep(2.4 * j, 0.4, 0.2) for j in jitter])
+    b = _profile("b", [_rep(2.4 * j, 0.4, 0.5, ("MAP_CUSTOM1", 4, 0.5 * j)) for j in jitter])
+    d = diff(a, b)
+    assert d["measured"]["delta_ms_per_token"] == pytest.approx(0.8, rel=0.02) and "shares_withheld" not in d
+    for share, want in ((d["graph_share"], 0.5 / 0.8), (d["outside_share"], 0.3 / 0.8)):
+        lo, hi = share["ci"]
+        assert share["share"] == pytest.approx(want, abs=0.02) and lo < share["share"] < hi and hi - lo < 0.1, share
+    assert d["graph_share"]["share"] + d["outside_share"]["share"] == pytest.approx(1.0)
+    ((op, sig, share),) = [(o["op"], o["signature"], o["share"]) for o in d["op_shares"]]  # the changed op only
+    assert (op, sig) == ("MAP_CUSTOM1", "f32 [256,8]") and share == pytest.approx(0.5 / 0.8, abs=0.02)
+    g = d["graph_share"]
+    assert f"the graph's nodes account for {g['share']:.0%} [{g['ci'][0]:.0%}, {g['ci'][1]:.0%}]" in d["sentence"]
+    assert "MAP_CUSTOM1 f32 [256,8] 62%" in d["sentence"]
+
+
+def test_no_share_of_a_difference_not_beyond_its_interval_the_band_or_without_one() -> None:
+    """A share of noise says nothing: no share, and the reason, where the profiler's difference is not
+    beyond its interval, lies within the band, or has no interval (one process an engine)."""
+    jitter = [1.0, 1.01, 0.99, 1.02, 0.98, 1.0]
+    tight = [1.0, 1.0001, 0.9999, 1.0002, 0.9998, 1.0]
+    a = _profile("a", [_rep(2.4 * j, 0.4, 0.2) for j in jitter])
+    cases = {
+        "no difference beyond its interval": _profile("b", [_rep(2.4 / j, 0.4, 0.2) for j in jitter]),
+        # +0.01 ms/token of 3.0: beyond a tight interval, inside the 2% band
+        "beyond its interval but within the ±2% band": _profile("b", [_rep(2.4 * j, 0.4, 0.21) for j in tight]),
+    }
+    a_tight = _profile("a", [_rep(2.4 * j, 0.4, 0.2) for j in tight])
+    for why, b in cases.items():
+        d = diff(a_tight if "band" in why else a, b)
+        assert why in d["shares_withheld"] and d["sentence"] == f"No shares: {d['shares_withheld']}.", d["sentence"]
+        assert not {"graph_share", "outside_share", "op_shares"} & set(d)
+    one = diff(_profile("a", [_rep(2.4, 0.4, 0.2)]), _profile("b", [_rep(2.4, 0.4, 2.2)]))
+    assert one["shares_withheld"].startswith("fewer than 2 profiler processes") and "graph_share" not in one
+
+
 def test_the_process_is_the_unit_of_replication() -> None:
     """Repetitions of one process agree far better than processes do (one load, one layout, one
     clock): an op's level that differs between processes is not a change of the build. Counted

@@ -596,10 +596,10 @@ def test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_s
     r0..r10 judged the same (longer than --max-gap) is "the same"; r10..r20, undecided after its
     pairs, is "undecided"; r20..r22, the same but short, is not split at all."""
     from tokensleuth.analysis import stats
-    from tokensleuth.drivers.verdicts.comparisons import Comparison
-    from tokensleuth.drivers.verdicts.judge import Judgement
     from tokensleuth.drivers.hunts.scan.refine import refine
     from tokensleuth.drivers.hunts.scan.state import INTERVALS, POINTS, Scan
+    from tokensleuth.drivers.verdicts.comparisons import Comparison
+    from tokensleuth.drivers.verdicts.judge import Judgement
     from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
 

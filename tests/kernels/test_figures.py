@@ -405,3 +405,32 @@ def test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_
     assert noisy["ci"][0] < 1 < noisy["ci"][1] and cells["noisy"]["notes"] == []  # not measured: not said
     md = render("s1", obj)
     assert md.count("the traced program ran") == 1 and f"Note: {said}" in md
+
+
+def test_beside_a_verdict_a_diff_shows_its_bars_and_shares_or_only_why_not() -> None:
+    """studies.kernels.why: the two builds' bars and the shares with their intervals where the
+    shares are given; where they are not (records lost, a difference within the band), no figure,
+    no share and no kernel name: the reason alone."""
+    from tokensleuth.studies.kernels import why
+
+    rng = np.random.default_rng(11)
+    where = {"engines": ["A", "B"], "model": "m.gguf", "workload": "tg1"}
+    untraced = ([352e-6 * x for x in (1.0, 1.002, 0.998, 1.0)], [432e-6 * x for x in (1.0, 1.002, 0.998, 1.0)])
+    d = dict(diff(_processes(rng, 4, {}), _processes(rng, 4, {"a": 60}), 0.02, untraced=untraced), **where)
+    w = why(d)
+    assert not w.withheld and w.figure is not None and w.sentence == d["sentence"]
+    assert [r[0] for r in w.figure.rows] == [r["kernel"] for r in d["rows"]]
+    share = d["kernels_share"]
+    assert w.shares[0] == ("the kernels' busy time", f"{share['share']:.1%}",
+                           f"[{share['ci'][0]:.1%}, {share['ci'][1]:.1%}]")
+    assert w.shares[-1][0].startswith("the rest") and w.shares[-1][1] == f"{d['gaps_share']:.1%}"
+    # within the band: +0.5% measured beyond a tight interval
+    near = ([352e-6 * x for x in (1.0, 1.0002, 0.9998, 1.0)], [353.8e-6 * x for x in (1.0, 1.0002, 0.9998, 1.0)])
+    lost = _processes(rng, 4, {"a": 60})
+    lost[2].lost = 5
+    for cand, times, reason in ((_processes(rng, 4, {"a": 2}), near, "within the ±2% band"),
+                                (lost, untraced, "B: 5 records were lost by the tracer")):
+        d = dict(diff(_processes(rng, 4, {}), cand, 0.02, untraced=times), **where)
+        w = why(d)
+        assert w.withheld and w.figure is None and w.shares == () and reason in w.sentence, w.sentence
+        assert not re.search(r"\b[abc]\b", w.sentence), w.sentence  # no kernel named

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth.analysis.stats import change_verdict, welch
+from tokensleuth.analysis.stats import bootstrap_share, change_verdict, welch
 from tokensleuth.kernels import LAUNCH, WORK, Trace
 
 CONFIDENCE = 0.95
@@ -406,22 +406,6 @@ def _launch_words(a: set[Launch], b: set[Launch]) -> str | None:
     return ", ".join(parts) or None
 
 
-def _bootstrap_share(num: tuple[Sequence[float], Sequence[float]], den: tuple[Sequence[float], Sequence[float]],
-                     draws: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """A 95% interval of (mean num[1] - mean num[0]) / (mean den[1] - mean den[0]), the processes
-    of each of the four groups resampled (the process is the unit)."""
-    rng = np.random.default_rng(seed)
-
-    def mean_draws(xs: Sequence[float]) -> np.ndarray:
-        x = np.asarray(xs, dtype=float)
-        drawn: np.ndarray = x[rng.integers(0, len(x), (draws, len(x)))].mean(axis=1)
-        return drawn
-
-    ratio = (mean_draws(num[1]) - mean_draws(num[0])) / (mean_draws(den[1]) - mean_draws(den[0]))
-    lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
-    return float(lo), float(hi)
-
-
 def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: float = 0.02,
          untraced: tuple[Sequence[float], Sequence[float]] | None = None) -> dict[str, Any]:
     """What changed from ``base``'s processes to ``cand``'s: a row per kernel, largest change first.
@@ -541,7 +525,7 @@ def diff(base: Sequence[ProcessKernels], cand: Sequence[ProcessKernels], band: f
                     continue
                 xa, xb = [x or 0.0 for x in num[0]], [x or 0.0 for x in num[1]]
                 share = (float(np.mean(xb)) - float(np.mean(xa))) / d
-                lo_s, hi_s = _bootstrap_share((xa, xb), den)
+                lo_s, hi_s = bootstrap_share((xa, xb), den)
                 out[f"{key}_share"] = {"share": share, "ci": [lo_s, hi_s]}
             rest = 1.0 - sum(out.get(f"{key}_share", {}).get("share", 0.0) for key, _ in parts)
             out["gaps_share" if untraced else "unexplained_share"] = rest

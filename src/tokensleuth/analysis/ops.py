@@ -18,7 +18,10 @@ Between two engines, the **diff**: per op signature, the change of ms per token 
 Welch interval at 99% over the processes for the whole table (Bonferroni over the
 signatures), called a change only beyond the interval *and* beyond ``band`` of the
 baseline's total ms/token, and ``unresolved`` where an engine has fewer than 2 processes (no
-interval: never read as the same); ops that appear or vanish; node counts that changed.
+interval: never read as the same); ops that appear or vanish; node counts that changed. And the
+**shares** of the measured difference (the profiler's wall time per token, graph and outside
+it): the graph's nodes, the time outside the graph and each changed op, with 95% bootstrap
+intervals over the processes; none where that difference is not beyond its interval or the band.
 
 The kernel trace's figures are analysis/kernels.py's. Floor 2: imports core and stats.
 """
@@ -34,7 +37,7 @@ from typing import Any
 
 from scipy import stats as sps
 
-from tokensleuth.analysis.stats import change_verdict, welch
+from tokensleuth.analysis.stats import bootstrap_share, change_verdict, welch
 from tokensleuth.core.records import JSON_SCHEMA_VERSION
 
 CONFIDENCE = 0.99
@@ -130,12 +133,79 @@ def diff(a: Profile, b: Profile, band: float = 0.02) -> dict[str, Any]:
     d_all, lo_all, hi_all = welch(a.by_process([g + o for g, o in zip(a.graph_ms(), a.outside_ms(), strict=True)]),
                                    b.by_process([g + o for g, o in zip(b.graph_ms(), b.outside_ms(), strict=True)]),
                                    CONFIDENCE)
-    return {"model": a.model, "workload": a.workload, "engines": [a.engine, b.engine], "rows": rows,
-            "total_ms_per_token": [total, sum(b.graph_ms()) / len(b.reps)],
-            "delta_total_ms_per_token": d_all, "delta_total_ci": [lo_all, hi_all],
-            "outside_ms_per_token": [sum(a.outside_ms()) / len(a.reps), sum(b.outside_ms()) / len(b.reps)],
-            "delta_outside_ms_per_token": d_out, "delta_outside_ci": [lo_out, hi_out],
-            "outside_changed": lo_out > practical or hi_out < -practical, "band": band}
+    out = {"model": a.model, "workload": a.workload, "engines": [a.engine, b.engine], "rows": rows,
+           "total_ms_per_token": [total, sum(b.graph_ms()) / len(b.reps)],
+           "delta_total_ms_per_token": d_all, "delta_total_ci": [lo_all, hi_all],
+           "outside_ms_per_token": [sum(a.outside_ms()) / len(a.reps), sum(b.outside_ms()) / len(b.reps)],
+           "delta_outside_ms_per_token": d_out, "delta_outside_ci": [lo_out, hi_out],
+           "outside_changed": lo_out > practical or hi_out < -practical, "band": band}
+    out.update(shares(a, b, rows, band))
+    out["sentence"] = sentence(out)
+    return out
+
+
+def shares(a: Profile, b: Profile, rows: Sequence[dict[str, Any]], band: float) -> dict[str, Any]:
+    """How much of the profiler's measured difference (its wall ms/token: the graph's nodes and the
+    time outside the graph, one value per process; the interval delta_total's, 99%) lies in the
+    graph and how much outside it, and each changed op's part, with 95% bootstrap intervals over
+    the processes (as the kernel trace's shares, analysis/kernels.py); or why none is given
+    (fewer than two processes a side, no difference beyond its interval, or one within the band: a
+    share of noise says nothing). Each share is a process's part over its own whole: one draw of
+    processes serves both (``bootstrap_share(paired=True)``)."""
+    wall_a = a.by_process([g + o for g, o in zip(a.graph_ms(), a.outside_ms(), strict=True)])
+    wall_b = b.by_process([g + o for g, o in zip(b.graph_ms(), b.outside_ms(), strict=True)])
+    d, lo, hi = welch(wall_a, wall_b, CONFIDENCE)  # delta_total's interval
+    practical = band * sum(wall_a) / len(wall_a)
+    out: dict[str, Any] = {"measured": {"delta_ms_per_token": d, "ci": [None if math.isnan(lo) else lo,
+                                                                        None if math.isnan(hi) else hi],
+                                        "within_band": abs(d) <= practical},
+                           "measured_by": "the profiler's processes: the graph and the time outside it"}
+    if math.isnan(lo):
+        out["shares_withheld"] = ("fewer than 2 profiler processes of an engine: the measured difference has no "
+                                  "interval, so no share of it is given — profile with --processes 3 or more")
+        return out
+    if not (lo > 0 or hi < 0):
+        out["shares_withheld"] = (f"the profiler measured no difference beyond its interval ({d:+.3g} ms/token, 99% "
+                                  f"CI [{lo:+.3g}, {hi:+.3g}]): no share of it is given")
+        return out
+    if abs(d) <= practical:
+        out["shares_withheld"] = (f"the profiler measured {d:+.3g} ms/token, beyond its interval but within the "
+                                  f"±{band:.0%} band: no share of it is given")
+        return out
+    den = (wall_a, wall_b)
+
+    def part(xa: Sequence[float], xb: Sequence[float]) -> dict[str, Any]:
+        pa, pb = a.by_process(xa), b.by_process(xb)
+        s_lo, s_hi = bootstrap_share((pa, pb), den, paired=True)
+        return {"share": (sum(pb) / len(pb) - sum(pa) / len(pa)) / d, "ci": [s_lo, s_hi]}
+
+    out["graph_share"] = part(a.graph_ms(), b.graph_ms())
+    out["outside_share"] = part(a.outside_ms(), b.outside_ms())
+    pa, pb = a.per_rep(), b.per_rep()
+    out["op_shares"] = [
+        {"op": r["op"], "signature": r["signature"],
+         **part(pa.get((r["op"], r["signature"]), [0.0] * len(a.reps)),
+                pb.get((r["op"], r["signature"]), [0.0] * len(b.reps)))}
+        for r in rows if r["verdict"] not in ("same", "unresolved")]
+    return out
+
+
+def _pct(x: dict[str, Any]) -> str:
+    lo, hi = x["ci"]
+    return f"{x['share']:.0%}" + ("" if lo is None or hi is None or math.isnan(lo) else f" [{lo:.0%}, {hi:.0%}]")
+
+
+def sentence(d: dict[str, Any]) -> str:
+    """One line from the figures: how much of the profiler's measured difference the graph's nodes
+    and the time outside the graph account for (95% intervals over processes), and each changed
+    op's part; or why no share is given."""
+    m = d["measured"]
+    if d.get("shares_withheld"):
+        return f"No shares: {d['shares_withheld']}."
+    ops = "".join(f"; {o['op']} {o['signature']} {_pct(o)}" for o in d.get("op_shares", []))
+    return (f"Of the measured difference of {m['delta_ms_per_token']:+.3g} ms/token ({d['measured_by']}), the graph's nodes "
+            f"account for {_pct(d['graph_share'])} and the time outside the graph for {_pct(d['outside_share'])}"
+            f"{ops}.")
 
 
 def profiles(runs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], Profile]:

@@ -410,3 +410,35 @@ def change_verdict(d: float, lo: float, hi: float, practical: float, *, appeared
     if hi < 0 and -d > practical:
         return "shrank"
     return "same"
+
+
+
+def bootstrap_share(num: tuple[Sequence[float], Sequence[float]], den: tuple[Sequence[float], Sequence[float]],
+                    draws: int = 2000, seed: int = 0, paired: bool = False) -> tuple[float, float]:
+    """A 95% percentile-bootstrap interval (Efron & Tibshirani 1993, ch. 13) of a part's share of a
+    difference: (mean num[1] - mean num[0]) / (mean den[1] - mean den[0]), the process the unit.
+
+    The four groups are resampled apart (a trace's processes against untraced ones), unless
+    ``paired``: num[i] and den[i] are then figures of the same processes (an op's time and the wall
+    time of one profiler process), and one draw of processes serves both, so that a process's part
+    stays with its whole."""
+    rng = np.random.default_rng(seed)
+
+    def mean_draws(xs: Sequence[float], idx: np.ndarray | None = None) -> np.ndarray:
+        x = np.asarray(xs, dtype=float)
+        drawn: np.ndarray = x[rng.integers(0, len(x), (draws, len(x))) if idx is None else idx].mean(axis=1)
+        return drawn
+
+    if paired:
+        if any(len(num[s]) != len(den[s]) for s in (0, 1)):
+            raise ValueError("a paired share needs one part and one whole per process")
+        idx = [rng.integers(0, len(num[s]), (draws, len(num[s]))) for s in (0, 1)]
+        top = mean_draws(num[1], idx[1]) - mean_draws(num[0], idx[0])
+        bottom = mean_draws(den[1], idx[1]) - mean_draws(den[0], idx[0])
+    else:
+        top = mean_draws(num[1]) - mean_draws(num[0])
+        bottom = mean_draws(den[1]) - mean_draws(den[0])
+    with np.errstate(divide="ignore", invalid="ignore"):  # a draw whose whole did not move has no share
+        ratio = top / bottom
+    lo, hi = np.nanpercentile(ratio, [2.5, 97.5])
+    return float(lo), float(hi)

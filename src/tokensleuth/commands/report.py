@@ -44,7 +44,8 @@ def report(
         if issue:
             from tokensleuth.pages.issue import render_issue
 
-            md = render_issue(store, sid, (text, obj), why)
+            md = render_issue(store, sid, (text, obj), why, [sec for sec, _ in explained],
+                              str(html_out) if html_out else None)
         page = None
         if html_out:
             from tokensleuth.pages.html import render_html

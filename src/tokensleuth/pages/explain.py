@@ -1,5 +1,6 @@
-"""Explanations beside a verdict: where the cost sits (depth), where the weights live
-(placement) and how close a rate is to the memory system's limit (roofline).
+"""Explanations beside a verdict: which op or kernel changed (why), where the cost sits
+(depth), where the weights live (placement) and how close a rate is to the memory system's
+limit (roofline).
 
 Each explanation is a pure function of the store and returns a page ``Section`` (and a
 Markdown line for the text report) when the study has what it needs, nothing otherwise.
@@ -22,7 +23,7 @@ from scipy import stats as sps
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import parse as parse_workload
-from tokensleuth.pages.html import Section
+from tokensleuth.pages.html import WHY, Part, Section
 from tokensleuth.store import Store, stored_json
 
 # -- depth: per-token constant vs depth-dependent cost --------------------------------------
@@ -313,7 +314,49 @@ def changes_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[S
     return sec, ""  # the bisect's own Markdown already lists the changes
 
 
-MAKERS = (placement_section, depth_section, roofline_section, changes_section)
+# -- why: which op or kernel changed, beside the verdict ---------------------------------------
+
+
+def why_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:
+    """Where a compare, bisect, scan or decompose stored op or kernel diffs beside its verdicts
+    (--profile, a culprit's, a step's): per diff, the two arms' bars and the shares of the measured
+    difference with their intervals, or only the reason they are withheld (no name, no bar, no
+    share: the diff study's kind decides, ``Why``). Its Markdown is empty: the study's own report
+    has the diff's line."""
+    from tokensleuth.studies import kind_of
+
+    entries = kind_of(str(store.study(study_id)["kind"])).beside(obj)
+    if not entries:
+        return None
+    parts = []
+    for n, e in enumerate(entries, 1):
+        key, label = f"{WHY}-{n}", str(e.get("label") or f"diff {n}")
+        if not e.get("study"):
+            parts.append(Part(key, label, lines=(f"Not profiled: {e.get('skipped') or 'no profile was stored'}.",)))
+            continue
+        try:
+            row = store.study(str(e["study"]))
+            kind = kind_of(str(row["kind"]))
+            _, diffed = kind.render_stored(store, str(row["id"]))
+        except UserError as exc:  # a store copied without it, or a diff not finished
+            parts.append(Part(key, label, lines=(f"The diff study {e['study']} cannot be read: {exc}",)))
+            continue
+        why = kind.why(diffed, str(e.get("model") or ""), str(e.get("workload") or ""))
+        if why is None:
+            parts.append(Part(key, label, lines=(f"Study {row['id']} holds no diff of this cell.",)))
+            continue
+        shares = ("part of the measured difference", "share", "95% interval (bootstrap over processes)")
+        parts.append(Part(key, label, why.figure,
+                          (f"{why.title}.", why.sentence, f"The whole diff: tokensleuth report {row['id']}."),
+                          shares if why.shares else (), why.shares))
+    sec = Section(WHY, "Why: which op or kernel changed",
+                  ("Each op or kernel diff stored beside a verdict: the time per token of the two arms (A the "
+                   "baseline, B the candidate) and the shares of the measured difference with their intervals, or "
+                   "why they are withheld.",), parts=tuple(parts))
+    return sec, ""
+
+
+MAKERS = (why_section, placement_section, depth_section, roofline_section, changes_section)
 
 
 def explain(store: Store, study_id: str, obj: dict[str, Any]) -> list[tuple[Section, str]]:

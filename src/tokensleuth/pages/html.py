@@ -24,9 +24,25 @@ TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("tokensleuth.pages", 
                           autoescape=True, undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
 
 
+WHY = "why"  # the anchor of the page's section on which op or kernel changed: the site and the issue link to it
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """A piece of a section under a heading of its own: a figure with the numbers it draws, then
+    lines and a table (the why section has one per diff beside a verdict)."""
+
+    key: str
+    title: str
+    figure: Figure | None = None
+    lines: tuple[str, ...] = ()
+    headers: tuple[str, ...] = ()
+    rows: tuple[tuple[str, ...], ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Section:
-    """A text section of the page (placement, depth, roofline …): lines, then a table."""
+    """A text section of the page (placement, depth, roofline …): lines, then a table, then its parts."""
 
     key: str
     title: str
@@ -34,6 +50,7 @@ class Section:
     headers: tuple[str, ...] = ()
     rows: tuple[tuple[str, ...], ...] = field(default_factory=tuple)
     pre: str = ""  # preformatted text after the table (a diff)
+    parts: tuple[Part, ...] = ()
 
 
 def _when(t: float | None) -> str:
@@ -91,10 +108,12 @@ def render_html(store: Store, study_id: str, nav: str | None = None, sections: l
     warnings = [ln[2:] for ln in warn_md.splitlines() if ln.startswith("- ")]
     differences = obj.get("differences") or {}  # absent: the arms differ in their source only, or no arms
     shared = "; ".join(differences.get("shared") or [])
+    why = next((s for s in sections or [] if s.key == WHY), None)
     return TEMPLATES.get_template("study.html.j2").render(
         title=f"tokensleuth {row['kind']} · {kind.describe(row.spec)}"[:200],
         kind=str(row["kind"]), study_id=sid, status=str(row["status"]), created=_when(row["created_at"]),
         engine_s=f"{store.engine_seconds(sid):.1f}", summary=summary,
         arms=arms_table(store, sid, differences.get("arms")), shared=shared,
         host=host_rows(first_env(store, sid)), figures=figures, extra_sections=sections or [], warnings=warnings,
+        why=why,
         markdown=md + warn_md, version=__version__, nav=nav)

@@ -9,9 +9,11 @@ with tokensleuth and without (the exact engine command lines the trials ran).
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tokensleuth.pages.html import Section
 from tokensleuth.store import Store, stored_json
 
 
@@ -42,9 +44,24 @@ def _log_tail(store: Store, study_id: str) -> str:
                      f"{t['stderr_tail']}" for t in pick).strip()
 
 
-def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any]], why: str = "") -> str:
-    """``rendered``: the kind's (Markdown, JSON); ``why``: the explanations' Markdown."""
-    from tokensleuth.pages.html import first_env
+def why_link(study_id: str, page: str | None) -> str:
+    """The issue's pointer to the page's why section: a link where the page is written beside it
+    (``report --issue --html PAGE``), else the command that writes it."""
+    from tokensleuth.pages.html import WHY
+
+    what = ("Which op or kernel changed, drawn per arm with the shares of the measured difference and their "
+            "intervals (or why they are withheld)")
+    if page:
+        return f"{what}: [{page}#{WHY}]({page}#{WHY})"
+    return f"{what}: `tokensleuth report {study_id} --html report.html` writes it, at report.html#{WHY}."
+
+
+def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any]], why: str = "",
+                 sections: Sequence[Section] = (), page: str | None = None) -> str:
+    """``rendered``: the kind's (Markdown, JSON); ``why``: the explanations' Markdown; ``sections``:
+    the explanations' page sections (the issue links to the why section where there is one, on
+    ``page`` where it is written)."""
+    from tokensleuth.pages.html import WHY, first_env
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
 
@@ -82,6 +99,8 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
     out += [md.strip(), ""]
     if why:
         out += [why, ""]
+    if any(s.key == WHY for s in sections):
+        out += [why_link(sid, page), ""]
     warn = render_warnings(store.warnings(sid)).strip()
     if warn:
         out += [warn, ""]

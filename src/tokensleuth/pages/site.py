@@ -92,7 +92,7 @@ def build_site(store: Store, dest: Path) -> SiteStats:
     """A static site of every study in the store under ``dest``: an index and one page per study
     (its kind's page, figures and explanation), written anew; returns what it wrote."""
     from tokensleuth.pages.explain import explain
-    from tokensleuth.pages.html import render_html
+    from tokensleuth.pages.html import WHY, render_html
     from tokensleuth.studies import kind_of
 
     dest.mkdir(parents=True, exist_ok=True)
@@ -113,12 +113,14 @@ def build_site(store: Store, dest: Path) -> SiteStats:
         fp = _fingerprint(store, sid)
         page = dest / "studies" / f"{sid}.html"
         old = pages.get(sid) or {}
-        if old.get("fp") != fp or not page.exists():
+        if old.get("fp") != fp or not page.exists() or "why" not in old:
+            why = False
             try:
                 md, obj = kind.render_stored(store, sid)
                 headline = kind.headline(obj, md)
-                html = render_html(store, sid, nav="../index.html", rendered=(md, obj),
-                                   sections=[sec for sec, _ in explain(store, sid, obj)])
+                sections = [sec for sec, _ in explain(store, sid, obj)]
+                why = any(sec.key == WHY for sec in sections)
+                html = render_html(store, sid, nav="../index.html", rendered=(md, obj), sections=sections)
             except Exception as exc:  # noqa: BLE001 - one unreadable study must not take the site down
                 from tokensleuth.core.errors import UserError
 
@@ -128,13 +130,14 @@ def build_site(store: Store, dest: Path) -> SiteStats:
             if html is not None:
                 write_atomic(page, html)
                 written += 1
-            old = {"fp": fp, "headline": headline, "rendered": html is not None}
+            old = {"fp": fp, "headline": headline, "rendered": html is not None, "why": why and html is not None}
             pages[sid] = old
         engines = sorted({str(a["source"]) for a in store.arms(sid)})
         index_rows.append({"id": sid, "kind": str(s["kind"]), "status": str(s["status"]),
                            "created": _day(s["created_at"]), "what": kind.describe(spec)[:120],
                            "engines": ", ".join(engines)[:200], "headline": old.get("headline", ""),
-                           "href": f"studies/{sid}.html" if old.get("rendered") else None})
+                           "href": f"studies/{sid}.html" if old.get("rendered") else None,
+                           "why": f"studies/{sid}.html#{WHY}" if old.get("why") else None})
     hist_rows = []
     hist_fp = dict(manifest.get("history") or {})
     for (model, workload), pts in sorted(history_points(store).items()):

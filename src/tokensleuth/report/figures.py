@@ -40,6 +40,12 @@ def num(x: float | None, fmt: str = "{:.4f}") -> str:
     return "—" if x is None else fmt.format(x)
 
 
+def share_cells(x: dict[str, Any]) -> tuple[str, str]:
+    """A share of a difference ({share, ci}) and its interval, as a table writes them."""
+    lo, hi = x["ci"]
+    return f"{x['share']:.1%}", "—" if lo is None or hi is None or lo != lo else f"[{lo:.1%}, {hi:.1%}]"
+
+
 def cell_label(model: str, workload: str, candidate: str | None = None) -> str:
     return f"{Path(model).stem} {workload}" + (f" · {candidate}" if candidate else "")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tokensleuth.core.errors import UserError
@@ -27,6 +28,25 @@ _MODULES = {"bench": ("bench", "KIND"), "import": ("bench", "IMPORT"), "compare"
             "profile": ("profile", "KIND"), "scan": ("scan", "KIND"), "kernels": ("kernels", "KIND")}
 # spec keys that name this machine's caches, not what the study measured
 DROP_KEYS = {"build_keys", "host"}
+
+
+@dataclass(frozen=True, slots=True)
+class Why:
+    """What one op or kernel diff says beside a verdict: the two arms' bars and the shares of the
+    measured difference, or only why they are withheld (then no op or kernel is named, nothing is
+    drawn and no share is given: a withheld figure is withheld everywhere it would show)."""
+
+    title: str
+    sentence: str  # computed from the figures; where withheld, the reason
+    figure: Figure | None = None
+    shares: tuple[tuple[str, str, str], ...] = ()  # (part, share, its 95% interval)
+    withheld: bool = False
+
+    def __post_init__(self) -> None:
+        if self.withheld and (self.figure is not None or self.shares):
+            raise ValueError("a withheld diff shows no bars and no shares, only its reason")
+        if not self.withheld and self.figure is None:
+            raise ValueError("a diff that is not withheld shows the bars of its two arms")
 
 
 class StudyKind(Protocol):
@@ -78,6 +98,16 @@ class StudyKind(Protocol):
         """The study that found its step ``n`` (1-based): `report ID --step N` renders that one."""
         ...
 
+    def beside(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        """The op or kernel diffs stored beside its verdicts (compare --profile's, a culprit's, a
+        step's): the profile hook's entries ({study, headline, model, workload, …} or {skipped, …}),
+        each with a ``label`` that says which verdict it stands beside."""
+        ...
+
+    def why(self, obj: dict[str, Any], model: str, workload: str) -> Why | None:
+        """A diff study's answer beside a verdict on ``model`` and ``workload`` (None: not a diff)."""
+        ...
+
 
 class KindBase:
     """What a kind has unless it says otherwise."""
@@ -113,16 +143,31 @@ class KindBase:
         """The study that found its step ``n`` (1-based; `report ID --step N`)."""
         raise UserError(f"--step: a {self.name} study has no steps — drop --step")
 
+    def beside(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        return []
+
+    def why(self, obj: dict[str, Any], model: str, workload: str) -> Why | None:
+        return None
+
 
 class DiffKind(KindBase):
     """A study of engines profiled and diffed against the first (the op profile; the kernel
-    trace, studies/kernels.py): its module's stored, render, figures and diff headline."""
+    trace, studies/kernels.py): its module's stored, render, figures, diff headline and the
+    answer of one diff beside a verdict."""
 
     def __init__(self, name: str, stored: Callable[[Store, str], dict[str, Any]],
                  render: Callable[[str, dict[str, Any]], str], figures: Callable[[dict[str, Any]], list[Figure]],
-                 headline: Callable[[dict[str, Any]], str]) -> None:
+                 headline: Callable[[dict[str, Any]], str], why: Callable[[dict[str, Any]], Why]) -> None:
         self.name = name
         self._stored, self._render, self._figures, self._headline = stored, render, figures, headline
+        self._why = why
+
+    def why(self, obj: dict[str, Any], model: str, workload: str) -> Why | None:
+        diffs = obj.get("diffs") or []
+        d = next((d for d in diffs if (d.get("model"), d.get("workload")) == (model, workload)), None)
+        if d is None and len(diffs) == 1:  # the hook's study holds the one cell it was asked for
+            d = diffs[0]
+        return None if d is None else self._why(d)
 
     def describe(self, spec: dict[str, Any]) -> str:
         return " vs ".join(spec.get("engines", [])) + " · " + ", ".join(spec.get("workloads", []))

@@ -169,6 +169,10 @@ class BisectKind(ResultKind):
     def source_changes(self, obj: dict[str, Any]) -> dict[str, Any]:
         return dict(obj.get("changes") or {})  # the bisect stored them when it ended
 
+    def beside(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        pr = obj.get("profile")
+        return [] if pr is None else [dict(pr, label=f"the culprit {obj.get('first_bad')} against its parent")]
+
     def culprit(self, obj: dict[str, Any]) -> tuple[str, str]:
         diff = str(self.source_changes(obj).get("diff") or "")
         if obj.get("first_bad"):

@@ -273,6 +273,10 @@ class CompareKind(KindBase):
                     f"{c['workload']} {c['ratio']:.3f} [{c['ci'][0]:.3f}, {c['ci'][1]:.3f}]")
         return out
 
+    def beside(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        return [dict(p, label=f"{p['candidate']}, {Path(p['model']).stem} {p['workload']}")
+                for p in obj.get("profile") or []]
+
     def reproduce(self, spec: dict[str, Any], study_id: str) -> list[str]:
         command = compare_command(spec_of(spec))
         if command is not None:

@@ -295,5 +295,9 @@ class DecomposeKind(ResultKind):
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
         return decompose_figures(obj)
 
+    def beside(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        return [dict(s["profile"], label=f"{s['patch']} ({s['decision']}) against the state before it")
+                for s in obj.get("steps") or [] if s.get("profile") is not None]
+
 
 KIND = DecomposeKind()

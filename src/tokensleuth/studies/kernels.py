@@ -10,10 +10,10 @@ from tokensleuth.analysis.kernels import BESIDE
 from tokensleuth.analysis.traces import analyze
 from tokensleuth.core.errors import UserError
 from tokensleuth.drivers.slower.kernels import RUNS_STATE
-from tokensleuth.report.figures import Figure, cell_label, num
+from tokensleuth.report.figures import Figure, cell_label, num, share_cells
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
-from tokensleuth.studies import DiffKind
+from tokensleuth.studies import DiffKind, Why
 
 TOP = 12  # kernels listed per engine (the rest summed in one line)
 MOVED = ("appeared", "vanished", "grew", "shrank", "grew" + BESIDE, "shrank" + BESIDE)
@@ -143,25 +143,34 @@ def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
             "rows": [r for r in d.get("rows", []) if r["verdict"] in MOVED][:most]}
 
 
+def _bars(d: dict[str, Any], key: str, most: int = 16) -> Figure | None:
+    """One diff's two builds' GPU ms/token of each kernel, the largest changes first (none where the
+    table is withheld: it has no rows)."""
+    from tokensleuth.report import plots
+
+    rows = d.get("rows", [])[:most]
+    if not rows:
+        return None
+    a, b = d["engines"]
+    return Figure(
+        key, f"Per-kernel GPU time, {cell_label(d['model'], d['workload'])}",
+        f"GPU ms per token of each kernel in the two builds, the {len(rows)} largest changes first.",
+        plots.op_bars([(r["kernel"][:48], r["ms_per_token"][0], r["ms_per_token"][1]) for r in rows], ("A", "B")),
+        ("kernel", f"A: {a}", f"B: {b}", "Δ ms/token", "verdict", "launch"),
+        tuple((r["kernel"], num(r["ms_per_token"][0]), num(r["ms_per_token"][1]),
+               num(r["delta_ms_per_token"], "{:+.4f}"), r["verdict"], r.get("launch_changed") or "")
+              for r in rows))
+
+
 def kernel_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
     """Per diff, the two builds' GPU ms/token of each kernel (largest changes first); per cell, one token's timeline."""
     from tokensleuth.report import plots
 
     out: list[Figure] = []
     for d in obj.get("diffs") or []:
-        rows = d.get("rows", [])[:most]
-        if not rows:
-            continue
-        a, b = d["engines"]
-        label = cell_label(d["model"], d["workload"])
-        out.append(Figure(
-            f"kernels-{len(out)}", f"Per-kernel GPU time, {label}",
-            f"GPU ms per token of each kernel in the two builds, the {len(rows)} largest changes first.",
-            plots.op_bars([(r["kernel"][:48], r["ms_per_token"][0], r["ms_per_token"][1]) for r in rows], ("A", "B")),
-            ("kernel", f"A: {a}", f"B: {b}", "Δ ms/token", "verdict", "launch"),
-            tuple((r["kernel"], num(r["ms_per_token"][0]), num(r["ms_per_token"][1]),
-                   num(r["delta_ms_per_token"], "{:+.4f}"), r["verdict"], r.get("launch_changed") or "")
-                  for r in rows)))
+        fig = _bars(d, f"kernels-{len(out)}", most)
+        if fig is not None:
+            out.append(fig)
     for c in obj.get("cells") or []:
         recs = [(str(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in c.get("timeline") or []]
         if not recs:
@@ -175,4 +184,30 @@ def kernel_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
     return out
 
 
-KIND = DiffKind("kernels", stored, render, kernel_figures, headline)
+def why(d: dict[str, Any]) -> Why:
+    """One kernel diff beside a verdict: the two builds' bars and the shares of the measured
+    difference (the kernels' busy time, the host's time outside them or the idle time, and what the
+    trace leaves), or only why none is given (records lost, a trace that does not account for the
+    program, no timeline, a difference not beyond its interval or within the band): then no kernel
+    is named and nothing drawn."""
+    title = f"Which kernel: {d['engines'][1]} vs {d['engines'][0]}, {cell_label(d['model'], d['workload'])}"
+    fig = _bars(d, "why-kernels") if "kernels_share" in d and not d.get("withheld") else None
+    if fig is None:
+        reason = d.get("withheld") or d.get("shares_withheld") or d.get("sentence") or d.get("why") or \
+            "no share of a measured difference"
+        return Why(title, f"No bars and no shares: {str(reason).rstrip('.')}.", withheld=True)
+    shares = [("the kernels' busy time", *share_cells(d["kernels_share"]))]
+    if "outside_share" in d:
+        shares.append(("the host's time before the first kernel and after the last", *share_cells(d["outside_share"])))
+    if "idle_share" in d:
+        shares.append(("the GPU's idle time between kernels", *share_cells(d["idle_share"])))
+    if "gaps_share" in d:
+        shares.append(("the rest: the gaps between kernels of the untraced program", f"{d['gaps_share']:.1%}",
+                       "— (what the parts above leave)"))
+    if "unexplained_share" in d:
+        shares.append(("the rest: unexplained by the trace", f"{d['unexplained_share']:.1%}",
+                       "— (what the parts above leave)"))
+    return Why(title, str(d.get("sentence") or ""), fig, tuple(shares))
+
+
+KIND = DiffKind("kernels", stored, render, kernel_figures, headline, why)

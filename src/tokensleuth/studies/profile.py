@@ -8,10 +8,10 @@ from typing import Any
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.drivers.slower.ops import BENCH_STATE, RUNS_STATE, analyze
-from tokensleuth.report.figures import Figure, cell_label, num
+from tokensleuth.report.figures import Figure, cell_label, num, share_cells
 from tokensleuth.report.markdown import table
 from tokensleuth.store import Store
-from tokensleuth.studies import DiffKind
+from tokensleuth.studies import DiffKind, Why
 
 TOP = 12  # ops listed per engine (the rest are summed in one line)
 
@@ -92,6 +92,8 @@ def render(sid: str, obj: dict[str, Any]) -> str:
         out.append(f"{same} op signature(s) within their interval or the ±{d['band']:.0%} band; "
                    f"time outside the graph {d['outside_ms_per_token'][0]:.3f} → {d['outside_ms_per_token'][1]:.3f} "
                    f"ms/token ({d['delta_outside_ms_per_token']:+.3f} {_ci(*d['delta_outside_ci'])}).")
+        if d.get("sentence"):  # the shares of the measured difference, or why none is given
+            out += ["", str(d["sentence"])]
         out.append("")
     return "\n".join(out).rstrip() + "\n"
 
@@ -118,27 +120,48 @@ def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:
             "rows": [r for r in d["rows"] if r["verdict"] != "same"][:most]}
 
 
-def profile_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
-    """Per diff: the two builds' ms/token of each op, side by side, the largest changes first."""
+def _bars(d: dict[str, Any], key: str, most: int = 16) -> Figure | None:
+    """One diff's two builds' ms/token of each op, side by side, the largest changes first."""
     from tokensleuth.report import plots
 
+    rows = d["rows"][:most]
+    if not rows:
+        return None
+    a, b = d["engines"]
+    bars = [(f"{r['op']} {r['signature'][:28]}", r["ms_per_token"][0], r["ms_per_token"][1]) for r in rows]
+    return Figure(
+        key, f"Per-op time, {cell_label(d['model'], d['workload'])}",
+        f"ms per token of each op signature in the two builds, the {len(rows)} largest changes first.",
+        plots.op_bars(bars, ("A", "B")),
+        ("op", "signature", f"A: {a}", f"B: {b}", "Δ ms/token", "Δ nodes/token", "verdict"),
+        tuple((r["op"], r["signature"], num(r["ms_per_token"][0]), num(r["ms_per_token"][1]),
+               num(r["delta_ms_per_token"], "{:+.4f}"), f"{r['delta_nodes_per_token']:+g}", r["verdict"])
+              for r in rows))
+
+
+def profile_figures(obj: dict[str, Any], most: int = 16) -> list[Figure]:
+    """Per diff: the two builds' ms/token of each op, side by side, the largest changes first."""
     out: list[Figure] = []
     for d in obj.get("diffs") or []:
-        rows = d["rows"][:most]
-        if not rows:
-            continue
-        a, b = d["engines"]
-        label = cell_label(d["model"], d["workload"])
-        bars = [(f"{r['op']} {r['signature'][:28]}", r["ms_per_token"][0], r["ms_per_token"][1]) for r in rows]
-        out.append(Figure(
-            f"ops-{len(out)}", f"Per-op time, {label}",
-            f"ms per token of each op signature in the two builds, the {len(rows)} largest changes first.",
-            plots.op_bars(bars, ("A", "B")),
-            ("op", "signature", f"A: {a}", f"B: {b}", "Δ ms/token", "Δ nodes/token", "verdict"),
-            tuple((r["op"], r["signature"], num(r["ms_per_token"][0]), num(r["ms_per_token"][1]),
-                   num(r["delta_ms_per_token"], "{:+.4f}"), f"{r['delta_nodes_per_token']:+g}", r["verdict"])
-                  for r in rows)))
+        fig = _bars(d, f"ops-{len(out)}", most)
+        if fig is not None:
+            out.append(fig)
     return out
 
 
-KIND = DiffKind("profile", stored, render, profile_figures, headline)
+def why(d: dict[str, Any]) -> Why:
+    """One op diff beside a verdict: the two builds' bars and the shares of the profiler's measured
+    difference (the graph's nodes, the time outside it, each changed op), or only why no share is
+    given: then no op is named and nothing drawn."""
+    title = f"Which op: {d['engines'][1]} vs {d['engines'][0]}, {cell_label(d['model'], d['workload'])}"
+    fig = _bars(d, "why-ops") if "graph_share" in d else None
+    if fig is None:
+        reason = d.get("shares_withheld") or "the diff has no op to show"
+        return Why(title, f"No bars and no shares: {reason}.", withheld=True)
+    shares = [("the graph's nodes", *share_cells(d["graph_share"])),
+              ("the time outside the graph", *share_cells(d["outside_share"]))]
+    shares += [(f"{o['op']} {o['signature']}", *share_cells(o)) for o in d.get("op_shares", [])]
+    return Why(title, str(d["sentence"]), fig, tuple(shares))
+
+
+KIND = DiffKind("profile", stored, render, profile_figures, headline, why)

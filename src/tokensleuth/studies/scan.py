@@ -236,6 +236,10 @@ class ScanKind(ResultKind):
         return s["first_bad"] + (f" — {s['subject']}" if s.get("subject") else ""), ""
 
 
+    def beside(self, obj: dict[str, Any]) -> list[dict[str, Any]]:
+        return [dict(s["profile"], label=f"step {n}: {s['first_bad']} against {s.get('parent')}")
+                for n, s in enumerate(obj.get("steps") or [], 1) if s.get("profile") is not None]
+
     def step_study(self, obj: dict[str, Any], n: int) -> str:
         steps = obj.get("steps") or []
         if not 1 <= n <= len(steps):

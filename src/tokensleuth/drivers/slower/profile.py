@@ -12,6 +12,7 @@ from tokensleuth.drivers import shared
 from tokensleuth.drivers.requests import Say
 from tokensleuth.drivers.slower import kernels, slower_for
 from tokensleuth.drivers.slower import ops as profile
+from tokensleuth.engines import profiler
 from tokensleuth.kernels import tracer_for
 from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, backends_from_flags, backends_in
@@ -60,9 +61,9 @@ def run(request: ProfileRequest, say: Say) -> tuple[str, str]:
         if request.groups:
             say.line("--groups is the op profile's: a kernel trace sees the kernels as they ran")
     else:
-        flags = profile.check_flags(request.flags)
+        flags = profiler.check_flags(request.flags)
         for w in request.workloads:
-            profile.workload_args(w)
+            profiler.workload_args(w)
     targets = DEFAULT_TARGETS if traced else (*DEFAULT_TARGETS, TARGET)
     builds = {n: shared.build(s, request.cmake, targets, say) for n, s in request.engines.items()}
     built = slower_for((b.backends for b in builds.values()), "ops" if request.by == "ops" else "auto")
