@@ -149,7 +149,6 @@ DEFAULT_ENGINE = {
                             "every arm, whatever its kind (common_flags are shared by arms of several kinds)",
     ("drivers/doctor.py", "aa_engine"): "the doctor's A/A: its arms name no kind, so they run the default one",
     ("drivers/slower/kernels.py", "check_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
-    ("drivers/slower/kernels.py", "joined_flags"): "the kernel profiler times llama-bench (Engine.profiles)",
     ("drivers/slower/loop.py", "bench_process"): "the op profile and the kernel trace time llama-bench itself, "
                                                  "one process as measured (Engine.profiles)",
 }

@@ -288,14 +288,15 @@ def run_aa(build: Any, model: Path, flags: Sequence[str] = ()) -> AA:
     from tokensleuth.analysis import noise, stats
     from tokensleuth.drivers.verdicts import causes, diagnose
     from tokensleuth.drivers.verdicts.pairs import run_compare
+    from tokensleuth.engines.base import DEFAULT_KIND
     from tokensleuth.store import Store
-    from tokensleuth.trials.spec import build_compare_spec, model_paths
+    from tokensleuth.trials.spec import arm_argv, build_compare_spec, model_paths
 
     three = aa_engine().argv_for([], 3) or []  # 3 repetitions per process
     spec = build_compare_spec({"arms": [{"name": "a", "source": build.source}, {"name": "b", "source": build.source}],
                                "models": model_paths([model]), "workloads": ["tg32"], "min_pairs": AA_PAIRS,
                                "max_pairs": AA_PAIRS, "band": 0.001,
-                               "common_flags": list(aa_engine().join_flags(three, flags).argv)}, "doctor")
+                               "common_flags": list(arm_argv(DEFAULT_KIND, three, flags).argv)}, "doctor")
     with tempfile.TemporaryDirectory() as td, Store(Path(td) / "aa.sqlite") as store:
         sid, comps = run_compare(store, spec, {"a": build, "b": build})
         n = noise.estimate(store, sid)
@@ -330,6 +331,9 @@ def threads_advice(build: Any, model: Path, flags: Sequence[str], got: AA, cpus:
     """Where the engine would use every CPU and the diagnosis names its threads (not on a full GPU
     offload, where they mostly wait on the GPU): the same A/A with one thread fewer, measured,
     not guessed; advised only when its SD is lower beyond the two probes' own noise."""
+    from tokensleuth.engines.base import DEFAULT_KIND
+    from tokensleuth.trials.spec import arm_argv
+
     named = got.diagnosis is None or "threads" in got.diagnosis.codes()
     if got.threads is None or cpus < 2 or got.threads < cpus or not named:
         return None
@@ -339,7 +343,7 @@ def threads_advice(build: Any, model: Path, flags: Sequence[str], got: AA, cpus:
         return None
     if log:
         log(f"A/A again at {' '.join(fewer_flags)} (the engine's default, {got.threads}, uses every CPU) …")
-    alt = run_aa(build, model, list(aa_engine().join_flags(flags, fewer_flags).argv))  # (its -t over the user's)
+    alt = run_aa(build, model, list(arm_argv(DEFAULT_KIND, flags, fewer_flags).argv))  # (its -t over the user's)
     return ThreadsAdvice(fewer, alt, sd_ratio(alt.log_ratio_sd, alt.pairs, got.log_ratio_sd, got.pairs),
                          got.pairs_needed.get(0.02), alt.pairs_needed.get(0.02))
 

@@ -18,6 +18,7 @@ from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.store import Store
 from tokensleuth.trials.runner import TrialCallback
+from tokensleuth.trials.spec import arm_argv
 
 Summarize = Callable[[str, dict[str, Any]], dict[str, Any]]  # (study id, profile object) -> its summary
 
@@ -169,7 +170,7 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
             sides: Sequence[tuple[str, Mapping[str, str], Sequence[str]]] | None = None) -> dict[str, Any]:
         from tokensleuth.drivers.slower import slower_for
         from tokensleuth.drivers.slower.kernels import check_flags as check_kernel_flags
-        from tokensleuth.drivers.slower.kernels import joined_flags, run_kernels
+        from tokensleuth.drivers.slower.kernels import run_kernels
         from tokensleuth.drivers.slower.ops import run_profile
         from tokensleuth.engines.profiler import flags_from, workload_args
         from tokensleuth.sources.profiler import TARGET
@@ -182,13 +183,13 @@ def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s
                 workload_args(workload)
                 one = build(parent, cmake, (*DEFAULT_TARGETS, TARGET), say)
                 one.binary(TARGET)
-                own = {name: flags_from(list(joined_flags(flags, extra[name]).argv)) for name in names}
+                own = {name: flags_from(list(arm_argv(DEFAULT_KIND, flags, extra[name]).argv)) for name in names}
                 sid, obj = run_profile(store, {name: one for name in names}, [model], [workload], flags_from(flags),
                                        timeout_s=timeout_s, resume=True, log=say.line,
                                        env={name: dict(e) for name, e, _ in sides}, engine_flags=own)
                 return summarize(sid, obj)
             for name in names:
-                check_kernel_flags(list(joined_flags(flags, extra[name]).argv), [workload])
+                check_kernel_flags(list(arm_argv(DEFAULT_KIND, flags, extra[name]).argv), [workload])
             sid, obj = run_kernels(store, {name: one for name in names}, [model], [workload], flags,
                                    timeout_s=timeout_s, resume=True, log=say.line,
                                    env={name: dict(e) for name, e, _ in sides}, engine_flags=extra)

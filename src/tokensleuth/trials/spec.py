@@ -29,6 +29,15 @@ from tokensleuth.engines.base import DEFAULT_KIND, JoinedFlags
 from tokensleuth.models.info import check_gguf
 
 
+def arm_argv(kind: str, common: Sequence[str], own: Sequence[str]) -> JoinedFlags:
+    """The one place an arm's argv is built: the common flags and the arm's own, as the arm's engine
+    joins them (Engine.join_flags: an option given in both is passed once, with the arm's value;
+    what was overridden is said). Compare, the judge of the hunts, the kernel trace and the doctor
+    all ask here."""
+    return engine_for(kind).join_flags(common, own)
+
+
+
 def model_paths(models: list[str] | list[Path]) -> list[str]:
     """Absolute paths of the models, each checked to be a GGUF file."""
     if not models:
@@ -232,9 +241,8 @@ class CompareSpec(Settings):
         return self.baseline or self.arms[0].name
 
     def joined(self, arm: ArmSpec) -> JoinedFlags:
-        """The arm's argv as its engine joins the common flags and the arm's own (Engine.join_flags):
-        an option given in both is passed once, with the arm's value."""
-        return engine_for(arm.kind).join_flags(self.common_flags, arm.flags)
+        """The arm's argv (:func:`arm_argv`): an option given in both is passed once, with the arm's value."""
+        return arm_argv(arm.kind, self.common_flags, arm.flags)
 
     def flags_of(self, arm: ArmSpec) -> list[str]:
         """The flags the arm runs and is checked with (:meth:`joined`)."""

@@ -37,10 +37,11 @@ from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import TrialOutcome
 from tokensleuth.drivers.slower.loop import bench_process, run_study
 from tokensleuth.engines import engine_for
-from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime, JoinedFlags
+from tokensleuth.engines.base import DEFAULT_KIND, ArmRuntime
 from tokensleuth.kernels import Trace, Tracer, tracer_for
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
+from tokensleuth.trials.spec import arm_argv
 
 # [{engine, model, workload, process, kernels, timeline, untraced_ms_per_token}]: one entry per
 # process pair, a traced process and an untraced one
@@ -78,12 +79,6 @@ def check_flags(flags: Sequence[str], workloads: Sequence[str]) -> None:
     for w in workloads:
         if not engine.argv_for([w]):
             raise UserError(f"workload {w} cannot be traced in one llama-bench process — give pp, tg or pp+tg")
-
-
-def joined_flags(flags: Sequence[str], own: Sequence[str]) -> JoinedFlags:
-    """The flags an engine of a trace runs with: the common ``flags`` and its own, as llama-bench
-    joins them (Engine.join_flags: an option of its own is passed once, with its value)."""
-    return engine_for(DEFAULT_KIND).join_flags(flags, own)
 
 
 def kept_windows(outcome: TrialOutcome) -> list[Window]:
@@ -217,7 +212,7 @@ def run_kernels(store: Store, builds: Mapping[str, EngineBuild], models: Sequenc
     own = {e: list(f) for e, f in (engine_flags or {}).items() if f}
     if own:
         spec["engine_flags"] = own
-    joined = {e: joined_flags(flags, own.get(e, [])) for e in builds}
+    joined = {e: arm_argv(DEFAULT_KIND, flags, own.get(e, [])) for e in builds}
     argv = {e: list(j.argv) for e, j in joined.items()}
     if any(j.overrides for j in joined.values()):  # what each engine ran, where its flag overrode a common one
         spec["engine_argv"] = argv

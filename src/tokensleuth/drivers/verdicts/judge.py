@@ -22,7 +22,7 @@ from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND, ParamDiff
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild, failure_line
 from tokensleuth.store import Store
-from tokensleuth.trials.spec import build_compare_spec
+from tokensleuth.trials.spec import arm_argv, build_compare_spec
 
 if TYPE_CHECKING:
     from tokensleuth.executors import Executor
@@ -107,8 +107,8 @@ class Judge:
 
     def flags_of(self, source: str) -> list[str]:
         """The flags ``source`` runs with: the common flags and its own (pinned) ones, as the engine
-        joins them (Engine.join_flags)."""
-        return list(engine_for(self.kind).join_flags(self.flags, self.arm_flags.get(source, [])).argv)
+        joins them (trials.spec.arm_argv)."""
+        return list(arm_argv(self.kind, self.flags, self.arm_flags.get(source, [])).argv)
 
     def settled(self, a: str, b: str, models: Sequence[str]) -> None:
         """Take the stored comparison of ``b`` with ``a`` as it is: asked again in this process, it
