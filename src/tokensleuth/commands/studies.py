@@ -1,5 +1,5 @@
-"""tokensleuth import | studies: put llama-bench, AIPerf or llama-benchy results in the store (through the
-importers' registry); list what it holds."""
+"""tokensleuth import | studies: put llama-bench, AIPerf or llama-benchy results, or a tokensleuth bundle, in the
+store (through the importers' registry); list what it holds."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ from tokensleuth.commands.common import DbOpt, out
 
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="llama-bench output (-o json, jsonl or sql), an AIPerf run "
-                                              "(its artifact folder or profile_export_aiperf.json) or "
-                                              "llama-benchy --format json output.")],
+                                              "(its artifact folder or profile_export_aiperf.json), "
+                                              "llama-benchy --format json output, or a tokensleuth bundle "
+                                              "(report ID --bundle FILE).")],
     db: DbOpt = None,
 ) -> None:
-    """Import an existing llama-bench, AIPerf or llama-benchy result into the store."""
+    """Import an existing llama-bench, AIPerf or llama-benchy result, or a tokensleuth bundle, into the store."""
     from tokensleuth.importers import importer_of
 
     importer = importer_of(file)  # (asks each format's sniff; a file none knows is read as llama-bench's)

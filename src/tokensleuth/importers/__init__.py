@@ -1,4 +1,4 @@
-"""Importers: files that other tools wrote, stored as studies here.
+"""Importers: files that other tools, or tokensleuth elsewhere, wrote, stored as studies here.
 
 One registry. Each importer knows its files by their first bytes (``sniff``), stores one
 (``read``: the study's id and how many results or trials it stored) and says what it stored
@@ -6,7 +6,7 @@ One registry. Each importer knows its files by their first bytes (``sniff``), st
 a format itself. A new format is one object with these four members plus its line in
 ``IMPORTERS``.
 
-Floor 10: imports engines and below; never pages.
+Floor 10: imports studies, engines, store and below; never pages.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 from tokensleuth.core.writes import check_readable_file
 from tokensleuth.engines import importer_for, peers, sniffer_for
 from tokensleuth.engines.base import DEFAULT_KIND
+from tokensleuth.importers.bundle import BUNDLE
 
 if TYPE_CHECKING:
     from tokensleuth.store import Store
@@ -90,7 +91,8 @@ class PeerOutput:
 LLAMA_BENCH = EngineOutput(DEFAULT_KIND)
 # in the order they are asked; a file none of them knows goes to FALLBACK, whose reader names
 # what `import` reads in its one-line error
-IMPORTERS: tuple[Importer, ...] = (PeerOutput("aiperf", folders=True), PeerOutput("llama-benchy"), LLAMA_BENCH)
+IMPORTERS: tuple[Importer, ...] = (BUNDLE, PeerOutput("aiperf", folders=True), PeerOutput("llama-benchy"),
+                                   LLAMA_BENCH)
 FALLBACK: Importer = LLAMA_BENCH
 
 

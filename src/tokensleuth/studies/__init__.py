@@ -49,6 +49,7 @@ class StudyKind(Protocol):
     history: bool  # its arms' t/s belong in the site's history per model and test
     bandwidth: bool  # its cells are arms' measurements whose decode bandwidth is explained
     paired: bool  # its cells are paired comparisons of arms (the depth lines fit them)
+    bundles: bool  # `report ID --bundle FILE` writes it whole (its rows alone render it)
 
     def headline(self, obj: dict[str, Any], md: str) -> str:
         """One line on what it found (the site's index)."""
@@ -86,6 +87,7 @@ class KindBase:
     history = False
     bandwidth = False
     paired = False
+    bundles = False
 
     def headline(self, obj: dict[str, Any], md: str) -> str:
         if obj.get("summary"):

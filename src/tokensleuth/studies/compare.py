@@ -251,6 +251,7 @@ class CompareKind(KindBase):
     history = True
     bandwidth = True
     paired = True
+    bundles = True
 
     def describe(self, spec: dict[str, Any]) -> str:
         return ", ".join(str(a.get("name")) for a in spec.get("arms", []))
