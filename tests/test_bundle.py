@@ -1,5 +1,5 @@
-"""Study bundles (`report ID --bundle FILE`, `import FILE`) on the real engine: what a bundle
-leaves out, the study it imports as, and bad bundles."""
+"""Study bundles (`report ID --bundle FILE`, `import FILE`, `rerun FILE`) on the real engine: what
+a bundle leaves out, the study it imports as, a re-run's word per cell, and bad bundles."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import tokensleuth_bin
+from tokensleuth.analysis import stats
 from tokensleuth.cli import main
 from tokensleuth.core.paths import cache_dir
 from tokensleuth.sources import DEFAULT_ENGINE
@@ -157,7 +158,7 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("command", ["import"])
+@pytest.mark.parametrize("command", ["import", "rerun"])
 def test_a_bad_bundle_is_one_line_and_changes_nothing_stored(original: Original, tmp_path: Path, command: str,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "kept.sqlite"
@@ -177,6 +178,127 @@ def test_a_bad_bundle_is_one_line_and_changes_nothing_stored(original: Original,
         if command == "rerun" or name != "unknown format":  # (import reads a file of no known format as llama-bench's)
             assert "bundle" in err, (name, err)
     assert len(BAD) == 9
+
+
+def _rerun_env(original: Original, db: Path) -> dict[str, str]:
+    return dict(original.env, TOKENSLEUTH_DB=str(db), HF_TOKEN="here-own-token")
+
+
+def test_a_rerun_refuses_what_it_cannot_run_here_before_anything_is_stored(
+        original: Original, tmp_path: Path, moe_model: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "kept.sqlite"
+    assert main(["import", str(original.bundle), "--db", str(db)]) == 0
+    before = _snapshot(db)
+    capsys.readouterr()
+    b = _load(original.bundle)
+    repo = tmp_path / "not-llama"
+    repo.mkdir()
+    for cmd in (["init", "-q"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty", "-m", "x"]):
+        subprocess.run(["git", *cmd], cwd=repo, check=True)
+    # (the writer's home here: the bundle's ~/models/tiny.gguf is found; elsewhere it is not)
+    cases: dict[str, tuple[bool, list[str], str]] = {
+        "a secret left out": (True, [], "export HF_TOKEN here"),
+        "a model not here": (False, [], "is not here — give it with --model tiny.gguf=PATH"),
+        "another model": (True, ["--model", f"tiny.gguf={moe_model}"], "is not the bundle's model tiny.gguf"),
+        "no such arm": (True, ["--arm", "c=pypi:x==1"], "the bundle has no arm c"),
+        "a git path not here": (True, ["--arm", "a=git:~/nowhere/llama.cpp@abc"], "arm a's engine"),
+        "an engine that does not build": (True, ["--arm", f"a=git:{repo}@HEAD"], "cannot be built here"),
+    }
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    for name, (writers_home, extra, said) in cases.items():
+        monkeypatch.setenv("HOME", str(original.home) if writers_home else str(tmp_path))
+        if name != "a secret left out":
+            monkeypatch.setenv("HF_TOKEN", "x")
+        rc = main(["rerun", str(original.bundle), "--db", str(db), *extra])
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and said in err, (name, err)
+        assert _snapshot(db) == before, name
+    kind = tmp_path / "bench.bundle.json"
+    kind.write_text(json.dumps(dict(b, study=dict(b["study"], kind="import"))))
+    assert main(["rerun", str(kind), "--db", str(db)]) == 2
+    assert "holds a study of kind import — rerun measures compare studies again" in capsys.readouterr().err
+
+
+def test_a_rerun_says_per_cell_whether_this_machine_agrees(original: Original, tmp_path: Path) -> None:
+    db = tmp_path / "here.sqlite"
+    env = _rerun_env(original, db)
+    p = _cli(["rerun", str(original.bundle), "--no-probe", "--json", str(tmp_path / "r.json")], env)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith(f"Re-run of study {original.study} (bundle {original.bundle.name};")
+    got = json.loads((tmp_path / "r.json").read_text())
+    (cell,) = got["rerun"]["cells"]
+    orig = original.report["comparisons"][0]
+    assert cell["original"]["verdict"] == orig["verdict"] and cell["original"]["ci"] == orig["ci"]
+    assert cell["here"]["verdict"] == got["comparisons"][0]["verdict"] and cell["here"]["pairs"] == 2
+    assert cell["agreement"] == stats.agreement(orig["verdict"], cell["here"]["verdict"])
+    assert cell["original_model"] == "~/models/tiny.gguf" and cell["model"] == str(original.model)
+    with Store(db) as s:
+        studies = {r.id: r for r in s.studies()}
+        assert set(studies) == {original.study, got["study"]}  # the original, imported, beside the re-run
+        assert studies[got["study"]].spec["rerun_of"] == original.study
+        n_trials = len(s.trials(got["study"]))
+    here = cell["here"]["verdict"]
+    # the original's verdict as a bundle could claim it: the word comes from both sides, never one
+    for claimed in ("faster", "same", "unresolved"):
+        b = _load(original.bundle)
+        b["verdicts"]["comparisons"][0]["verdict"] = claimed
+        edited = tmp_path / f"{claimed}.bundle.json"
+        edited.write_text(json.dumps(b))
+        q = _cli(["rerun", str(edited), "--resume", "--no-probe", "--json", str(tmp_path / f"{claimed}.json")], env)
+        assert q.returncode == 0, q.stderr
+        (c,) = json.loads((tmp_path / f"{claimed}.json").read_text())["rerun"]["cells"]
+        assert (c["original"]["verdict"], c["here"]["verdict"]) == (claimed, here)
+        assert c["agreement"] == stats.agreement(claimed, here)
+        assert c["agreement"] == ("unresolved" if "unresolved" in (claimed, here) else
+                                  "agrees" if claimed == here else "disagrees")
+    with Store(db) as s:
+        assert len(s.studies()) == 2 and len(s.trials(got["study"])) == n_trials  # resumed, measured nothing again
+    shown = _cli(["report", got["study"]], env)
+    assert shown.returncode == 0 and "Re-run of study" in shown.stdout
+
+
+# -- the rule, on stored verdicts (no engine) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("original", "here", "word"), [
+    ("faster", "faster", "agrees"), ("same", "same", "agrees"), ("slower", "slower", "agrees"),
+    ("faster", "same", "disagrees"), ("same", "slower", "disagrees"), ("faster", "slower", "disagrees"),
+    ("unresolved", "faster", "unresolved"), ("same", "unresolved", "unresolved"),
+    ("unresolved", "unresolved", "unresolved"), ("fast", "fast", "unresolved"), ("", "same", "unresolved"),
+])
+def test_an_unresolved_side_is_never_an_agreement(original: str, here: str, word: str) -> None:
+    assert stats.agreement(original, here) == word
+
+
+def _comparison(model: str, verdict: str, lo: float, hi: float) -> Any:
+    from tokensleuth.drivers.comparisons import Comparison
+
+    est = stats.RatioEstimate(5, (lo + hi) / 2, lo, hi, 0.99, "t")
+    return Comparison(model, "tg8", "a", "b", 5, [1.0] * 5, [1.0] * 5, est, verdict)
+
+
+def test_each_original_cell_meets_the_cell_of_its_model_here() -> None:
+    from tokensleuth.drivers.comparisons import original_cells, rerun_cells
+
+    verdicts = {"comparisons": [
+        {"model": "~/m/one.gguf", "workload": "tg8", "baseline": "a", "candidate": "b", "verdict": "faster",
+         "ratio": 1.2, "ci": [1.1, 1.3], "pairs": 10},
+        {"model": "~/m/two.gguf", "workload": "tg8", "baseline": "a", "candidate": "b", "verdict": "same",
+         "ratio": 1.0, "ci": [0.995, 1.005], "pairs": 20},
+        {"model": "~/m/gone.gguf", "workload": "tg8", "baseline": "a", "candidate": "b", "verdict": "same",
+         "ratio": "x", "ci": "y", "pairs": None}, "not a cell"]}
+    state: dict[str, Any] = {"models": [["~/m/one.gguf", "/here/one.gguf"], ["~/m/two.gguf", "/here/two.gguf"]],
+             "cells": original_cells(verdicts)}
+    assert state["cells"][2]["ratio"] is None and state["cells"][2]["ci"] is None and len(state["cells"]) == 3
+    got = rerun_cells(state, [_comparison("/here/two.gguf", "faster", 1.05, 1.1),
+                              _comparison("/here/one.gguf", "faster", 1.15, 1.25)])
+    assert [(c["original_model"], c["model"], c["original"]["verdict"], c["here"]["verdict"], c["agreement"])
+            for c in got] == [
+        ("~/m/one.gguf", "/here/one.gguf", "faster", "faster", "agrees"),
+        ("~/m/two.gguf", "/here/two.gguf", "same", "faster", "disagrees"),
+        ("~/m/gone.gguf", "~/m/gone.gguf", "same", "unresolved", "unresolved")]  # not measured here: no answer
+    assert got[0]["here"]["ci"] == [1.15, 1.25] and got[2]["here"]["pairs"] == 0
 
 
 def test_a_kind_bundles_do_not_hold_is_refused_before_anything_is_read(tmp_path: Path) -> None:
