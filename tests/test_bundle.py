@@ -123,6 +123,24 @@ def test_a_bundle_imports_as_the_study_it_was_and_only_once(original: Original, 
     assert third.returncode == 0 and original.study in third.stdout
 
 
+def test_a_bench_study_bundles_and_imports_too(engine: EngineBuild, dense_model: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, TOKENSLEUTH_DB=str(tmp_path / "a.sqlite"))
+    p = _cli(["bench", "-m", str(dense_model), "--json", str(tmp_path / "b.json"), "--", "-p", "0", "-n", "8", "-r", "2",
+              "-t", "1"], env)
+    assert p.returncode == 0, p.stderr
+    study = json.loads((tmp_path / "b.json").read_text())["study"]
+    packed = tmp_path / "bench.bundle.json.gz"
+    assert _cli(["report", study, "--bundle", str(packed), "--json", str(tmp_path / "r1.json")], env).returncode == 0
+    other = dict(env, TOKENSLEUTH_DB=str(tmp_path / "b.sqlite"))
+    assert _cli(["import", str(packed)], other).returncode == 0
+    assert _cli(["report", study, "--json", str(tmp_path / "r2.json")], other).returncode == 0
+    a, b = (json.loads((tmp_path / f).read_text())["results"] for f in ("r1.json", "r2.json"))
+    assert [(r["workload"], r["tokens_per_s"], r["samples"]) for r in a] == [
+        (r["workload"], r["tokens_per_s"], r["samples"]) for r in b]
+    rerun = _cli(["rerun", str(packed)], other)
+    assert rerun.returncode == 2 and "holds a study of kind bench — rerun measures compare studies again" in rerun.stderr
+
+
 def _snapshot(db: Path) -> list[Any]:
     if not db.exists():
         return []

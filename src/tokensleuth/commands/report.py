@@ -75,7 +75,8 @@ def save_bundle(path: Path, bundle: dict[str, Any]) -> None:
     except OSError as exc:
         raise UserError(f"cannot write --bundle {path}: {exc.strerror or exc} — choose another path") from None
     left = bundle["redacted"]
-    err.print(f"wrote {path}: study {bundle['study']['id']}, {len(bundle['trials'])} trials ({left['home_paths']} "
+    n = len(bundle["trials"])
+    err.print(f"wrote {path}: study {bundle['study']['id']}, {n} trial{'s' if n != 1 else ''} ({left['home_paths']} "
               f"home path(s) written as ~, {left['secrets']} secret(s) left out)", markup=False)
 
 
