@@ -137,7 +137,7 @@ def test_a_signal_is_an_exit_code_and_one_line(monkeypatch: pytest.MonkeyPatch, 
 
     previous = signal.getsignal(sig)
     monkeypatch.setattr(common, "open_store", wait_for_signal)
-    monkeypatch.setattr(shared, "build", wait_for_signal)  # bench's driver builds its engine (drivers.run.bench)
+    monkeypatch.setattr(shared, "build", wait_for_signal)  # bench's driver builds its engine (drivers.bench)
     model = write_tiny_gguf(tmp_path / "m.gguf")
     argv = ["studies"] if command == "studies" else ["bench", "--model", str(model)]
     assert cli.main(argv) == 128 + sig

@@ -295,6 +295,24 @@ def verdict(est: RatioEstimate | None, band: float) -> Verdict:
     return "unresolved"
 
 
+Agreement = Literal["agrees", "disagrees", "unresolved"]
+
+
+def agreement(original: str, here: str) -> Agreement:
+    """Whether a re-run's verdict on a cell agrees with the original's (``tokensleuth rerun``).
+
+    ``unresolved`` where either side is: an interval that straddles the band says nothing either
+    way, so it neither confirms nor refutes the other side's answer (an unresolved cell is never read
+    as ``same``, and two unresolved sides are not an agreement). Otherwise the verdicts agree when
+    they are the same word: ``same`` against ``faster`` is a disagreement, as is ``faster`` against
+    ``slower``. A word that is not a verdict (a damaged or hand-edited bundle) is unresolved too.
+    """
+    words = ("faster", "slower", "same")
+    if original not in words or here not in words:
+        return "unresolved"
+    return "agrees" if original == here else "disagrees"
+
+
 def next_pair_target(current: int, first: int, max_pairs: int) -> int | None:
     """Sequential schedule: first round of ``first`` pairs, then double, capped.
 

@@ -23,6 +23,7 @@ from tokensleuth.commands import (
     model,
     profile,
     report,
+    rerun,
     scan,
     studies,
 )
@@ -58,6 +59,7 @@ COMMANDS = (
     Command("import", studies.import_cmd),
     Command("studies", studies.studies),
     Command("report", report.report),
+    Command("rerun", rerun.rerun, resumable=True),
     Command("doctor", doctor.doctor, engine_flags=True),
     Command("site", report.site),
 )

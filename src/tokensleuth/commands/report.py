@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -22,13 +22,18 @@ def report(
         "--issue", help="Print Markdown in the shape of llama.cpp's bug-report form.")] = False,
     step: Annotated[Optional[int], typer.Option(
         "--step", min=1, help="A scan's step N: render the bisect that found it (with --issue: its issue).")] = None,
+    bundle_out: Annotated[Optional[Path], typer.Option(
+        "--bundle", parser=file_path("--bundle"), help="Write the study as one self-contained file (its spec, arms, "
+        "machine, every sample and warning, its verdicts; no home paths or secrets; gzip where it ends in .gz) "
+        "that `tokensleuth import` stores and `tokensleuth rerun` measures again elsewhere.")] = None,
     db: DbOpt = None,
 ) -> None:
-    """Re-render a stored study (Markdown; --json, --html, --issue). No engine runs."""
+    """Re-render a stored study (Markdown; --json, --html, --issue, --bundle). No engine runs."""
+    from tokensleuth.pages.bundle import bundle_of
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
 
-    guard_writes([("--json", json_out), ("--html", html_out)], db=db)
+    guard_writes([("--json", json_out), ("--html", html_out), ("--bundle", bundle_out)], db=db)
     with common.open_store(db) as store:
         row = store.study(study)
         sid = row["id"]
@@ -51,12 +56,29 @@ def report(
             from tokensleuth.pages.html import render_html
 
             page = render_html(store, sid, sections=[sec for sec, _ in explained], rendered=(text, obj))
+        packed = bundle_of(store, sid, (text, obj)) if bundle_out else None
     out.print(md, markup=False, highlight=False)
     if json_out:
         save_json(json_out, obj, sid)
     if html_out and page is not None:
         save_text(html_out, page)
         err.print(f"wrote {html_out}", markup=False)
+    if bundle_out and packed is not None:
+        save_bundle(bundle_out, packed)
+
+
+def save_bundle(path: Path, bundle: dict[str, Any]) -> None:
+    """Write a bundle whole or not at all, and say what it left out."""
+    from tokensleuth.store.bundle import write_bundle
+
+    try:
+        write_bundle(path, bundle)
+    except OSError as exc:
+        raise UserError(f"cannot write --bundle {path}: {exc.strerror or exc} — choose another path") from None
+    left = bundle["redacted"]
+    n = len(bundle["trials"])
+    err.print(f"wrote {path}: study {bundle['study']['id']}, {n} trial{'s' if n != 1 else ''} ({left['home_paths']} "
+              f"home path(s) written as ~, {left['secrets']} secret(s) left out)", markup=False)
 
 
 def site(

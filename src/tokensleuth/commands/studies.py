@@ -1,4 +1,5 @@
-"""tokensleuth import | studies: put llama-bench, AIPerf or llama-benchy results in the store; list what it holds."""
+"""tokensleuth import | studies: put llama-bench, AIPerf or llama-benchy results, or a tokensleuth bundle, in the
+store (through the importers' registry); list what it holds."""
 
 from __future__ import annotations
 
@@ -13,27 +14,18 @@ from tokensleuth.commands.common import DbOpt, out
 
 def import_cmd(
     file: Annotated[Path, typer.Argument(help="llama-bench output (-o json, jsonl or sql), an AIPerf run "
-                                              "(its artifact folder or profile_export_aiperf.json) or "
-                                              "llama-benchy --format json output.")],
+                                              "(its artifact folder or profile_export_aiperf.json), "
+                                              "llama-benchy --format json output, or a tokensleuth bundle "
+                                              "(report ID --bundle FILE).")],
     db: DbOpt = None,
 ) -> None:
-    """Import an existing llama-bench, AIPerf or llama-benchy result into the store."""
-    from tokensleuth.core.writes import check_readable_file
-    from tokensleuth.engines import importer_for, peers
-    from tokensleuth.engines.base import DEFAULT_KIND
+    """Import an existing llama-bench, AIPerf or llama-benchy result, or a tokensleuth bundle, into the store."""
+    from tokensleuth.importers import importer_of
 
-    tool = peers.tool_of(file) if file.is_dir() else None  # an AIPerf artifact folder is a folder
-    if tool is None:
-        check_readable_file("a result file", file)  # a FIFO or /dev/zero would never end
-        tool = peers.tool_of(file)
+    importer = importer_of(file)  # (asks each format's sniff; a file none knows is read as llama-bench's)
     with common.open_store(db) as store:
-        if tool is not None:
-            study, n = peers.import_file(store, file)
-            out.print(f"imported {n} {tool} result{'s' if n != 1 else ''} as study {study} (under {tool}'s "
-                      "definitions: report shows them)")
-            return
-        study, n = importer_for(DEFAULT_KIND)(store, file)  # llama-bench's -o json|jsonl|sql
-    out.print(f"imported {n} results as study {study}")
+        study, n = importer.read(store, file)
+    out.print(importer.said(study, n))
 
 
 def studies(db: DbOpt = None) -> None:

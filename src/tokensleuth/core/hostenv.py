@@ -39,3 +39,15 @@ def host_environment(sys_root: Path = Path("/sys"), proc_root: Path = Path("/pro
         "loadavg_1m": os.getloadavg()[0],
         "mem_available_mb": vm.available // (1 << 20),
     }
+
+
+def hardware(env: dict[str, Any]) -> dict[str, Any]:
+    """What a machine is, from a trial's stored environment: host, CPU, GPUs, driver and kernel
+    (a cross-host table's row, a bundle's machine)."""
+    gpus = ((env.get("monitor") or {}).get("nvidia") or {})
+    amd = ((env.get("monitor") or {}).get("amdgpu") or {})
+    names = [str(d.get("name")) for d in gpus.get("devices") or []] + [
+        str(d.get("name") or d.get("card")) for d in amd.get("devices") or []]
+    return {"host": env.get("host"), "cpu": env.get("cpu_model"), "cpu_count": env.get("cpu_count"),
+            "gpu": ", ".join(names) or None,
+            "driver": gpus.get("driver") or amd.get("driver"), "kernel": env.get("kernel")}

@@ -85,6 +85,18 @@ class CompareRequest(DriverOptions):
     profile: bool = False
     per_host: bool = False
     probe: bool = True
+    identity: dict[str, Any] | None = None  # more of what the study measures (a re-run: the study it re-checks)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RerunRequest(DriverOptions):
+    """A bundle's compare measured again here (``tokensleuth rerun``)."""
+
+    bundle: Path  # the file (named in the re-run's state)
+    content: dict[str, Any]  # the bundle as read and checked (importers.bundle.checked)
+    sources: dict[str, str] = field(default_factory=dict)  # arm -> its source here (--arm NAME=SOURCE)
+    model_paths: dict[str, str] = field(default_factory=dict)  # a bundle model's file name -> its path here
+    probe: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,7 @@ KINDS = {"llama-bench": "llamabench", "llama-server": "llamaserver", "openai": "
 # server (url:) over its OpenAI-compatible API, a command that starts one (cmd:) as llama-server
 DEFAULT_FOR = {"url:": "openai", "cmd:": "llama-server"}
 # kind -> module of this package whose import_file reads that kind's own output files into
-# the store (`tokensleuth import`)
+# the store and whose sniff knows them (`tokensleuth import`, through tokensleuth.importers)
 IMPORTERS = {"llama-bench": "llamabench.import_"}
 
 
@@ -78,6 +78,15 @@ def importer_for(kind: str) -> Callable[[Store, Path], tuple[str, int]]:
         raise UserError(f"tokensleuth cannot import {kind} output — it reads {', '.join(IMPORTERS)} output")
     read: Callable[[Store, Path], tuple[str, int]] = importlib.import_module(f"{__name__}.{module}").import_file
     return read
+
+
+def sniffer_for(kind: str) -> Callable[[Path], bool]:
+    """The function that tells ``kind``'s own output files by their first bytes."""
+    module = IMPORTERS.get(kind)
+    if module is None:
+        raise UserError(f"tokensleuth cannot import {kind} output — it reads {', '.join(IMPORTERS)} output")
+    sniff: Callable[[Path], bool] = importlib.import_module(f"{__name__}.{module}").sniff
+    return sniff
 
 
 def show_setting(field: str, v: object) -> str:

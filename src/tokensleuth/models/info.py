@@ -36,6 +36,11 @@ class ModelInfo:
         return {k: getattr(self, k) for k in self.__slots__}
 
 
+# the facts that tell whether a file elsewhere is the same model (a bundle records them; a re-run
+# checks the model it is given against them): the path and the bytes per token aside
+SAME_MODEL = ("arch", "name", "n_params", "n_layer", "n_embd", "n_vocab", "file_bytes", "quant_mix")
+
+
 # GGUF layout (ggml/docs/gguf.md): magic "GGUF", u32 version, u64 tensor count, u64 KV
 # count, the KVs, the tensor infos (name, n_dims, dims, type, offset), then the tensor
 # data, starting at the next multiple of general.alignment (default 32). All sizes

@@ -26,8 +26,8 @@ FLOOR = 9  # the layers: a module imports its own folder and lower floors (tests
 _MODULES = {"bench": ("bench", "KIND"), "import": ("bench", "IMPORT"), "compare": ("compare", "KIND"),
             "bisect": ("bisect", "KIND"), "decompose": ("decompose", "KIND"), "crosshost": ("crosshost", "KIND"),
             "profile": ("profile", "KIND"), "scan": ("scan", "KIND"), "kernels": ("kernels", "KIND")}
-# spec keys that name this machine's caches, not what the study measured
-DROP_KEYS = {"build_keys", "host"}
+# spec keys that name this machine's caches or another study, not what the study measured
+DROP_KEYS = {"build_keys", "host", "rerun_of"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,8 @@ class StudyKind(Protocol):
     history: bool  # its arms' t/s belong in the site's history per model and test
     bandwidth: bool  # its cells are arms' measurements whose decode bandwidth is explained
     paired: bool  # its cells are paired comparisons of arms (the depth lines fit them)
+    bundles: bool  # `report ID --bundle FILE` writes it whole (its rows alone render it)
+    reruns: bool  # `tokensleuth rerun BUNDLE` measures it again here and says, per cell, whether it agrees
 
     def headline(self, obj: dict[str, Any], md: str) -> str:
         """One line on what it found (the site's index)."""
@@ -116,6 +118,8 @@ class KindBase:
     history = False
     bandwidth = False
     paired = False
+    bundles = False
+    reruns = False
 
     def headline(self, obj: dict[str, Any], md: str) -> str:
         if obj.get("summary"):

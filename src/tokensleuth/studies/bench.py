@@ -171,6 +171,7 @@ class BenchKind(KindBase):
     name = "bench"
     history = True
     bandwidth = True
+    bundles = True
 
     def describe(self, spec: dict[str, Any]) -> str:
         return str(spec.get("engine") or spec.get("file") or "")

@@ -13,9 +13,12 @@ from tokensleuth.analysis import stats
 from tokensleuth.core.records import JSON_SCHEMA_VERSION
 from tokensleuth.drivers.verdicts.comparisons import (
     OUTPUTS_STATE,
+    RERUN_STATE,
     Comparison,
     analyze,
+    machine_of,
     noise_of,
+    rerun_cells,
     spec_of,
     stored_spec,
 )
@@ -80,7 +83,48 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     if found:  # studies made before noise was measured have none
         md += "\n\n" + found[0]
         obj["noise"] = found[1]
+    rerun = store.get_state(study_id, RERUN_STATE)  # `tokensleuth rerun`: what agrees with the original
+    if rerun:
+        obj["rerun"] = rerun_json(rerun, comps, machine_of(store, study_id))
+        md = render_rerun(obj["rerun"]) + "\n\n" + md
     return md, obj
+
+
+def rerun_json(rerun: dict[str, Any], comps: list[Comparison], here: dict[str, Any] | None) -> dict[str, Any]:
+    """A re-run's answer: per cell the original's verdict and this machine's, and whether they agree."""
+    cells = rerun_cells(rerun, comps)
+    bundle = rerun.get("bundle") or {}
+    return {"original": rerun.get("original"), "bundle": bundle,
+            "machines": {"original": bundle.get("machine"), "here": here}, "cells": cells,
+            "agreement": {w: sum(c["agreement"] == w for c in cells) for w in ("agrees", "disagrees", "unresolved")}}
+
+
+def _machine_words(hw: dict[str, Any] | None) -> str:
+    if not hw:
+        return "an unknown machine"
+    return ", ".join(str(x) for x in (hw.get("cpu"), hw.get("gpu")) if x) or str(hw.get("host") or "a machine")
+
+
+def _ci(ci: Any) -> str:
+    return f"[{ci[0]:.4f}, {ci[1]:.4f}]" if isinstance(ci, list) and len(ci) == 2 and None not in ci else "—"
+
+
+def render_rerun(r: dict[str, Any]) -> str:
+    """The re-run's table: per cell, the original's verdict and interval, this machine's, and the word."""
+    n = r["agreement"]
+    head = (f"Re-run of study {r['original']} (bundle {r['bundle'].get('file')}; there: "
+            f"{_machine_words(r['machines']['original'])}; here: {_machine_words(r['machines']['here'])}): "
+            f"{n['agrees']} cell{'s' if n['agrees'] != 1 else ''} agree{'s' if n['agrees'] == 1 else ''}, "
+            f"{n['disagrees']} disagree{'s' if n['disagrees'] == 1 else ''}, {n['unresolved']} unresolved "
+            "(a cell unresolved on either side is never counted as agreeing).")
+    rows = [[Path(c["model"]).stem, c["workload"], c["candidate"], c["original"]["verdict"],
+             _ci(c["original"].get("ci")), str(c["original"].get("pairs") or "—"), c["here"]["verdict"],
+             _ci(c["here"]["ci"]), str(c["here"]["pairs"]), f"**{c['agreement']}**" if c["agreement"] == "disagrees"
+             else c["agreement"]] for c in r["cells"]]
+    return "\n".join([head, "", table(["model", "test", "candidate", "original", "99% CI", "pairs", "here", "99% CI",
+                                       "pairs", "agreement"], rows,
+                                      [False, True, False, False, True, True, False, True, True, False]),
+                      "", f"the original: `tokensleuth report {r['original']}`"])
 
 
 def toml_value(v: Any) -> str:
@@ -251,6 +295,8 @@ class CompareKind(KindBase):
     history = True
     bandwidth = True
     paired = True
+    bundles = True
+    reruns = True
 
     def describe(self, spec: dict[str, Any]) -> str:
         return ", ".join(str(a.get("name")) for a in spec.get("arms", []))

@@ -72,7 +72,8 @@ def run(request: CompareRequest, say: Say, summarize: Summarize) -> CompareOutco
 
     with shared.open_store(request.db) as store:
         sid, comps = compare.run_compare(store, spec, builds, resume=request.resume,
-                                         on_trial=shared.trial_printer(say), on_round=on_round, placement=True)
+                                         on_trial=shared.trial_printer(say), on_round=on_round, placement=True,
+                                         identity=request.identity)
         if predicted:  # beside the placement the load log reported (state "placement")
             store.put_state(sid, MEMORY_STATE, predicted)
         warnings = store.warnings(sid)
@@ -156,7 +157,8 @@ def _on_fleet(fleet: Fleet, request: CompareRequest, say: Say) -> CompareOutcome
                         spec.workloads, a.source)
     with shared.open_store(request.db) as store:
         sid, comps = compare.run_compare(store, spec, builds, resume=request.resume,
-                                         on_trial=shared.trial_printer(say), executor=shared.executor_for(fleet))
+                                         on_trial=shared.trial_printer(say), executor=shared.executor_for(fleet),
+                                         identity=request.identity)
         warnings = store.warnings(sid)
     return CompareOutcome(sid, "compare", None, warnings, _no_pair(sid, comps), markup=True)
 

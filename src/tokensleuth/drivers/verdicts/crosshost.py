@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.core.hostenv import hardware
 from tokensleuth.drivers.verdicts.pairs import run_compare, spec_dump
 from tokensleuth.executors.ray import on_fleet
 from tokensleuth.store import Store
@@ -26,17 +27,6 @@ if TYPE_CHECKING:
 
 HOSTS_STATE = "hosts"  # [{node, study, hardware, backends} or {node, error, lost_at}]
 Log = Callable[[str], None]
-
-
-def hardware(env: dict[str, Any]) -> dict[str, Any]:
-    """What a row names of a machine: CPU, GPUs and driver."""
-    gpus = ((env.get("monitor") or {}).get("nvidia") or {})
-    amd = ((env.get("monitor") or {}).get("amdgpu") or {})
-    names = [str(d.get("name")) for d in gpus.get("devices") or []] + [
-        str(d.get("name") or d.get("card")) for d in amd.get("devices") or []]
-    return {"host": env.get("host"), "cpu": env.get("cpu_model"), "cpu_count": env.get("cpu_count"),
-            "gpu": ", ".join(names) or None,
-            "driver": gpus.get("driver") or amd.get("driver"), "kernel": env.get("kernel")}
 
 
 def run_per_host(db: Path, fleet: Fleet, spec: CompareSpec, targets: Callable[[ArmSpec], Sequence[str]], *,

@@ -45,6 +45,17 @@ def _detect(text: str) -> str:
     raise UserError(f"unknown file format — {FORMATS_HINT}")
 
 
+def sniff(path: Path) -> bool:
+    """Whether the file starts as llama-bench's -o json, jsonl or sql output does."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096).decode("utf-8", "replace")
+        _detect(head)
+    except (OSError, UserError):
+        return False
+    return True
+
+
 def parse_bench_file(text: str) -> tuple[str, list[dict[str, Any]]]:
     """Detect the format of a llama-bench output and return its result objects."""
     fmt = _detect(text)
