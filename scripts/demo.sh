@@ -4,7 +4,8 @@
 # against one) with paired, sequential verdicts and print the report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+# only what the main job needs (the tests' container, browser, peers and fleet are scripts/test.sh's)
+TOKENSLEUTH_SETUP_TESTS=0 bash scripts/setup.sh
 T=.venv/bin/tokensleuth
 mkdir -p out
 $T engine build

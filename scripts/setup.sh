@@ -42,10 +42,14 @@ if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v chromium >/dev/null
         need "chromium/chromium-driver (the HTML report tests; apt-get as root installs them)"
     fi
 fi
-if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; then
+# The main job needs tokensleuth alone; the tests add their tools and Ray (the fleet's tests).
+# .venv/.installed says which was installed: a test run after the demo adds what it lacks.
+if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then extras='[test,fleet]'; has=tests; else extras=''; has=main; fi
+if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ] \
+        || { [ "$has" = tests ] && [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; }; then
     python3 -m venv .venv
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,fleet]'
-    touch .venv/.installed
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
+    if [ "$has" = tests ] || [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; then echo "$has" > .venv/.installed; fi
 fi
 # AIPerf and llama-benchy, the peers of the server figures (bench/peer_check.py and its test), in an
 # environment of their own as their users install them: their pins (rich 14, psutil 7.0) conflict with
