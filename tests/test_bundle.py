@@ -297,7 +297,7 @@ def _comparison(model: str, verdict: str, lo: float, hi: float) -> Any:
 
 
 def test_each_original_cell_meets_the_cell_of_its_model_here() -> None:
-    from tokensleuth.drivers.verdicts.comparisons import original_cells, rerun_cells
+    from tokensleuth.drivers.verdicts.agreement import original_cells, rerun_cells
 
     verdicts = {"comparisons": [
         {"model": "~/m/one.gguf", "workload": "tg8", "baseline": "a", "candidate": "b", "verdict": "faster",

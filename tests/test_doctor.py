@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import tokensleuth_bin
 from tokensleuth.analysis import stats
-from tokensleuth.drivers import doctor
+from tokensleuth.drivers import doctor, machine
 from tokensleuth.drivers.verdicts.diagnose import allowed_cpus
 from tokensleuth.sources.build import EngineBuild
 
@@ -36,14 +36,14 @@ def noisy(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_a_noisy_machine_is_named_check_by_check(tmp_path: Path) -> None:
-    found = {f.name: f for f in doctor.cpu_checks(*noisy(tmp_path))}
+    found = {f.name: f for f in machine.cpu_checks(*noisy(tmp_path))}
     assert not found["governor"].ok and found["governor"].seen == "performance, powersave"
     assert "cpupower frequency-set -g performance" in found["governor"].fix
     assert not found["boost"].ok and found["boost"].seen == "on"
     assert not found["THP"].ok and found["THP"].seen == "always"
     assert not found["temperature"].ok and found["temperature"].seen.startswith("91")
     assert found["SMT"].ok and found["ASLR"].ok and found["ASLR"].seen == "on"  # notes, not faults
-    line = doctor.summary_line(list(found.values()))
+    line = machine.summary_line(list(found.values()))
     assert line is not None and line.startswith("doctor: governor performance, powersave; boost on; THP always")
 
 
@@ -54,15 +54,15 @@ def test_a_quiet_machine_says_nothing(tmp_path: Path) -> None:
         "kernel/mm/transparent_hugepage/enabled": "always [madvise] never",
         "class/thermal/thermal_zone0/temp": "45000",
     })
-    found = doctor.cpu_checks(sys_root, tmp_path / "proc")
+    found = machine.cpu_checks(sys_root, tmp_path / "proc")
     assert all(f.ok for f in found), found
-    assert doctor.summary_line(found) is None
+    assert machine.summary_line(found) is None
 
 
 def test_gpu_checks_on_the_fake_nvml() -> None:
     from tests.monitor.fakes import FakeNVML
 
-    found = {f.name: f for f in doctor.gpu_checks(FakeNVML(gpu_pids=(4242,)))}
+    found = {f.name: f for f in machine.gpu_checks(FakeNVML(gpu_pids=(4242,)))}
     assert found["GPU0 clock"].seen == "SM 1980 of 1980 MHz now"
     assert not found["GPU other processes"].ok and "4242" in found["GPU other processes"].seen
 
@@ -142,9 +142,9 @@ def test_doctor_measures_the_engine_model_and_flags_given(engine: EngineBuild, d
 def test_the_exit_drain_is_reported_with_its_fix(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from tokensleuth.engines import exitdrain
 
-    (built,) = doctor.drain_checks()
+    (built,) = machine.drain_checks()
     assert built.ok and built.seen.endswith(".so"), built
     monkeypatch.setenv("TOKENSLEUTH_CACHE", str(tmp_path))
     monkeypatch.setattr(exitdrain, "_compiler", lambda: None)
-    (missing,) = doctor.drain_checks()
+    (missing,) = machine.drain_checks()
     assert not missing.ok and "no C compiler" in missing.seen and "install a C compiler" in missing.fix

@@ -85,7 +85,7 @@ def test_arms_of_one_build_are_traced_as_each_runs_it(engine: EngineBuild, dense
     ways (it said "not profiled — one build" before)."""
     from types import SimpleNamespace
 
-    from tokensleuth.drivers.shared import profiler
+    from tokensleuth.drivers.slower import profiler
     from tokensleuth.drivers.slower.ops import profile_comparisons
     from tokensleuth.sources import DEFAULT_ENGINE
     from tokensleuth.studies.kernels import summary

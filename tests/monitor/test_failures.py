@@ -253,10 +253,10 @@ def test_a_healthy_monitor_has_no_failure_notes() -> None:
 
 
 def test_doctor_says_when_the_gpu_processes_could_not_be_listed() -> None:
-    from tokensleuth.drivers import doctor
+    from tokensleuth.drivers import machine
 
-    def unlisted(nvml: FakeNVML) -> list[doctor.Finding]:
-        return [f for f in doctor.gpu_checks(nvml) if f.seen.startswith("could not be listed")]
+    def unlisted(nvml: FakeNVML) -> list[machine.Finding]:
+        return [f for f in machine.gpu_checks(nvml) if f.seen.startswith("could not be listed")]
 
     (f,) = unlisted(FlakyNVML({"procs1": "all"}))
     assert f.name == "GPU other processes" and not f.ok and f.seen.startswith("could not be listed (gpu1: ")

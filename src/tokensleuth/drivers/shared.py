@@ -4,7 +4,7 @@ driver), engine builds with progress, the doctor's line, and the diagnose and pr
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,13 +18,10 @@ from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS, BuildCache, EngineBuild
 from tokensleuth.store import Store
 from tokensleuth.trials.runner import TrialCallback
-from tokensleuth.trials.spec import arm_argv
 
 Summarize = Callable[[str, dict[str, Any]], dict[str, Any]]  # (study id, profile object) -> its summary
 
 if TYPE_CHECKING:
-    from tokensleuth.drivers.verdicts.diagnose import Diagnoser
-    from tokensleuth.drivers.verdicts.judge import Profiler
     from tokensleuth.executors import Executor
     from tokensleuth.fleet import Fleet
 
@@ -137,78 +134,6 @@ def trial_printer(say: Say, label: str = "") -> TrialCallback:
             extra = f" — last stderr: {tail[0][:120]}" if tail else ""
             say.line(f"  trial {i}/{n} [{arm}] {o.status.upper()}: {o.message}{extra}")
     return on_trial
-
-
-def doctor_line(say: Say) -> None:
-    """The doctor's one line when a quick check finds something that adds noise."""
-    from tokensleuth.drivers import doctor
-
-    line = doctor.summary_line(doctor.quick_checks())
-    if line:
-        say.line(line)
-
-
-def diagnoser(store: Store, request: DriverOptions, probe: bool, say: Say) -> Diagnoser:
-    """A driver's diagnose hook: why a comparison stayed open, with the threads probe where
-    ``probe`` (it runs here: not when a fleet's machines measured)."""
-    def why(study_id: str, builds: Mapping[str, EngineBuild]) -> dict[str, Any] | None:
-        from tokensleuth.drivers.verdicts.diagnose import diagnose
-
-        rx = diagnose(store, study_id, builds, probe=probe, argv=request.argv, log=say.line)
-        return rx.to_json() if rx else None
-
-    return why
-
-
-def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s: float, say: Say,
-             summarize: Summarize) -> Profiler:
-    """A driver's profile hook (judge.Profiler): what changed between two sources on one model
-    and workload, stored as a study, and what the culprit's report shows of it (``summarize``).
-    GPU builds are traced by their kernels (drivers/slower/kernels.py: llama-bench as measured, every
-    flag); CPU builds get the per-op diff of the profiler built with them (drivers/slower/ops.py)."""
-    def run(parent: str, culprit: str, model: str, workload: str,
-            sides: Sequence[tuple[str, Mapping[str, str], Sequence[str]]] | None = None) -> dict[str, Any]:
-        from tokensleuth.drivers.slower import slower_for
-        from tokensleuth.drivers.slower.kernels import check_flags as check_kernel_flags
-        from tokensleuth.drivers.slower.kernels import run_kernels
-        from tokensleuth.drivers.slower.ops import run_profile
-        from tokensleuth.engines.profiler import flags_from, workload_args
-        from tokensleuth.sources.profiler import TARGET
-
-        if sides is not None:  # one build, two arms: traced or profiled two ways (their environment and flags)
-            one = build(parent, cmake, DEFAULT_TARGETS, say)
-            names = [name for name, _, _ in sides]
-            extra = {name: list(f) for name, _, f in sides}
-            if slower_for([one.backends]) == "ops":  # a CPU build: the op profile of each arm, as it runs
-                workload_args(workload)
-                one = build(parent, cmake, (*DEFAULT_TARGETS, TARGET), say)
-                one.binary(TARGET)
-                own = {name: flags_from(list(arm_argv(DEFAULT_KIND, flags, extra[name]).argv)) for name in names}
-                sid, obj = run_profile(store, {name: one for name in names}, [model], [workload], flags_from(flags),
-                                       timeout_s=timeout_s, resume=True, log=say.line,
-                                       env={name: dict(e) for name, e, _ in sides}, engine_flags=own)
-                return summarize(sid, obj)
-            for name in names:
-                check_kernel_flags(list(arm_argv(DEFAULT_KIND, flags, extra[name]).argv), [workload])
-            sid, obj = run_kernels(store, {name: one for name in names}, [model], [workload], flags,
-                                   timeout_s=timeout_s, resume=True, log=say.line,
-                                   env={name: dict(e) for name, e, _ in sides}, engine_flags=extra)
-            return summarize(sid, obj)
-        builds = {s: build(s, cmake, DEFAULT_TARGETS, say) for s in (parent, culprit)}
-        if slower_for(b.backends for b in builds.values()) == "kernels":
-            check_kernel_flags(flags, [workload])
-            sid, obj = run_kernels(store, builds, [model], [workload], flags, timeout_s=timeout_s, resume=True,
-                                   log=say.line)
-            return summarize(sid, obj)
-        workload_args(workload)  # ppN or tgN, before the profiler's build
-        builds = {s: build(s, cmake, (*DEFAULT_TARGETS, TARGET), say) for s in (parent, culprit)}
-        for b in builds.values():
-            b.binary(TARGET)  # a bin: folder has no profiler: said in one line, before a study is made
-        sid, obj = run_profile(store, builds, [model], [workload], flags_from(flags), timeout_s=timeout_s,
-                               resume=True, log=say.line)
-        return summarize(sid, obj)
-
-    return run
 
 
 # -- the spec of a driver that judges sources by paired comparisons --------------------------

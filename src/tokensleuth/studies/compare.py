@@ -11,14 +11,12 @@ from typing import Any
 
 from tokensleuth.analysis import stats
 from tokensleuth.core.records import JSON_SCHEMA_VERSION
+from tokensleuth.drivers.verdicts.agreement import RERUN_STATE, machine_of, rerun_cells
 from tokensleuth.drivers.verdicts.comparisons import (
     OUTPUTS_STATE,
-    RERUN_STATE,
     Comparison,
     analyze,
-    machine_of,
     noise_of,
-    rerun_cells,
     spec_of,
     stored_spec,
 )

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.paths import default_db
 from tokensleuth.drivers import shared
+from tokensleuth.drivers.machine import doctor_line
 from tokensleuth.drivers.requests import CompareRequest, Say
-from tokensleuth.drivers.shared import Summarize
+from tokensleuth.drivers.slower import Summarize, profiler
 from tokensleuth.drivers.verdicts import pairs as compare
 from tokensleuth.drivers.verdicts.comparisons import OUTPUTS_STATE, Comparison
 from tokensleuth.drivers.verdicts.diagnose import Prescription, diagnose
@@ -65,7 +66,7 @@ def run(request: CompareRequest, say: Say, summarize: Summarize) -> CompareOutco
     plan = plan_output_checks(spec) if request.check_outputs else None  # a sweep is refused before measuring
     for b in by_source.values() if request.check_outputs else ():
         b.binary("llama-perplexity")  # a bin: engine without it is refused before measuring too
-    shared.doctor_line(say)
+    doctor_line(say)
 
     def on_round(n_cells: int, target: int) -> None:
         say.line(f"round: {n_cells} open cell(s), up to {target} pairs")
@@ -84,7 +85,7 @@ def run(request: CompareRequest, say: Say, summarize: Summarize) -> CompareOutco
             from tokensleuth.drivers.slower.ops import PROFILES_STATE, profile_comparisons
 
             store.put_state(sid, PROFILES_STATE, profile_comparisons(
-                comps, spec, shared.profiler(store, list(spec.arms[0].cmake), [*spec.common_flags], spec.timeout_s,
+                comps, spec, profiler(store, list(spec.arms[0].cmake), [*spec.common_flags], spec.timeout_s,
                                              say, summarize), log=say.line))
         if plan is not None:
             checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s, say)]

@@ -43,6 +43,7 @@ from tokensleuth.analysis import stats
 from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import cell_of
+from tokensleuth.drivers.requests import DriverOptions, Say
 from tokensleuth.drivers.verdicts.causes import (
     Diagnosis,
     Proc,
@@ -321,3 +322,13 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
     rx = prescribe(d, spec.band, pairs_now, spec.max_pairs, argv, found, kind=base.kind)
     store.put_state(study_id, DIAGNOSIS_STATE, rx.to_json())
     return rx
+
+
+def diagnoser(store: Store, request: DriverOptions, probe: bool, say: Say) -> Diagnoser:
+    """A driver's diagnose hook: why a comparison stayed open, with the threads probe where
+    ``probe`` (it runs here: not when a fleet's machines measured)."""
+    def why(study_id: str, builds: Mapping[str, EngineBuild]) -> dict[str, Any] | None:
+        rx = diagnose(store, study_id, builds, probe=probe, argv=request.argv, log=say.line)
+        return rx.to_json() if rx else None
+
+    return why

@@ -29,11 +29,6 @@ if TYPE_CHECKING:
     from tokensleuth.fleet import RemoteCache
 
 Log = Callable[[str], None]
-# (before source, after source, model, workload) -> what a report shows of their kernel (or op)
-# diff: the profile hook of bisect, scan and decompose (drivers/shared.profiler)
-# (parent source, culprit source, model, workload) -> what the report shows; a compare's arms of
-# one build pass ``sides``: each arm's name, environment and extra flags (one build traced two ways)
-Profiler = Callable[..., dict[str, Any]]
 FAILED_STATUSES = ("failed", "crashed", "timeout", "garbage")
 
 

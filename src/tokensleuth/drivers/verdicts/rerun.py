@@ -6,7 +6,7 @@ Everything that can refuse is asked before anything is stored or measured: each 
 here, each model here (and whether it is the bundle's model), each engine built. The original is
 imported once the re-run's own study exists (``store.bundle.import_rows``: once), and the re-run
 study names it in its identity (``rerun_of``: its --resume finds it) and in its state
-(``comparisons.RERUN_STATE``), where the report reads what agrees.
+(``agreement.RERUN_STATE``), where the report reads what agrees.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from tokensleuth.core.errors import EngineError, UserError, show
 from tokensleuth.core.redact import REDACTED
 from tokensleuth.drivers import shared
 from tokensleuth.drivers.requests import CompareRequest, RerunRequest, Say
-from tokensleuth.drivers.shared import Summarize
+from tokensleuth.drivers.slower import Summarize
 from tokensleuth.drivers.verdicts import compare
+from tokensleuth.drivers.verdicts.agreement import RERUN_STATE, original_cells
 from tokensleuth.drivers.verdicts.compare import CompareOutcome
-from tokensleuth.drivers.verdicts.comparisons import RERUN_OF, RERUN_STATE, original_cells, spec_of
+from tokensleuth.drivers.verdicts.comparisons import RERUN_OF, spec_of
 from tokensleuth.models.info import SAME_MODEL, model_info
 from tokensleuth.sources import parse_source
 from tokensleuth.sources.build import DEFAULT_TARGETS

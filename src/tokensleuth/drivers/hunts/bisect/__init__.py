@@ -40,10 +40,11 @@ from tokensleuth.drivers.hunts.bisect.verdicts import (
     regression_edge,
     specific_to_model,
 )
+from tokensleuth.drivers.machine import doctor_line
 from tokensleuth.drivers.requests import BisectRequest, Say
-from tokensleuth.drivers.shared import Summarize
-from tokensleuth.drivers.verdicts.diagnose import Diagnoser
-from tokensleuth.drivers.verdicts.judge import Judge, Profiler
+from tokensleuth.drivers.slower import Profiler, Summarize, profiler
+from tokensleuth.drivers.verdicts.diagnose import Diagnoser, diagnoser
+from tokensleuth.drivers.verdicts.judge import Judge
 from tokensleuth.engines import engine_for
 from tokensleuth.sources import history, parse_source
 from tokensleuth.sources.build import BuildCache
@@ -134,10 +135,10 @@ def run(request: BisectRequest, say: Say, summarize: Summarize) -> dict[str, Any
     shared.refuse_on_fleet(fleet, pin_params=request.pin_params, check_outputs=request.check_outputs)
     if fleet is not None:
         fleet.check_files(shared.fleet_paths(spec["models"] + spec["control_models"], [c.source for c in cands]))
-    shared.doctor_line(say)
+    doctor_line(say)
     profile = request.profile and fleet is None and engine_for(request.kind).profiles
     with shared.open_store(request.db) as store:
         return run_bisect(store, cands, spec, resume=request.resume, log=say.line, fleet=fleet,
-                          diagnose=shared.diagnoser(store, request, request.probe and fleet is None, say),
-                          profile=shared.profiler(store, request.cmake, request.flags, request.timeout_s, say,
+                          diagnose=diagnoser(store, request, request.probe and fleet is None, say),
+                          profile=profiler(store, request.cmake, request.flags, request.timeout_s, say,
                                                   summarize) if profile else None)

@@ -11,7 +11,7 @@ from typing import Any
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.drivers.hunts.bisect.search import search
 from tokensleuth.drivers.hunts.bisect.steps import Bisector, Log
-from tokensleuth.drivers.verdicts.judge import Profiler
+from tokensleuth.drivers.slower import Profiler
 from tokensleuth.sources.build import BuildCache, EngineBuild
 from tokensleuth.sources.history import Candidate
 

@@ -25,9 +25,9 @@ from tokensleuth.drivers.hunts.decompose.branches import (
 from tokensleuth.drivers.hunts.decompose.perplexity import perplexity_check
 from tokensleuth.drivers.hunts.decompose.steps import Decomposer, Log, OutputCheck
 from tokensleuth.drivers.requests import DecomposeRequest, Say
-from tokensleuth.drivers.shared import Summarize
-from tokensleuth.drivers.verdicts.diagnose import Diagnoser
-from tokensleuth.drivers.verdicts.judge import Judge, Profiler
+from tokensleuth.drivers.slower import Profiler, Summarize, profiler
+from tokensleuth.drivers.verdicts.diagnose import Diagnoser, diagnoser
+from tokensleuth.drivers.verdicts.judge import Judge
 from tokensleuth.engines import engine_for
 from tokensleuth.sources.patches import (
     Patch,
@@ -107,8 +107,8 @@ def run(request: DecomposeRequest, say: Say, summarize: Summarize) -> dict[str, 
                           executor=shared.executor_for(fleet))
         result = run_decompose(store, private, base_sha, plist, spec, resume=request.resume, log=say.line,
                                    check_outputs=checker, judge=judge,
-                                   diagnose=shared.diagnoser(store, request, request.probe and fleet is None, say),
-                                   profile=shared.profiler(store, request.cmake, request.flags, request.timeout_s, say,
+                                   diagnose=diagnoser(store, request, request.probe and fleet is None, say),
+                                   profile=profiler(store, request.cmake, request.flags, request.timeout_s, say,
                                                            summarize) if profile else None)
     if request.out_branch is not None and repo is not None:
         write_branch(repo, private, result["final"], request.out_branch)

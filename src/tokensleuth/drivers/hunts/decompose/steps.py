@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.drivers.slower import Profiler
 from tokensleuth.drivers.verdicts.comparisons import Comparison
 from tokensleuth.drivers.verdicts.diagnose import Diagnoser
-from tokensleuth.drivers.verdicts.judge import Judge, Judgement, Profiler
+from tokensleuth.drivers.verdicts.judge import Judge, Judgement
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
 from tokensleuth.sources.patches import (

@@ -65,9 +65,9 @@ from tokensleuth.drivers.hunts.scan.refine import run_block
 from tokensleuth.drivers.hunts.scan.result import finish, partial
 from tokensleuth.drivers.hunts.scan.state import BLOCKS, CANDIDATES, POINTS, Log, Scan
 from tokensleuth.drivers.hunts.scan.steps import FitStep, fit_steps, smallest_seen
+from tokensleuth.drivers.machine import doctor_line
 from tokensleuth.drivers.requests import Say, ScanRequest
-from tokensleuth.drivers.shared import Summarize
-from tokensleuth.drivers.verdicts.judge import Profiler
+from tokensleuth.drivers.slower import Profiler, Summarize, profiler
 from tokensleuth.sources import history
 from tokensleuth.sources.history import Candidate
 from tokensleuth.trials.spec import spec_hash
@@ -176,8 +176,8 @@ def run(request: ScanRequest, say: Say, summarize: Summarize) -> dict[str, Any]:
     cands = candidates(request, say)
     if fleet is not None:
         fleet.check_files(shared.fleet_paths(spec["models"] + spec["control_models"], [c.source for c in cands]))
-    shared.doctor_line(say)
+    doctor_line(say)
     with shared.open_store(request.db) as store:
         return run_scan(store, cands, spec, resume=request.resume, log=say.line, fleet=fleet,
-                        profile=shared.profiler(store, request.cmake, request.flags, request.timeout_s, say, summarize)
+                        profile=profiler(store, request.cmake, request.flags, request.timeout_s, say, summarize)
                         if request.profile and fleet is None else None)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.drivers.hunts.scan.progress import eta_text, parse_budget
-from tokensleuth.drivers.verdicts.judge import Judge, Profiler
+from tokensleuth.drivers.slower import Profiler
+from tokensleuth.drivers.verdicts.judge import Judge
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
 from tokensleuth.sources.history import Candidate
