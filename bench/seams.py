@@ -189,7 +189,7 @@ def lines(p: Path) -> int:
 
 def scan_lines(src: Path) -> str:
     files = [p for p in src.rglob("*.py") if p.stem == "scan" and "drivers" in p.parts or p == src / "scan.py"
-             or "scan" in p.parent.name and p.parent.parent.name == "drivers"]
+             or "scan" in p.parent.name and p.parent.parent.name in ("drivers", "hunts")]
     files = [p for p in files if "studies" not in p.parts and "commands" not in p.parts]
     if not files:
         return "n/a"
@@ -205,6 +205,59 @@ def duplicates(src: Path) -> str:
     first = out.splitlines()[0] if out else ""
     m = re.match(r"(\d+) pairs?", first)
     return m.group(1) if m else first[:40]
+
+
+def long_modules(src: Path, most: int = 400) -> list[str]:
+    """Modules over ``most`` lines."""
+    return sorted(str(p.relative_to(src)) for p in src.rglob("*.py") if lines(p) > most)
+
+
+def private_imports(mods: dict[str, tuple[str, ast.Module]]) -> list[str]:
+    """``from tokensleuth.X import _name`` (at the top or inside a function), X another module."""
+    out = []
+    for mod, (_, tree) in mods.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tokensleuth") \
+                    and node.module != mod:
+                out += [f"{mod}: {node.module}.{a.name}" for a in node.names
+                        if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def largest_class(mods: dict[str, tuple[str, ast.Module]]) -> str:
+    """The class with the most methods, its own and its bases' of this package."""
+    own = {node.name: (node, mod) for mod, (_, tree) in mods.items() for node in ast.walk(tree)
+           if isinstance(node, ast.ClassDef)}
+
+    def methods(name: str, seen: frozenset[str] = frozenset()) -> int:
+        node, _ = own[name]
+        n = sum(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) for b in node.body)
+        return n + sum(methods(b.id, seen | {name}) for b in node.bases
+                       if isinstance(b, ast.Name) and b.id in own and b.id not in seen)
+
+    name = max(own, key=methods)
+    return f"{name} ({methods(name)} methods)"
+
+
+def twin_drivers(src: Path) -> int:
+    """Command modules with a namesake elsewhere under drivers/ (drivers/x.py beside drivers/run/x.py)."""
+    d = src / "drivers"
+    names = Counter([p.stem for p in d.rglob("*.py") if p.stem != "__init__"]
+                    + [p.name for p in d.rglob("*") if p.is_dir() and (p / "__init__.py").exists()]) \
+        if d.is_dir() else Counter()
+    commands = {"bench", "compare", "bisect", "scan", "decompose", "profile", "doctor"}
+    return sum(1 for n in commands if names[n] > 1)
+
+
+def joins_outside(mods: dict[str, tuple[str, ast.Module]]) -> int:
+    """Calls of ``.join_flags(`` outside engines/ and trials/spec.py (the one place that joins)."""
+    n = 0
+    for mod, (_, tree) in mods.items():
+        if top(mod) == "engines" or mod.endswith("trials.spec"):
+            continue
+        n += sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call)
+                 and isinstance(node.func, ast.Attribute) and node.func.attr == "join_flags")
+    return n
 
 
 def figures(rev: str) -> dict[str, str]:
@@ -234,6 +287,11 @@ def figures(rev: str) -> dict[str, str]:
             "engine-kind tests outside engines/": str(kind_branches(mods, ENGINE_KINDS, "engines", True)),
             "study-kind branches outside studies/": str(kind_branches(mods, STUDY_KINDS, "studies")),
             "duplicated blocks (duplicates, 6+ lines)": duplicates(src),
+            "modules over 400 lines": str(len(long_modules(src))),
+            "private names imported across modules": str(len(private_imports(mods))),
+            "the class with the most methods": largest_class(mods),
+            "commands with two driver modules of one name": str(twin_drivers(src)),
+            "arm flags joined outside trials/spec.py": str(joins_outside(mods)),
             "files per folder": " ".join(f"{k}:{v}" for k, v in sorted(per_folder.items())),
         }
 
