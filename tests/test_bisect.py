@@ -178,7 +178,7 @@ def test_no_regression_between_endpoints(engine: EngineBuild, dense_model: Path,
         sid = _judged(store, dense_model, shas["base"], shas["n4"])
         iv = rules.interval(rules.paired_rates(store, sid, end["model"], "tg32", "A", "B"))
         # the judge decides only what the pairs no confounder touched give too (comparisons.guard)
-        assert store.study(sid).spec["confounders"] == "wait"
+        assert store.reads.study(sid).spec["confounders"] == "wait"
     verdict = rules.band_verdict(iv, 0.4)
     assert end["verdict"] == verdict, (end, iv, p.stderr[-2000:])
     assert r["first_bad"] is None
@@ -236,9 +236,9 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         return Comparison("m.gguf", w, "A", "B", 5, [1.0], [1.0], est, stats.verdict(est, 0.075))
 
     with Store(tmp_path / "s.db") as store:
-        sid = store.create_study("bisect", {}, "h", [], [])
-        store.put_state(sid, "endpoint_ratio", 0.85)
-        store.put_state(sid, "endpoint_cells", [["m.gguf", "pp512"]])
+        sid = store.writes.create_study("bisect", {}, "h", [], [])
+        store.state.put(sid, "endpoint_ratio", 0.85)
+        store.state.put(sid, "endpoint_cells", [["m.gguf", "pp512"]])
         cands = [Candidate(str(i), f"bin:/x{i}") for i in range(3)]
         spec = {"band": 0.02, "max_pairs": 10, "models": ["m.gguf"], "workloads": ["pp512", "tg128"],
                 "cmake": [], "flags": [], "timeout_s": 60}
@@ -264,7 +264,7 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         assert bis.classify(1, build).outcome == "unresolved"
         assert len(edges) == 2  # straddles the edge: measured again at twice the pairs
         # a 4x slowdown: the edge is 0.5, so a neutral step measured noisily ([0.72, 1.07]) is good
-        store.put_state(sid, "endpoint_ratio", 0.25)
+        store.state.put(sid, "endpoint_ratio", 0.25)
         edges.clear()
         bis.compare = answer((0.72, 1.07))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "good" and edges == [pytest.approx(0.5)]

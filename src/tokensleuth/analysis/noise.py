@@ -118,7 +118,7 @@ def components(procs: list[Process]) -> Noise | None:
 
 def estimate(store: Store, study_id: str) -> Noise | None:
     """The components of a study's finished trials (one Process per trial and test)."""
-    rows = store.done_samples(study_id)
+    rows = store.reads.done_samples(study_id)
     logs: dict[tuple[int, int], list[float]] = defaultdict(list)
     reps_s: dict[tuple[int, int], float] = defaultdict(float)
     info: dict[tuple[int, int], tuple[tuple[str, str, int], float | None]] = {}

@@ -114,7 +114,7 @@ class Decomposer:
         self.models = list(spec["models"]) + list(spec.get("control_models") or [])
 
     def steps(self) -> list[dict[str, Any]]:
-        return list(self.store.get_state(self.study, "steps", []))
+        return list(self.store.state.get(self.study, "steps", []))
 
     def run(self) -> dict[str, Any]:
         if self.judge.build(self.repo.source(self.base)) is None:
@@ -132,7 +132,7 @@ class Decomposer:
             else:
                 step = self.step(p, kept)
                 done = out + [step]  # later steps were taken on another kept chain, if any
-                self.store.put_state(self.study, "steps", done)
+                self.store.state.put(self.study, "steps", done)
             out.append(step)
             self._log_step(i, step)
             if step["decision"] == "kept":
@@ -266,7 +266,7 @@ class Decomposer:
                                 + " — rerun with --resume to add pairs, or on a quieter machine")
             undecided = next((s for s in steps if s["reason"] == "unresolved" and s.get("study")), None)
             if undecided is not None and self.diagnose is not None:  # why (the first undecided step)
-                builds = {a["name"]: b for a in self.store.arms(undecided["study"])
+                builds = {a["name"]: b for a in self.store.reads.arms(undecided["study"])
                           if (b := self.judge.builds.get(a["source"])) is not None}
                 if (why := self.diagnose(undecided["study"], builds)) is not None:
                     result["diagnosis"] = dict(why, patch=undecided["patch"])
@@ -315,18 +315,18 @@ def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[
     log = log or (lambda s: None)
     key = dict(spec, base=base, repo=str(repo.path), patches=[p.digest for p in patches],
                output_check=check_outputs is not None)
-    handle = store.begin_study("decompose", key, spec_hash(key), resume=resume)
-    stored = store.get_state(handle.id, "result")
+    handle = store.writes.begin_study("decompose", key, spec_hash(key), resume=resume)
+    stored = store.state.get(handle.id, "result")
     if handle.finished and stored is not None:
         log(f"decompose {handle.id} already finished — its stored result follows")
         return dict(stored)
-    with store.lease(handle.id):
-        store.put_state(handle.id, "result", None)
+    with store.leases.hold(handle.id):
+        store.state.put(handle.id, "result", None)
         result = Decomposer(store, handle.id, repo, base, patches, spec, judge=judge, log=log,
                             check_outputs=check_outputs, diagnose=diagnose, profile=profile).run()
-        store.put_state(handle.id, "result", result)
+        store.state.put(handle.id, "result", result)
         if result["status"] == "done":
-            store.finish_study(handle.id)
+            store.writes.finish_study(handle.id)
         return result
 
 

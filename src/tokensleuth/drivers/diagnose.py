@@ -276,9 +276,9 @@ def allowed_cpus() -> int:
 
 def load_procs(store: Store, study_id: str) -> list[Proc]:
     """One :class:`Proc` per finished trial and test of the study."""
-    rows = store.done_samples(study_id)
+    rows = store.reads.done_samples(study_id)
     warn: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for w in store.warnings(study_id):
+    for w in store.reads.warnings(study_id):
         warn[int(w["trial_id"])].append((str(w["code"]), str(w["detail"])))
     logs: dict[tuple[int, int], list[float]] = defaultdict(list)
     meta: dict[tuple[int, int], tuple[str, str, float, int | None]] = {}
@@ -342,12 +342,12 @@ def _gpu_busy(store: Store, trial_id: int, test_idx: int) -> float | None:
     from tokensleuth.monitor.sampler import DEFAULT_INTERVAL_S
 
     least = BUSY_SAMPLES * DEFAULT_INTERVAL_S * 1e9
-    spans = [(int(w["start_ns"]), int(w["end_ns"])) for w in store.windows(trial_id)
+    spans = [(int(w["start_ns"]), int(w["end_ns"])) for w in store.reads.windows(trial_id)
              if int(w["test_idx"]) == test_idx and int(w["end_ns"]) - int(w["start_ns"]) >= least]
     if not spans:
         return None
     seen = []
-    for t, row in store.timeline(trial_id):
+    for t, row in store.reads.timeline(trial_id):
         if any(a <= t <= b for a, b in spans):
             seen += [float(v) for k, v in row.items() if k.startswith("gpu") and k.endswith("_busy_pct")]
     return float(np.mean(seen)) if seen else None
@@ -518,5 +518,5 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
         found = run_probe(store, build, worst.model, worst.workload, spec.flags_of(base),
                           d.threads - 1, spec.band, spec.timeout_s, kind=base.kind)
     rx = prescribe(d, spec.band, pairs_now, spec.max_pairs, argv, found, kind=base.kind)
-    store.put_state(study_id, DIAGNOSIS_STATE, rx.to_json())
+    store.state.put(study_id, DIAGNOSIS_STATE, rx.to_json())
     return rx

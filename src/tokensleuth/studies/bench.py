@@ -177,7 +177,7 @@ class BenchKind(KindBase):
 
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         cells = load_cells(store, study_id)
-        engine_json = store.arms(study_id)[0].engine
+        engine_json = store.reads.arms(study_id)[0].engine
         return render_bench(cells, study_id, engine_json), bench_json(cells, study_id, engine_json)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:

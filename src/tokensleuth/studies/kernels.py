@@ -127,10 +127,10 @@ def render(sid: str, obj: dict[str, Any]) -> str:
 
 
 def stored(store: Store, study_id: str) -> dict[str, Any]:
-    runs = store.get_state(study_id, RUNS_STATE)
+    runs = store.state.get(study_id, RUNS_STATE)
     if not runs:
         raise UserError(f"kernels {study_id} has no traced process yet — run it again with --resume")
-    return analyze(store.study(study_id).spec, runs)
+    return analyze(store.reads.study(study_id).spec, runs)
 
 
 def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:

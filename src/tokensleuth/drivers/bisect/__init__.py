@@ -62,13 +62,13 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     log = log or (lambda s: None)
     key = dict(spec, candidates=[c.source for c in cands])
     h = spec_hash(key)
-    handle = store.begin_study("bisect", key, h, resume=resume)
-    stored = store.get_state(handle.id, "result")
+    handle = store.writes.begin_study("bisect", key, h, resume=resume)
+    stored = store.state.get(handle.id, "result")
     if handle.finished and stored is not None:
         log(f"bisect {handle.id} already finished — its stored result follows")
         return dict(stored)
-    with store.lease(handle.id):
-        store.put_state(handle.id, "result", None)  # running again: the stored answer is no longer current
+    with store.leases.hold(handle.id):
+        store.state.put(handle.id, "result", None)  # running again: the stored answer is no longer current
         bis = Bisector(store, handle.id, cands, spec, log, judge=judge, fleet=fleet)
         result = _run(bis, store, handle.id, cands, spec, log, diagnose)
         if spec.get("check_outputs") and search_outputs and result["status"] != "crash":

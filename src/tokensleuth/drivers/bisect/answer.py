@@ -55,8 +55,8 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
         regress = [c for c in regress if [c.model, c.workload] in spec["cells"]] or regress
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
     assert worst.estimate is not None
-    store.put_state(sid, "endpoint_ratio", worst.estimate.ratio)
-    store.put_state(sid, "endpoint_cells", [[c.model, c.workload] for c in regress
+    store.state.put(sid, "endpoint_ratio", worst.estimate.ratio)
+    store.state.put(sid, "endpoint_cells", [[c.model, c.workload] for c in regress
                                             if c.verdict == worst.verdict])
     if bis.width() > 1:  # k machines: k candidates a round
         found, rounds = search_parallel(len(cands), bis.judge_many, bis.width(), bis.width)
@@ -67,7 +67,7 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
     if bis.fleet is not None and bis.fleet.lost:
         result["lost_machines"] = [{"node": n.label, "at": bis.fleet.lost[n.id]}
                                    for n in bis.fleet.nodes if n.id in bis.fleet.lost]
-    steps = store.get_state(sid, "steps", {})
+    steps = store.state.get(sid, "steps", {})
     result["steps"] = [steps[str(i)] for i in found.order]
     result["skipped"] = [cands[i].label for i in found.skipped]
     result["crashed"] = [cands[i].label for i in found.crashed]
@@ -120,9 +120,9 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
 
 def _finish(store: Store, sid: str, result: dict[str, Any]) -> dict[str, Any]:
     """Store the answer; an unresolved bisect stays open (``--resume`` adds pairs), others end."""
-    store.put_state(sid, "result", result)
+    store.state.put(sid, "result", result)
     if result["status"] in ANSWERED:
-        store.finish_study(sid)
+        store.writes.finish_study(sid)
     elif result["status"] == "crash":
-        store.finish_study(sid, "failed")
+        store.writes.finish_study(sid, "failed")
     return result

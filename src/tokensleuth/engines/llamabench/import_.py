@@ -118,5 +118,5 @@ def import_file(store: Store, path: Path) -> tuple[str, int]:
               for i, r in enumerate(rs)]
         trials.append((model, TrialOutcome("done", 0, f"imported from {name} ({fmt})", "", now, now, 0, 0,
                                            {"imported_from": spec["file"]}, tuple(rs), ())))
-    study = store.import_study("import", spec, spec_hash(spec), ("imported", engine["source"], engine), trials)
+    study = store.writes.import_study("import", spec, spec_hash(spec), ("imported", engine["source"], engine), trials)
     return study, len(rows)
