@@ -47,7 +47,7 @@ from tokensleuth.core.errors import UserError
 from tokensleuth.engines import engine_for
 from tokensleuth.engines.base import DEFAULT_KIND
 from tokensleuth.engines.placement import LoadSettings, override_regex
-from tokensleuth.models.info import _read_header
+from tokensleuth.models.info import read_header
 
 Settings = LoadSettings  # what a load's memory depends on, as the engine reads it from its flags (Engine.guard)
 MIB = 1 << 20
@@ -150,7 +150,7 @@ def predict(model: Path, s: Settings, gpu: bool, repack: frozenset[str] | None =
     # -ot regexes compiled once, a bad one refused before the model is read (the engine's reading
     # of its flags refused it already; Settings made another way are checked here)
     overrides = [(override_regex(pat), buft) for pat, buft in s.overrides]
-    head = _read_header(model)
+    head = read_header(model)
     kv = head.kv
     arch = str(kv.get("general.architecture", ""))
 

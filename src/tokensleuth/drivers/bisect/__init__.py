@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tokensleuth.drivers.bisect.answer import _finish, _run
+from tokensleuth.drivers.bisect.answer import answer_bisect, store_answer
 from tokensleuth.drivers.bisect.culprit import bisect_outputs, culprit_profile, source_changes
 from tokensleuth.drivers.bisect.search import OUTCOMES, SearchResult, probe_points, search, search_parallel
 from tokensleuth.drivers.bisect.steps import Bisector, Log, Step
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from tokensleuth.store import Store
 
 __all__ = [
-    "ANSWERED", "OUTCOMES", "Bisector", "Log", "SearchResult", "Step", "_finish", "_run", "bisect_outputs",
+    "ANSWERED", "OUTCOMES", "Bisector", "Log", "SearchResult", "Step", "answer_bisect", "bisect_outputs",
     "culprit_profile", "endpoint_answer", "half_regression_band", "probe_points", "regression_edge",
     "run_bisect", "search", "search_parallel", "source_changes", "specific_to_model",
 ]
@@ -70,9 +70,9 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     with store.leases.hold(handle.id):
         store.state.put(handle.id, "result", None)  # running again: the stored answer is no longer current
         bis = Bisector(store, handle.id, cands, spec, log, judge=judge, fleet=fleet)
-        result = _run(bis, store, handle.id, cands, spec, log, diagnose)
+        result = answer_bisect(bis, store, handle.id, cands, spec, log, diagnose)
         if spec.get("check_outputs") and search_outputs and result["status"] != "crash":
             result["outputs"] = bisect_outputs(bis, log)
         if profile is not None and result["status"] == "found":
             result["profile"] = culprit_profile(result, cands, spec, profile, log)
-        return _finish(store, handle.id, result)
+        return store_answer(store, handle.id, result)

@@ -1,7 +1,7 @@
-"""A bisect from its endpoints to its answer (:func:`_run`): the endpoints built and compared
+"""A bisect from its endpoints to its answer (:func:`answer_bisect`): the endpoints built and compared
 (twice the pairs when undecided), the candidates searched (k at once on a fleet), the first bad
 verified against its parent, the source changes and llama-bench's settings at the culprit, the
-controls; and the answer stored (:func:`_finish`)."""
+controls; and the answer stored (:func:`store_answer`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tokensleuth.sources.history import Candidate
 from tokensleuth.store import Store
 
 
-def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any],
+def answer_bisect(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any],
          log: Log, diagnose: Diagnoser | None = None) -> dict[str, Any]:
     """The bisect of ``cands`` under study ``sid``, judged by ``bis``: its result object (see
     :func:`tokensleuth.drivers.bisect.run_bisect`), not yet stored."""
@@ -118,7 +118,7 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
     return result
 
 
-def _finish(store: Store, sid: str, result: dict[str, Any]) -> dict[str, Any]:
+def store_answer(store: Store, sid: str, result: dict[str, Any]) -> dict[str, Any]:
     """Store the answer; an unresolved bisect stays open (``--resume`` adds pairs), others end."""
     store.state.put(sid, "result", result)
     if result["status"] in ANSWERED:
