@@ -17,7 +17,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from tokensleuth.analysis.kernels import COVERAGE, ProcessKernels, Window, coverage, diff, process_kernels, reach
+from tokensleuth.analysis.kernel_diff import diff
+from tokensleuth.analysis.kernels import COVERAGE, ProcessKernels, Window, coverage, process_kernels, reach
 from tokensleuth.kernels.cupti import read_file
 
 

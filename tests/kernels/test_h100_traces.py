@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tokensleuth.analysis.kernels import COVERAGE, ProcessKernels, Window, coverage, diff, process_kernels, reach
+from tokensleuth.analysis.kernel_diff import diff
+from tokensleuth.analysis.kernels import COVERAGE, ProcessKernels, Window, coverage, process_kernels, reach
 from tokensleuth.drivers.kernels import analyze
 from tokensleuth.kernels.cupti import read_file
 

@@ -28,11 +28,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tokensleuth.analysis.kernel_diff import diff
 from tokensleuth.analysis.kernels import (
     ProcessKernels,
     Window,
     coverage,
-    diff,
     missing_records,
     one_token,
     process_kernels,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.core.errors import UserError
-from tokensleuth.analysis.kernels import BESIDE
+from tokensleuth.analysis.kernel_diff import BESIDE
 from tokensleuth.drivers.kernels import RUNS_STATE, analyze
 from tokensleuth.report.figures import Figure, cell_label, num
 from tokensleuth.report.markdown import table

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import UserError, show
 from tokensleuth.core.records import ResultRow, TrialOutcome, spec_hash
-from tokensleuth.engines.llamabench import (
+from tokensleuth.engines.llamabench.output import (
     MalformedOutput,
     parse_json,
     parse_jsonl,
