@@ -51,20 +51,15 @@ from tokensleuth.core.workloads import Workload, parse
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (
-    STALL_S,
-    RequestFailed,
     check_served_model,
     Served,
     ServerArgv,
-    Stream,
-    http_client,
     model_meta,
-    post_stream,
     result_of,
     sample_of,
     split_flags,
-    sse_events,
 )
+from tokensleuth.engines.streams import STALL_S, RequestFailed, Stream, http_client, post_stream, sse_events
 
 BINARY = "llama-server"
 # Flags tokensleuth sets itself: the model, where it listens, how many streams.
