@@ -15,7 +15,7 @@ import pytest
 from tests import rules
 from tests.conftest import tokensleuth_bin
 from tokensleuth.analysis.results import load_cells
-from tokensleuth.analysis.stats import COLD_ALPHA_WITHIN, COLD_UNDECIDED_P, cold_leading
+from tokensleuth.analysis.cold import COLD_ALPHA_WITHIN, COLD_UNDECIDED_P, cold_leading
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 

@@ -7,7 +7,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokensleuth.analysis.stats import STALL_FACTOR, Cold, cold_leading, trial_tokens_per_s
+from tokensleuth.analysis.cold import Cold, cold_leading
+from tokensleuth.analysis.stats import STALL_FACTOR, trial_tokens_per_s
 from tokensleuth.core.workloads import cell_of
 from tokensleuth.monitor.attribute import (
     EDGE_ERROR_LIMIT,

@@ -72,14 +72,8 @@ def model_fit(
 ) -> None:
     """What a llama-bench run of MODEL with the flags after `--` will need in memory, per
     device, against what is free here — nothing is run."""
-    from tokensleuth.trials.memory import (
-        Free,
-        gpu_free,
-        host_free,
-        judge,
-        load_settings,
-        predict,
-    )
+    from tokensleuth.trials.memory import judge, load_settings, predict
+    from tokensleuth.trials.memory_free import Free, gpu_free, host_free
 
     from tokensleuth.engines.base import DEFAULT_KIND
     from tokensleuth.engines.checks import check_arm

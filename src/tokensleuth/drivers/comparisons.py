@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.analysis import noise, stats
+from tokensleuth.analysis.cold import Cold
 from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.analysis.results import load_cells
 from tokensleuth.core.workloads import cell_of, trial_workloads
@@ -46,8 +47,8 @@ class Comparison:
     # server arms: TTFT / inter-token latency percentiles (results.Cell.latency)
     base_latency: dict[str, Any] | None = None
     cand_latency: dict[str, Any] | None = None
-    # leading repetitions every trial of this cell left out (stats.cold_leading), None when none
-    cold: stats.Cold | None = None
+    # leading repetitions every trial of this cell left out (cold.cold_leading), None when none
+    cold: Cold | None = None
     shared: bool = False  # each pair ran in one engine process (Engine.sharing), not one per trial
     joined: bool = False  # each trial ran every workload of its model in one process (compare.joins_workloads)
     # pairs whose trials carried a confounder the monitor saw (CONFOUNDERS), by code, and the
@@ -387,7 +388,7 @@ def shared_sentence(comps: Sequence[Comparison]) -> str:
 
 def cold_sentence(comps: Sequence[Comparison]) -> str:
     """Which cells left cold leading repetitions out of every trial, and how slow they ran."""
-    seen: dict[str, stats.Cold] = {}
+    seen: dict[str, Cold] = {}
     for c in comps:
         if c.cold is not None and c.cold.count and c.workload not in seen:
             seen[c.workload] = c.cold
@@ -396,12 +397,12 @@ def cold_sentence(comps: Sequence[Comparison]) -> str:
     return cold_words(seen, shared=any(c.shared for c in comps))
 
 
-def cold_words(seen: Mapping[str, stats.Cold], *, shared: bool = False, added: bool = True) -> str:
+def cold_words(seen: Mapping[str, Cold], *, shared: bool = False, added: bool = True) -> str:
     """The sentence compare and bench both say of cold repetitions (``seen``: per workload).
 
     ``added``: whether they were added to -r (a bench of one process has no later one to add them to).
     """
-    def first(k: stats.Cold) -> str:
+    def first(k: Cold) -> str:
         n = per_instance(k.count) if shared else k.count
         return ("the first " + ("repetition" if n == 1 else f"{n} repetitions")
                 + (" of each instance" if shared else ""))

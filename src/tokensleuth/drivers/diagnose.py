@@ -41,6 +41,7 @@ import numpy as np
 from scipy import stats as sps
 
 from tokensleuth.analysis import stats
+from tokensleuth.analysis.cold import cold_leading
 from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import cell_of
@@ -300,12 +301,12 @@ def load_procs(store: Store, study_id: str) -> list[Proc]:
             if str(r["model"]) not in layers:
                 layers[str(r["model"])] = _layers(str(r["model"]))
             where[key] = where_work_runs(raw, layers[str(r["model"])])
-    # cold leading repetitions are left out of the verdict's statistic (stats.cold_leading): so here
+    # cold leading repetitions are left out of the verdict's statistic (cold.cold_leading): so here
     by_cell: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for key in logs:
         by_cell[meta[key][1]].append(key)
     for keys in by_cell.values():
-        c = stats.cold_leading([logs[k] for k in keys]).count
+        c = cold_leading([logs[k] for k in keys]).count
         for k in keys:
             logs[k] = logs[k][min(c, len(logs[k]) - 1):]
     out = []

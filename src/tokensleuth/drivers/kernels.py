@@ -37,7 +37,8 @@ from tokensleuth.analysis.kernels import (
     one_token,
     process_kernels,
 )
-from tokensleuth.analysis.stats import cold_leading, stalled_reps, welch
+from tokensleuth.analysis.cold import cold_leading
+from tokensleuth.analysis.stats import stalled_reps, welch
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import JSON_SCHEMA_VERSION, TrialOutcome
 from tokensleuth.drivers.slower import run_study
