@@ -117,7 +117,7 @@ class TrialRate:
     tokens_per_s: float
     kept: int  # repetitions that count
     stalled: tuple[int, ...]  # repetition indices left out
-    cold: int = 0  # leading repetitions left out (cold_leading)
+    cold: int = 0  # leading repetitions left out (cold.cold_leading)
 
 
 def trial_tokens_per_s(tokens_per_s: Sequence[float], durations_ns: Sequence[int],
@@ -138,7 +138,7 @@ def trial_tokens_per_s(tokens_per_s: Sequence[float], durations_ns: Sequence[int
     """
     if not tokens_per_s or len(tokens_per_s) != len(durations_ns):
         raise ValueError("need one duration per repetition")
-    cold = min(cold, len(tokens_per_s) - 1)  # ``cold`` leading repetitions (cold_leading) are left out
+    cold = min(cold, len(tokens_per_s) - 1)  # ``cold`` leading repetitions (cold.cold_leading) are left out
     stalled = [cold + i for i in stalled_reps(durations_ns[cold:], factor)]
     kept = [v for i, v in enumerate(tokens_per_s) if i >= cold and i not in stalled]
     return TrialRate(float(np.mean(kept)), len(kept), tuple(stalled), cold)

@@ -64,7 +64,7 @@ def run_bench(
     # Without workloads, llama-bench runs the tests its own flags name, in one process.
     cells = [(m, w) for m in models for w in (workloads or [""])]
     # Here, rounds are planned one at a time: the cold leading repetitions found in the rounds
-    # before (stats.cold_leading, as compare) are added to the next round's -r, so each process
+    # before (cold.cold_leading, as compare) are added to the next round's -r, so each process
     # keeps the repetitions asked for. A fleet gets every round at once, to run them side by side:
     # its cold repetitions are found and left out the same, not added to -r.
     rounds = 1 if executor is None else trials
