@@ -52,7 +52,7 @@ add resume src/tokensleuth/drivers/verdicts/pairs.py \
 add kill-resume src/tokensleuth/drivers/verdicts/pairs.py \
     'resume=resume or create, arms=arms)' 'resume=False, arms=arms)' \
     tests/faults/test_kill_anywhere.py::test_compare_killed_anywhere
-add recover src/tokensleuth/store/lifecycle.py \
+add recover src/tokensleuth/store/leases.py \
     'lost = tuple(self._recover(db, study_id))' 'lost = ()  # trials a killed run left running stay so' \
     tests/test_shared_process.py::test_a_kill_inside_a_shared_process_loses_and_duplicates_nothing
 add diagnosis src/tokensleuth/drivers/verdicts/compare.py \
@@ -78,28 +78,28 @@ add fleet-pairs src/tokensleuth/executors/base.py \
     'key: tuple[str, str, int] | int = (j.model, j.workload, j.pair) if j.pair >= 0 else -j.trial_id - 1' \
     'key: tuple[str, str, int] | int = -j.trial_id - 1' \
     tests/test_fleet.py::test_parallel_bisect_on_two_machines_finds_the_culprit
-# the kernel diff (analysis/kernels.py): each share computed, the union not the sum, the 1% rule,
+# the kernel diff (analysis/kernel_diff.py, analysis/kernels.py): each share computed, the union not the sum, the 1% rule,
 # the interval, own time, a withheld table everywhere, sampled records that cross the next launch
-add share-rest src/tokensleuth/analysis/kernels.py \
+add share-rest src/tokensleuth/analysis/kernel_diff.py \
     'out["gaps_share" if untraced else "unexplained_share"] = rest' \
     'out["gaps_share" if untraced else "unexplained_share"] = 0.0' \
     tests/kernels/test_figures.py::test_each_share_is_computed_and_can_be_told_from_a_constant
-add share-sum src/tokensleuth/analysis/kernels.py \
+add share-sum src/tokensleuth/analysis/kernel_diff.py \
     '"kernels", "busy_ms_per_token"), ("outside"' '"kernels", "kernel_ms_per_token"), ("outside"' \
     tests/kernels/test_figures.py::test_each_share_is_computed_and_can_be_told_from_a_constant
 add records-rule src/tokensleuth/analysis/kernels.py \
     'RECORDS = 0.01' 'RECORDS = 0.20' \
     tests/kernels/test_figures.py::test_the_records_rule_withholds_at_one_percent_not_at_twenty
-add share-interval src/tokensleuth/analysis/kernels.py \
+add share-interval src/tokensleuth/analysis/kernel_diff.py \
     'return float(lo), float(hi)' 'return 0.0, 2.0' \
     tests/kernels/test_figures.py::test_each_share_is_computed_and_can_be_told_from_a_constant
 add own-time src/tokensleuth/analysis/kernels.py \
     'credit[lead] += nxt - t' 'credit[lead] += 0' \
     tests/kernels/test_figures.py::test_a_kernel_that_grew_only_beside_a_slowed_one_is_named_so_below_it
-add beside-verdict src/tokensleuth/analysis/kernels.py \
+add beside-verdict src/tokensleuth/analysis/kernel_diff.py \
     'verdict = f"{verdict} beside others"' 'verdict = verdict' \
     tests/kernels/test_figures.py::test_a_kernel_that_grew_only_beside_a_slowed_one_is_named_so_below_it
-add withheld-rows src/tokensleuth/analysis/kernels.py \
+add withheld-rows src/tokensleuth/analysis/kernel_diff.py \
     'out["rows"] = []' 'out["rows"] = rows' \
     tests/kernels/test_figures.py::test_a_withheld_table_names_no_kernel_anywhere
 add sample-cross src/tokensleuth/analysis/kernels.py \
@@ -111,7 +111,7 @@ add compare-note src/tokensleuth/drivers/verdicts/comparisons.py \
 add bin-backends src/tokensleuth/sources/configure.py \
     'found += _linked_backends(folder / program)' 'found += []' \
     tests/sources/test_backends.py::test_a_static_program_answers_by_what_it_links
-add store-race src/tokensleuth/store/lifecycle.py \
+add store-race src/tokensleuth/store/database.py \
     'if "locked" not in str(exc) or time.monotonic() + delay > deadline:' 'if True:' \
     tests/test_store_race.py::test_processes_opening_a_new_store_together_all_open_it
 add name-tags src/tokensleuth/kernels/__init__.py \

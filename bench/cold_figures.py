@@ -1,6 +1,6 @@
 """Cold leading repetitions: what leaving them out buys, from a stored store of real studies.
 
-For every compare study and cell in the store: the cold repetitions found (stats.cold_leading),
+For every compare study and cell in the store: the cold repetitions found (cold_leading),
 and the pairs a ±1% (and ±0.5%) verdict would need at the spread of each trial's t/s with
 every repetition counted against with the cold ones left out (stats.pairs_for_same on the
 paired interval). The H200 store of this repository (bench/results/h200-scale/store.sqlite:
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tokensleuth.analysis import stats
+from tokensleuth.analysis.cold import cold_leading
 from tokensleuth.store import Store
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +46,7 @@ def main() -> None:
                 continue
             for w in sorted({m[2] for m in meta.values()}):
                 trials = [t for t, m in meta.items() if m[2] == w]
-                cold = stats.cold_leading([[math.log(v) for v in reps[t]] for t in trials])
+                cold = cold_leading([[math.log(v) for v in reps[t]] for t in trials])
                 need = {}
                 for label, c in (("all", 0), ("out", cold.count)):
                     by = {(meta[t][0], meta[t][1]): float(np.mean(reps[t][c:])) for t in trials}

@@ -37,13 +37,13 @@ def processes(store: Store, sid: str, design: str, study: int) -> list[dict[str,
     """The study's engine processes as bench/pairing.py writes them: in one process, its four
     instances in the order they ran (the first arm's two are its 1st and 4th; split() interleaved
     each arm's pair of instances), else each trial alone."""
-    trials = {int(t["id"]): t for t in store.trials(sid)}
+    trials = {int(t["id"]): t for t in store.reads.trials(sid)}
     by_pair: dict[tuple[str, int], dict[str, list[int]]] = defaultdict(dict)
     order: dict[tuple[str, int], list[str]] = {}
     out = []
-    for r in store.results(sid):
+    for r in store.reads.results(sid):
         t = trials[int(r["trial_id"])]
-        ns = [int(x["duration_ns"]) for x in store.samples(int(r["id"]))]
+        ns = [int(x["duration_ns"]) for x in store.reads.samples(int(r["id"]))]
         w = str(r["workload"])
         if design == "in-process":
             by_pair[(w, int(t["pair"]))][str(t["arm"])] = ns

@@ -17,12 +17,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from tokensleuth.analysis.kernel_diff import diff
 from tokensleuth.analysis.kernels import (
     COVERAGE,
     ProcessKernels,
     Window,
     coverage,
-    diff,
     process_kernels,
     reach,
 )

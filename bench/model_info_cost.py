@@ -93,7 +93,7 @@ def _data_end(path: Path) -> int:
     import mmap
 
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-        return info._header(buf).data_end
+        return info.parse_header(buf).data_end
 
 
 def seconds(fn: Callable[[], object], repeat: int) -> float:

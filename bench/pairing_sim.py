@@ -6,7 +6,7 @@ for each design, workload and arm pair:
 
 * **today**: one process per arm and pair, every one of 3 repetitions counted;
 * **cold out**: the same processes, 4 repetitions run and the cold leading ones that
-  stats.cold_leading finds left out (the tool's design since item 2);
+  cold_leading finds left out (the tool's design since item 2);
 * **in-process**: one process per pair running A, B, B, A (B, A, A, B every other pair) on one
   load, cold leading repetitions of each instance left out as above.
 
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from tokensleuth.analysis import stats
+from tokensleuth.analysis.cold import cold_leading
 
 ROOT = Path(__file__).resolve().parent.parent
 FIRST, MAX = 5, 40  # compare's defaults: --min-pairs 5, --max-pairs 40
@@ -67,7 +68,7 @@ def pairs_for(procs: list[dict[str, Any]], design: str) -> Pairs:
     w = procs[0]["workload"]
     n_tok = tokens(w)
     instances = [rep_logs(r, n_tok) for p in procs for r in p["rows"]]
-    cold = 0 if design == "today" else stats.cold_leading(instances).count
+    cold = 0 if design == "today" else cold_leading(instances).count
     d, cost, resid = [], [], []
     if design == "inprocess":
         for p in procs:

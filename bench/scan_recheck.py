@@ -122,9 +122,9 @@ def main() -> int:
     if not (args.db and args.study and args.out_db):
         ap.error("--db, --study and --out-db are needed (or --reclass FILE)")
     with Store(args.db) as store:
-        sid = store.study(args.study)["id"]
-        spec = dict(store.study(sid)["spec"])
-        r = store.get_state(sid, "result") or {}
+        sid = store.reads.study(args.study)["id"]
+        spec = dict(store.reads.study(sid)["spec"])
+        r = store.state.get(sid, "result") or {}
     repo = str(spec["first"]).removeprefix("git:").rpartition("@")[0]
     pairs = [(f"step {n} ({s.get('subject') or s['first_bad']}, {s['direction']})", s["parent"], s["first_bad"],
               {(Path(c["model"]).stem, c["workload"]): c["verdict"] for c in s["cells"]},

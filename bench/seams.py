@@ -240,7 +240,7 @@ def largest_class(mods: dict[str, tuple[str, ast.Module]]) -> str:
 
 
 def twin_drivers(src: Path) -> int:
-    """Command modules with a namesake elsewhere under drivers/ (drivers/x.py beside drivers/run/x.py)."""
+    """Command modules with a namesake elsewhere under drivers/ (drivers/x.py beside drivers/x.py)."""
     d = src / "drivers"
     names = Counter([p.stem for p in d.rglob("*.py") if p.stem != "__init__"]
                     + [p.name for p in d.rglob("*") if p.is_dir() and (p / "__init__.py").exists()]) \

@@ -102,7 +102,7 @@ def main() -> None:
                     pooled_b += comps[0].base_ts
                     pooled_c += comps[0].cand_ts
                     pairs.append(comps[0].pairs)
-                    secs.append(store.engine_seconds(sid))
+                    secs.append(store.reads.engine_seconds(sid))
                     reps_used.append(int(store.db.execute(
                         "SELECT COUNT(*) FROM samples s JOIN results r ON r.id=s.result_id JOIN trials t ON "
                         "t.id=r.trial_id WHERE t.study_id=?", (sid,)).fetchone()[0]) // max(2 * comps[0].pairs, 1))

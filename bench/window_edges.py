@@ -39,7 +39,7 @@ def main() -> None:
                 "SELECT r.test_idx, m.rep, m.duration_ns FROM results r JOIN samples m ON m.result_id=r.id"
                 " WHERE r.trial_id=?", (t[0],))}
             prev_end = None
-            for w in s.windows(t[0]):
+            for w in s.reads.windows(t[0]):
                 key = (int(w["test_idx"]), int(w["rep"]))
                 d = dur.get(key)
                 span = int(w["end_ns"]) - int(w["start_ns"])

@@ -28,12 +28,12 @@ FIGURES = ("busy_cores", "cpu_ms_per_token", "joules_per_token")
 def trial_lines(store: Store, study_id: str) -> list[str]:
     out = []
     durations: dict[tuple[int, int, int], int] = {}
-    for r in store.results(study_id):
-        for s in store.samples(int(r["id"])):
+    for r in store.reads.results(study_id):
+        for s in store.reads.samples(int(r["id"])):
             durations[(int(r["trial_id"]), int(r["test_idx"]), int(s["rep"]))] = int(s["duration_ns"])
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         tid = int(t["id"])
-        errs = [e for w in store.windows(tid)
+        errs = [e for w in store.reads.windows(tid)
                 if (e := edge_error(int(w["end_ns"]) - int(w["start_ns"]),
                                     durations.get((tid, int(w["test_idx"]), int(w["rep"]))))) is not None]
         verbose = "-v" in json.loads(t["argv_json"] or "[]")
@@ -48,9 +48,9 @@ def main() -> None:
     db = Path(sys.argv[1])
     spread: dict[tuple[str, str], dict[str, list[tuple[str, float]]]] = defaultdict(lambda: defaultdict(list))
     with Store(db) as store:
-        for st in store.studies():
+        for st in store.reads.studies():
             sid = st.id
-            print(f"study {sid} ({st.kind}), {len(store.trials(sid))} trials")
+            print(f"study {sid} ({st.kind}), {len(store.reads.trials(sid))} trials")
             print("\n".join(trial_lines(store, sid)))
             for c in load_cells(store, sid):
                 res = c.resources()

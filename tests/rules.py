@@ -41,7 +41,7 @@ class Interval:
 def paired_rates(store: Store, study: str, model: str, workload: str, base: str,
                  cand: str) -> list[tuple[float, float]]:
     """(baseline t/s, candidate t/s) of each pair both of whose trials finished, in pair order."""
-    pair_of = {int(t["id"]): int(t["pair"]) for t in store.trials(study) if t["status"] == "done"}
+    pair_of = {int(t["id"]): int(t["pair"]) for t in store.reads.trials(study) if t["status"] == "done"}
     by_arm: dict[str, dict[int, float]] = {base: {}, cand: {}}
     for c in load_cells(store, study):
         if (c.model, c.test) == (model, workload) and c.arm in by_arm:
@@ -75,7 +75,7 @@ def band_verdict(iv: Interval | None, band: float) -> str:
 def planned_pairs(store: Store, study: str) -> dict[tuple[str, str], int]:
     """Pairs planned per (model, workload) cell: a joined trial's pair counts for each of its workloads."""
     out: dict[tuple[str, str], int] = {}
-    for t in store.trials(study):
+    for t in store.reads.trials(study):
         for w in trial_workloads(str(t["workload"])):
             out[(t["model"], w)] = max(out.get((t["model"], w), 0), int(t["pair"]) + 1)
     return out
@@ -114,7 +114,7 @@ def stopped_at(store: Store, study: str, model: str, workload: str, arms: tuple[
     by ``max_pairs`` (stats.can_still_decide). ``start``: the pairs an earlier run left it at;
     ``add_pairs_to``: one round to that many first while the question is open, futile or not.
     """
-    bad = [(t["seq"], t["status"]) for t in store.trials(study) if t["status"] != "done"]
+    bad = [(t["seq"], t["status"]) for t in store.reads.trials(study) if t["status"] != "done"]
     assert not bad, f"trials that did not finish (the engine's doing, not the rule's): {bad}"
     n = start
     while True:

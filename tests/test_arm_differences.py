@@ -133,7 +133,7 @@ def test_the_command_that_reproduces_a_study_is_read_back_as_its_identity(
         driver.run_compare(store, study, builds, on_study=stop)
     with Store(tmp_path / "store.sqlite") as store:
         (row,) = store.db.execute("SELECT id, spec_hash, spec_json FROM studies").fetchall()
-        stored = store.study(str(row["id"])).spec
+        stored = store.reads.study(str(row["id"])).spec
     lines = kind_of("compare").reproduce(stored, str(row["id"]))
     assert lines[0] == "```shell" and lines[2] == "```"  # one command, not a study file
     command = lines[1]

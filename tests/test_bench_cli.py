@@ -68,7 +68,7 @@ def test_bench_stores_exactly_what_llama_bench_reported(
         codes = [r[0] for r in con.execute("SELECT code FROM warnings WHERE trial_id=?", (t["id"],))]
         assert ("short-window" in codes) == any(e > EDGE_ERROR_LIMIT for e in errors)
     with Store(db) as store:
-        (sid,) = [s["id"] for s in store.studies()]
+        (sid,) = [s["id"] for s in store.reads.studies()]
         for cell in load_cells(store, sid):
             assert len(cell.edge_errors) == 3  # one per window: -r 3 in each of the model's trials
             res = cell.resources()
@@ -234,13 +234,13 @@ def test_a_stalled_repetition_does_not_move_the_paired_statistic(
     assert "stall×1" in p.stdout
     # the ratio is the paired statistic over per-trial t/s with the stalled repetition left out
     with Store(db) as store:
-        (sid,) = [s["id"] for s in store.studies()]
+        (sid,) = [s["id"] for s in store.reads.studies()]
         per: dict[str, dict[int, tuple[float, float]]] = {"a": {}, "b": {}}
-        for row in store.results(sid):
-            samples = store.samples(int(row["id"]))
+        for row in store.reads.results(sid):
+            samples = store.reads.samples(int(row["id"]))
             ts = [float(s["tokens_per_s"]) for s in samples]
             rate = stats.trial_tokens_per_s(ts, [int(s["duration_ns"]) for s in samples])
-            pair = next(int(t["pair"]) for t in store.trials(sid) if t["id"] == row["trial_id"])
+            pair = next(int(t["pair"]) for t in store.reads.trials(sid) if t["id"] == row["trial_id"])
             per[row["arm"]][pair] = (rate.tokens_per_s, sum(ts) / len(ts))
     pairs = sorted(per["a"])
     robust = stats.ratio_interval([per["a"][j][0] for j in pairs], [per["b"][j][0] for j in pairs])

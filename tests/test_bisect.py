@@ -178,7 +178,7 @@ def test_no_regression_between_endpoints(engine: EngineBuild, dense_model: Path,
         sid = _judged(store, dense_model, shas["base"], shas["n4"])
         iv = rules.interval(rules.paired_rates(store, sid, end["model"], "tg32", "A", "B"))
         # the judge decides only what the pairs no confounder touched give too (comparisons.guard)
-        assert store.study(sid).spec["confounders"] == "wait"
+        assert store.reads.study(sid).spec["confounders"] == "wait"
     verdict = rules.band_verdict(iv, 0.4)
     assert end["verdict"] == verdict, (end, iv, p.stderr[-2000:])
     assert r["first_bad"] is None
@@ -236,9 +236,9 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         return Comparison("m.gguf", w, "A", "B", 5, [1.0], [1.0], est, stats.verdict(est, 0.075))
 
     with Store(tmp_path / "s.db") as store:
-        sid = store.create_study("bisect", {}, "h", [], [])
-        store.put_state(sid, "endpoint_ratio", 0.85)
-        store.put_state(sid, "endpoint_cells", [["m.gguf", "pp512"]])
+        sid = store.writes.create_study("bisect", {}, "h", [], [])
+        store.state.put(sid, "endpoint_ratio", 0.85)
+        store.state.put(sid, "endpoint_cells", [["m.gguf", "pp512"]])
         cands = [Candidate(str(i), f"bin:/x{i}") for i in range(3)]
         spec = {"band": 0.02, "max_pairs": 10, "models": ["m.gguf"], "workloads": ["pp512", "tg128"],
                 "cmake": [], "flags": [], "timeout_s": 60}
@@ -264,7 +264,7 @@ def test_candidates_are_judged_on_the_cells_that_regressed(tmp_path: Path) -> No
         assert bis.classify(1, build).outcome == "unresolved"
         assert len(edges) == 2  # straddles the edge: measured again at twice the pairs
         # a 4x slowdown: the edge is 0.5, so a neutral step measured noisily ([0.72, 1.07]) is good
-        store.put_state(sid, "endpoint_ratio", 0.25)
+        store.state.put(sid, "endpoint_ratio", 0.25)
         edges.clear()
         bis.compare = answer((0.72, 1.07))  # type: ignore[method-assign]
         assert bis.classify(1, build).outcome == "good" and edges == [pytest.approx(0.5)]
@@ -375,10 +375,10 @@ class _History:
 
     def judge(self, i: int) -> str:
         outcome = "bad" if i >= 3 else "good"
-        steps = self.store.get_state(self.sid, "steps", {})
+        steps = self.store.state.get(self.sid, "steps", {})
         steps[str(i)] = {"commit": f"c{i}", "outcome": outcome, "ratio": 0.8 if i >= 3 else 1.0,
                          "ci": [0.78, 0.82] if i >= 3 else [0.98, 1.02], "pairs": 20, "build_s": None, "note": ""}
-        self.store.put_state(self.sid, "steps", steps)
+        self.store.state.put(self.sid, "steps", steps)
         return outcome
 
 
@@ -393,7 +393,7 @@ def test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_t
     """The bisect's two answers about the culprit: the search's (bad, against good) and the
     parent-against-culprit comparison's; the words say they agree only where the second, on the
     cell the search was judged on, moved the way the endpoints did."""
-    from tokensleuth.drivers.hunts.bisect import _run
+    from tokensleuth.drivers.hunts.bisect.answer import answer_bisect
     from tokensleuth.sources.history import Candidate
     from tokensleuth.studies.bisect import render_bisect
 
@@ -401,8 +401,8 @@ def test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_t
                        date=f"2026-01-0{i}") for i in range(5)]
     spec = {"models": ["m.gguf"], "band": 0.02, "max_pairs": 20}
     with Store(tmp_path / "s.db") as store:
-        sid = store.create_study("bisect", {}, "h", [], [])
-        r = _run(_History(store, sid, verify), store, sid, cands, spec, lambda _m: None)  # type: ignore[arg-type]
+        sid = store.writes.create_study("bisect", {}, "h", [], [])
+        r = answer_bisect(_History(store, sid, verify), store, sid, cands, spec, lambda _m: None)  # type: ignore[arg-type]
     assert r["status"] == "found" and r["first_bad"] == "c3" and r["verified"] is confirmed
     first = render_bisect(r).splitlines()[0]
     said = "verified against its parent" if confirmed else "NOT confirmed against its parent"

@@ -141,7 +141,7 @@ class _Ends:
 
 
 def test_undecided_endpoints_get_twice_the_pairs_before_the_bisect_answers(tmp_path: Path) -> None:
-    from tokensleuth.drivers.hunts.bisect import _run
+    from tokensleuth.drivers.hunts.bisect.answer import answer_bisect
     from tokensleuth.sources.history import Candidate
     from tokensleuth.store import Store
 
@@ -151,12 +151,12 @@ def test_undecided_endpoints_get_twice_the_pairs_before_the_bisect_answers(tmp_p
     same = Judgement("s", [comp("tg32", "same", 0.99, pairs=40, lo=0.95, hi=1.04)])
     with Store(tmp_path / "t.db") as store:
         bis = _Ends([undecided, same])
-        r = _run(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
+        r = answer_bisect(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
         assert bis.asked == [20, 40]
         assert r["status"] == "no-regression" and r["endpoints"][0]["pairs"] == 40
         bis = _Ends([undecided, undecided])
-        r = _run(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
+        r = answer_bisect(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
         assert bis.asked == [20, 40] and r["status"] == "unresolved"
         bis = _Ends([same])  # decided at once: no more pairs than asked
-        r = _run(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
+        r = answer_bisect(bis, store, "sid", cands, spec, lambda _m: None)  # type: ignore[arg-type]
         assert bis.asked == [20] and r["status"] == "no-regression"

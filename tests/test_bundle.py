@@ -64,7 +64,7 @@ def original(engine: EngineBuild, dense_model: Path, tmp_path_factory: pytest.Te
     assert p.returncode == 0, p.stderr
     study = json.loads((d / "c.json").read_text())["study"]
     with Store(db) as s:
-        s.put_state(study, "planted", {"endpoint": f"url:http://user:{URL_PASSWORD}@host:8080/v1?api_key={QUERY_KEY}",
+        s.state.put(study, "planted", {"endpoint": f"url:http://user:{URL_PASSWORD}@host:8080/v1?api_key={QUERY_KEY}",
                                        "log": f"OPENAI_API_KEY was {WRITER_KEY} here", "path": f"{home}/elsewhere"})
     bundle = d / "study.bundle.json"
     p = _cli(["report", study, "--bundle", str(bundle), "--json", str(d / "r.json")], env)
@@ -112,8 +112,8 @@ def test_a_bundle_imports_as_the_study_it_was_and_only_once(original: Original, 
     assert report.returncode == 0, report.stderr
     assert _cells(json.loads((tmp_path / "r.json").read_text())) == _cells(original.report)
     with Store(tmp_path / "other.sqlite") as s:
-        assert [r.id for r in s.studies()] == [original.study]
-        assert s.get_state(original.study, "bundle")["study"] == original.study
+        assert [r.id for r in s.reads.studies()] == [original.study]
+        assert s.state.get(original.study, "bundle")["study"] == original.study
     home = _cli(["import", str(original.bundle)], original.env)  # the store it was written from has it
     assert home.returncode == 0 and "in the store already" in home.stdout
     gz = tmp_path / "study.bundle.json.gz"
@@ -252,10 +252,10 @@ def test_a_rerun_says_per_cell_whether_this_machine_agrees(original: Original, t
     assert cell["agreement"] == stats.agreement(orig["verdict"], cell["here"]["verdict"])
     assert cell["original_model"] == "~/models/tiny.gguf" and cell["model"] == str(original.model)
     with Store(db) as s:
-        studies = {r.id: r for r in s.studies()}
+        studies = {r.id: r for r in s.reads.studies()}
         assert set(studies) == {original.study, got["study"]}  # the original, imported, beside the re-run
         assert studies[got["study"]].spec["rerun_of"] == original.study
-        n_trials = len(s.trials(got["study"]))
+        n_trials = len(s.reads.trials(got["study"]))
     here = cell["here"]["verdict"]
     # the original's verdict as a bundle could claim it: the word comes from both sides, never one
     for claimed in ("faster", "same", "unresolved"):
@@ -271,7 +271,7 @@ def test_a_rerun_says_per_cell_whether_this_machine_agrees(original: Original, t
         assert c["agreement"] == ("unresolved" if "unresolved" in (claimed, here) else
                                   "agrees" if claimed == here else "disagrees")
     with Store(db) as s:
-        assert len(s.studies()) == 2 and len(s.trials(got["study"])) == n_trials  # resumed, measured nothing again
+        assert len(s.reads.studies()) == 2 and len(s.reads.trials(got["study"])) == n_trials  # resumed, measured nothing again
     shown = _cli(["report", got["study"]], env)
     assert shown.returncode == 0 and "Re-run of study" in shown.stdout
 
@@ -324,6 +324,6 @@ def test_a_kind_bundles_do_not_hold_is_refused_before_anything_is_read(tmp_path:
     from tokensleuth.pages.bundle import bundle_of
 
     with Store(tmp_path / "s.sqlite") as s:
-        sid = s.create_study("scan", {}, "h", [], [])
+        sid = s.writes.create_study("scan", {}, "h", [], [])
         with pytest.raises(UserError, match="a scan study cannot be bundled yet"):
             bundle_of(s, sid, ("", {}))

@@ -14,8 +14,8 @@ import pytest
 
 from tests import rules
 from tests.conftest import tokensleuth_bin
+from tokensleuth.analysis.cold import COLD_ALPHA_WITHIN, COLD_UNDECIDED_P, cold_leading
 from tokensleuth.analysis.results import load_cells
-from tokensleuth.analysis.stats import COLD_ALPHA_WITHIN, COLD_UNDECIDED_P, cold_leading
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.store import Store
 
@@ -115,16 +115,16 @@ def test_the_statistic_leaves_cold_repetitions_out(tmp_path: Path) -> None:
     plan = [PlannedTrial(arm, "/m.gguf", "tg32", (), pair) for pair in range(8) for arm in ("a", "b")]
     kept_means: dict[int, float] = {}
     with Store(tmp_path / "s.db") as s:
-        sid = s.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
+        sid = s.writes.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
                              plan)
-        for t in s.planned(sid):
+        for t in s.reads.planned(sid):
             level = 100 * math.exp(rng.normal(0, 0.01))
             tps = [level * math.exp(rng.normal(0, 0.005)) for _ in range(5)]
             tps[0] *= 0.87  # the cold one
             reps = tuple(SampleRow(i, int(32 / v * 1e9), 32) for i, v in enumerate(tps))
             r = ResultRow(0, "tg32", 0, 32, 0, float(np.mean(tps)), 0.0, {}, reps)
-            s.mark_running(t["id"])
-            s.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), ()))
+            s.writes.mark_running(t["id"])
+            s.writes.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), ()))
             kept_means[int(t["id"])] = float(np.mean([32 / (int(32 / v * 1e9) / 1e9) for v in tps[1:]]))
         (c,) = analyze(s, sid, spec)
         n = estimate(s, sid)

@@ -188,15 +188,15 @@ def test_a_study_begun_with_a_process_per_workload_goes_on_so(engine: EngineBuil
         with monkeypatch.context() as m:  # the older version: a process per workload
             m.setattr(cmp, "joins_workloads", lambda spec: False)
             old, _ = cmp.run_compare(store, spec, builds)
-        n = len(store.trials(old))
-        assert n == 8 and {t["workload"] for t in store.trials(old)} == {"tg8", "pp32"}
+        n = len(store.reads.trials(old))
+        assert n == 8 and {t["workload"] for t in store.reads.trials(old)} == {"tg8", "pp32"}
         again, comps = cmp.run_compare(store, spec, builds, create=True)
-        assert again == old and len(store.trials(old)) == n and len(comps) == 2
-        store.finish_study(old, "interrupted")
+        assert again == old and len(store.reads.trials(old)) == n and len(comps) == 2
+        store.writes.finish_study(old, "interrupted")
         resumed, _ = cmp.run_compare(store, spec, builds, resume=True)
-        assert resumed == old and {t["workload"] for t in store.trials(old)} == {"tg8", "pp32"}
+        assert resumed == old and {t["workload"] for t in store.reads.trials(old)} == {"tg8", "pp32"}
         fresh, _ = cmp.run_compare(store, spec, builds)  # a new study: one process per model
-        assert fresh != old and {t["workload"] for t in store.trials(fresh)} == {"tg8,pp32"}
+        assert fresh != old and {t["workload"] for t in store.reads.trials(fresh)} == {"tg8,pp32"}
 
 
 @pytest.mark.slow
@@ -363,7 +363,7 @@ def test_a_callers_answered_question_stops_the_rounds(engine: EngineBuild, dense
         # asked after each round (the first before anything was measured): the first round was the
         # last, though a ±0.1% band leaves an A/A open after 3 pairs (the rule goes on to 6)
         assert asked == [0, comps[0].pairs] and rules.planned_pairs(store, sid)[cell] == 3, asked
-        assert store.study(sid)["status"] == "done"
+        assert store.reads.study(sid)["status"] == "done"
         assert comps[0].verdict == rules.band_verdict(
             rules.interval(rules.paired_rates(store, sid, *cell, "A", "B")), 0.001)
         # asked for more (as decompose's second look does), without it: one more round, to 6, while open

@@ -23,17 +23,17 @@ def study(tmp_path: Path, load: dict[tuple[int, str], float], pairs: int = 10, s
     rng = np.random.default_rng(seed)
     plan = [PlannedTrial(arm, "/m.gguf", "pp128", (), p) for p in range(pairs) for arm in ("a", "b")]
     s = Store(tmp_path / "s.db")
-    sid = s.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
+    sid = s.writes.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
                          plan)
-    for t in s.planned(sid):
+    for t in s.reads.planned(sid):
         key = (int(t["pair"]), str(t["arm"]))
         slow = load.get(key, 1.0)
         tps = [100 / slow * math.exp(rng.normal(0, 0.005)) for _ in range(3)]
         reps = tuple(SampleRow(i, int(128 / v * 1e9), 128) for i, v in enumerate(tps))
         r = ResultRow(0, "pp128", 128, 0, 0, float(np.mean(tps)), 0.0, {}, reps)
         loaded = key in load or (both and any((key[0], a) in load for a in ("a", "b")))
-        s.mark_running(t["id"])
-        s.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), (),
+        s.writes.mark_running(t["id"])
+        s.writes.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), (),
                                              warnings=(BUSY,) if loaded else ()))
     return s, sid
 
@@ -91,7 +91,7 @@ def test_a_load_on_both_sides_of_every_pair_is_not_a_confounder(tmp_path: Path) 
     confounded, and the verdict is the pairs' own."""
     s, sid = study(tmp_path, {(p, "b"): 1.0 for p in range(10)}, both=True)
     with s:
-        assert len(s.warnings(sid)) == 20
+        assert len(s.reads.warnings(sid)) == 20
         (c,) = analyze(s, sid, spec("wait"))
     assert c.confounded == {} and c.verdict == "same" and not c.steered
     # "the same" is said from the interval inside the band, and said with it

@@ -78,7 +78,7 @@ def test_a_neighbour_that_slows_only_its_trials_steers_no_decision(dense_model: 
             stop()
         # the real monitor named the neighbour (by its pid) beside b's planted trials, and beside no
         # trial of a (another test's llama-bench may be named too, beside either: a confounder as well)
-        named = {(str(w["arm"]), p) for w in store.warnings(sid) if w["code"] == "busy-process"
+        named = {(str(w["arm"]), p) for w in store.reads.warnings(sid) if w["code"] == "busy-process"
                  and any(f"llama-bench[{pid}]" in str(w["detail"]) for pid in pids)
                  for (p,) in store.db.execute("SELECT pair FROM trials WHERE id=?", (w["trial_id"],))}
         assert sorted(p for arm, p in named if arm == "b") == list(PLANTED), named
@@ -87,7 +87,7 @@ def test_a_neighbour_that_slows_only_its_trials_steers_no_decision(dense_model: 
         (waits,) = analyze(store, sid, build_compare_spec({**data, "confounders": "wait"}, "test"))
         # the busy neighbours beside each trial, by name, read off the stored warnings themselves
         beside: dict[tuple[str, int], set[str]] = {}
-        for w in store.warnings(sid):
+        for w in store.reads.warnings(sid):
             if w["code"] == "busy-process":
                 (pair,) = store.db.execute("SELECT pair FROM trials WHERE id=?", (w["trial_id"],)).fetchone()
                 names = {part.split("[", 1)[0].strip() for part in str(w["detail"]).split(",")}

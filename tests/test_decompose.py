@@ -212,7 +212,7 @@ def _ruled(store: Store, step: dict[str, Any], band: float) -> tuple[str, str]:
     # pairs a busy neighbour or a stall touched (the machine's, not the code's): there the judge waits
     # (confounders = "wait": comparisons.guard), so the stored verdict may be unresolved where all the
     # pairs give another; never another answer
-    touched = {(w["model"], w["workload"]) for w in store.warnings(step["study"])
+    touched = {(w["model"], w["workload"]) for w in store.reads.warnings(step["study"])
                if w["code"] in ("busy-process", "stall")}
     for c in step["cells"]:
         iv = rules.interval(rules.paired_rates(store, step["study"], c["model"], c["workload"], "A", "B"))
@@ -522,7 +522,7 @@ def _decompose(tmp_path: Path, verdicts: dict[int, list[tuple[int, str]]], outpu
 
     private.apply = apply  # type: ignore[method-assign,assignment]
     with Store(tmp_path / "db.sqlite") as store:
-        sid = store.create_study("decompose", {"t": str(tmp_path)}, "h", [], [])
+        sid = store.writes.create_study("decompose", {"t": str(tmp_path)}, "h", [], [])
         d = Decomposer(store, sid, private, base, patches, spec, judge=judge,  # type: ignore[arg-type]
                        check_outputs=check, diagnose=diagnose, profile=profile)
         return d.run(), judge
@@ -611,12 +611,12 @@ def test_a_decompose_that_has_not_ended_reports_the_steps_decided_so_far(tmp_pat
             "reason": "faster", "cells": [cell], "ratio": 1.134, "ci": [1.107, 1.162], "pairs": 5, "build_s": 3.0,
             "cache_hit": False, "outputs": None, "study": "s1"}
     with Store(tmp_path / "db.sqlite") as store:
-        sid = store.create_study("decompose", {"base": "b" * 40, "band": 0.01, "patches": ["01-a.patch", "02-b.patch"]},
+        sid = store.writes.create_study("decompose", {"base": "b" * 40, "band": 0.01, "patches": ["01-a.patch", "02-b.patch"]},
                                  "h", [], [])
         kind = kind_of("decompose")
         with pytest.raises(UserError, match="has not finished"):  # nothing decided yet
             kind.render_stored(store, sid)
-        store.put_state(sid, "steps", [step])
+        store.state.put(sid, "steps", [step])
         md, obj = kind.render_stored(store, sid)
     assert obj["status"] == "incomplete" and obj["scoreboard"] == [] and obj["kept"] == ["01-a.patch"]
     assert "parent" not in obj["steps"][0] and obj["final"] == "c" * 40

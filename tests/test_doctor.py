@@ -76,7 +76,7 @@ class _NoNVML:
 
 def test_the_engines_own_devices_are_checked(dense_model: Path) -> None:
     from tests.monitor.fakes import FakeNVML
-    from tokensleuth.trials.memory import Free
+    from tokensleuth.trials.memory_free import Free
 
     (gpu,) = doctor.engine_checks(["CUDA"], [], [], nvml=_NoNVML())
     assert not gpu.ok and "built for CUDA but NVML answers nothing" in gpu.seen and "libnvidia-ml" in gpu.fix

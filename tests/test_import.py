@@ -39,7 +39,7 @@ def test_import_real_outputs(fmt: str, engine: EngineBuild, dense_model: Path, t
             objs = [json.loads(ln) for ln in out.stdout.splitlines()] if fmt == "jsonl" else json.loads(out.stdout)
             tg = next(o for o in objs if o["n_gen"] == 8)
             assert cells["tg8"].tokens_per_s == pytest.approx(tg["samples_ts"], abs=0.01)  # llama-bench prints t/s with 2 decimals
-        assert [r["kind"] for r in s.studies()] == ["import"]
+        assert [r["kind"] for r in s.reads.studies()] == ["import"]
 
 
 def test_golden_formats_detected() -> None:
@@ -142,7 +142,7 @@ def test_malformed_imports_are_one_line_and_store_nothing(
         assert len(err.strip().splitlines()) == 1 and err.startswith("error: "), (name, err)
         assert "Traceback" not in err
         with Store(Path(db)) as s:
-            assert s.studies() == [], name
+            assert s.reads.studies() == [], name
             assert s.db.execute("SELECT COUNT(*) FROM trials").fetchone()[0] == 0, name
         clean += 1
     assert clean == len(MALFORMED) >= 50
@@ -162,13 +162,13 @@ def test_a_bad_second_model_leaves_nothing_half_imported(tmp_path: Path) -> None
     with Store(tmp_path / "s.db") as s:
         with pytest.raises(UserError, match="result 2 .* n_gen is null"):
             import_file(s, f)
-        assert s.studies() == []
+        assert s.reads.studies() == []
         f.write_text(json.dumps(GOOD) + "\n" + json.dumps(other) + "\n")
         study, n = import_file(s, f)
         assert n == 2
-        assert [r["status"] for r in s.studies()] == ["done"]
-        assert sorted(t["model"] for t in s.trials(study)) == ["/tmp/m/llama-tiny.gguf", "/tmp/m/other.gguf"]
-        assert {t["status"] for t in s.trials(study)} == {"done"}
+        assert [r["status"] for r in s.reads.studies()] == ["done"]
+        assert sorted(t["model"] for t in s.reads.trials(study)) == ["/tmp/m/llama-tiny.gguf", "/tmp/m/other.gguf"]
+        assert {t["status"] for t in s.reads.trials(study)} == {"done"}
 
 
 def test_import_is_one_transaction(tmp_path: Path) -> None:
@@ -188,14 +188,14 @@ def test_import_is_one_transaction(tmp_path: Path) -> None:
 
 def test_import_trial_is_one_transaction(tmp_path: Path) -> None:
     with Store(tmp_path / "s.db") as s:
-        study = s.import_study("import", {}, "h", ("a", "import:x", {}), [])
+        study = s.writes.import_study("import", {}, "h", ("a", "import:x", {}), [])
         rows = (result_row(0, GOOD), result_row(0, dict(GOOD, samples_ns=[2**62], samples_ts=[1.0])))
         # the second result reuses test_idx 0: UNIQUE(trial_id, test_idx) fails after the
         # trial row and the first result are written; nothing of the trial may remain
         out = TrialOutcome("done", 0, "", "", 0.0, 0.0, 0, 0, {}, rows, ())
         with pytest.raises(sqlite3.IntegrityError):
-            s.import_trial(study, "a", "m", out)
-        assert s.trials(study) == []
+            s.writes.import_trial(study, "a", "m", out)
+        assert s.reads.trials(study) == []
         assert s.db.execute("SELECT COUNT(*) FROM results").fetchone()[0] == 0
 
 

@@ -19,13 +19,11 @@ from tokensleuth.models.shapes import REAL_SHAPES, write_shape
 from tokensleuth.sources.build import EngineBuild
 from tokensleuth.trials.memory import (
     MIB,
-    Free,
     Settings,
-    gpu_free,
     guard,
-    host_free,
     predict,
 )
+from tokensleuth.trials.memory_free import Free, gpu_free, host_free
 
 
 @pytest.fixture(scope="module")
@@ -279,7 +277,8 @@ def test_the_judge_refuses_a_load_that_cannot_fit_before_its_first_trial(engine:
 def test_the_host_side_errs_on_the_safe_side() -> None:
     """A load whose buffers alone would fit the host's free memory, but not with the runtime's
     share and 5% beside them, is refused: a missed refusal is a frozen machine."""
-    from tokensleuth.trials.memory import HOST_MARGIN, HOST_RUNTIME_GPU, Free, Need, judge
+    from tokensleuth.trials.memory import HOST_MARGIN, HOST_RUNTIME_GPU, Need, judge
+    from tokensleuth.trials.memory_free import Free
 
     need = Need(weights={"host": 10e9, "gpu": 20e9}, kv={"gpu": 1e9}, compute={"host": 0.1e9, "gpu": 1e9})
     assert need.guarded("host", True) == pytest.approx(10.1e9 * (1 + HOST_MARGIN) + HOST_RUNTIME_GPU)

@@ -99,14 +99,14 @@ def test_the_estimate_keeps_workloads_apart(tmp_path: Path) -> None:
     speeds = {"pp2048": 13700.0, "tg32": 273.0}
     plan = [PlannedTrial(arm, "m.gguf", w, ()) for _ in range(8) for arm in ("a", "b") for w in speeds]
     with Store(tmp_path / "s.db") as s:
-        sid = s.create_study("compare", {"x": 1}, "h", [("a", "src", {}, (), {}), ("b", "src", {}, (), {})], plan)
-        for t in s.planned(sid):
+        sid = s.writes.create_study("compare", {"x": 1}, "h", [("a", "src", {}, (), {}), ("b", "src", {}, (), {})], plan)
+        for t in s.reads.planned(sid):
             tps = speeds[t["workload"]] * math.exp(rng.normal(0, 0.01))  # 1% between processes
             n = 2048 if t["workload"] == "pp2048" else 32
             reps = tuple(SampleRow(i, int(n / (tps * math.exp(rng.normal(0, 0.01))) * 1e9), n) for i in range(5))
             r = ResultRow(0, t["workload"], n if n == 2048 else 0, 0 if n == 2048 else n, 0, tps, 0.0, {}, reps)
-            s.mark_running(t["id"])
-            s.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), ()))
+            s.writes.mark_running(t["id"])
+            s.writes.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), ()))
         n_ = estimate(s, sid)
     assert n_ is not None and n_.processes == 32
     assert 0.004 < n_.between_cv < 0.02, n_  # 1%, not the two speeds' 200%

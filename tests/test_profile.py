@@ -320,10 +320,10 @@ def test_a_stored_profile_is_reported_again_with_its_page(tmp_path: Path, capsys
              "rows": [_rep(2.4 * j, 0.4, 0.2, ("MAP_CUSTOM1", 4, 0.5 * j)) for j in jitter]}]
     db = tmp_path / "s.sqlite"
     with Store(db) as store:
-        sid = store.begin_study("profile", spec, spec_hash(spec), resume=False).id
-        store.put_state(sid, RUNS_STATE, runs)
-        store.put_state(sid, BENCH_STATE, [])
-        store.finish_study(sid)
+        sid = store.writes.begin_study("profile", spec, spec_hash(spec), resume=False).id
+        store.state.put(sid, RUNS_STATE, runs)
+        store.state.put(sid, BENCH_STATE, [])
+        store.writes.finish_study(sid)
     page, js = tmp_path / "p.html", tmp_path / "p.json"
     assert cli.main(["report", sid, "--db", str(db), "--html", str(page), "--json", str(js)]) == 0
     out = capsys.readouterr().out
@@ -421,6 +421,6 @@ def test_compare_profile_of_one_cpu_build_two_ways_profiles_each_arm_as_it_runs(
     from tokensleuth.store import Store
 
     with Store(Path(cli_env["TOKENSLEUTH_DB"])) as store:
-        (sid,) = [s["id"] for s in store.studies() if s["kind"] == "profile"]
-        spec = store.study(sid).spec
+        (sid,) = [s["id"] for s in store.reads.studies() if s["kind"] == "profile"]
+        spec = store.reads.study(sid).spec
     assert spec["engines"] == ["a", "b"] and spec["env"] == {"b": {"TOKENSLEUTH_SPIN_US": "2000"}}

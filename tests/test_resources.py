@@ -45,8 +45,8 @@ def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
             sid = run_bench(store, engine, [str(dense_model)], ["-p", "0", "-n", "1024,1000", "-r", "4", "-t", "1"], sources=[gpu])
             cell, second = load_cells(store, sid)
             res = cell.resources()
-            warnings = store.warnings(sid)
-            env = json.loads(store.trials(sid)[0]["env_json"])
+            warnings = store.reads.warnings(sid)
+            env = json.loads(store.reads.trials(sid)[0]["env_json"])
     finally:
         other.kill()
         other.wait()
@@ -88,8 +88,8 @@ def test_no_gpu_no_spinning_flag(engine: EngineBuild, dense_model: Path, tmp_pat
         sid = run_bench(store, engine, [str(dense_model)], LONG_TG, sources=[NullSource()])
         (cell,) = load_cells(store, sid)
         res = cell.resources()
-        warnings = store.warnings(sid)
-        env = json.loads(store.trials(sid)[0]["env_json"])
+        warnings = store.reads.warnings(sid)
+        env = json.loads(store.reads.trials(sid)[0]["env_json"])
     # a CPU backend's busy thread is computing, not polling: seen, recorded, not flagged
     # the one compute thread, seen, at most one core; it never blocks, so the rule holds it busy
     # when this machine's load left it 0.9 of a core
@@ -126,15 +126,15 @@ def test_poll_flag_cpu_cost_is_reported_per_arm(engine: EngineBuild, dense_model
     # others' CPU is withheld), and per pair the CPU ms/token attributed to them.
     cold = int(c["cold_repetitions"]["per_trial"])
     with Store(Path(cli_env["TOKENSLEUTH_DB"])) as store:
-        (sid,) = [s["id"] for s in store.studies()]
-        pair_of = {int(t["id"]): int(t["pair"]) for t in store.trials(sid)}
+        (sid,) = [s["id"] for s in store.reads.studies()]
+        pair_of = {int(t["id"]): int(t["pair"]) for t in store.reads.trials(sid)}
         wall: dict[str, list[float]] = {"poll0": [0.0, 0.0], "poll100": [0.0, 0.0]}
-        for row in store.results(sid):
-            samples = store.samples(int(row["id"]))
+        for row in store.reads.results(sid):
+            samples = store.reads.samples(int(row["id"]))
             ns = [int(s["duration_ns"]) for s in samples]
             kept_cold = min(cold, len(ns) - 1)
             stalled = {kept_cold + i for i in stats.stalled_reps(ns[kept_cold:])}
-            wins = {(int(w["test_idx"]), int(w["rep"])): w for w in store.windows(int(row["trial_id"]))}
+            wins = {(int(w["test_idx"]), int(w["rep"])): w for w in store.reads.windows(int(row["trial_id"]))}
             for i, s in enumerate(samples):
                 w = wins.get((int(row["test_idx"]), int(s["rep"])))
                 read = (w is not None and w["cpu_ms"] is not None
@@ -180,7 +180,7 @@ def test_timelines_follow_the_sample_interval(engine: EngineBuild, dense_model: 
         for interval in (0.05, 0.25):
             sid = run_bench(store, engine, [str(dense_model)], ["-p", "0", "-n", "512", "-r", "3", "-t", "1"],
                             sources=[gpu], interval_s=interval)
-            ts = [t for t, row in store.timeline(int(store.trials(sid)[0]["id"])) if "gpu0_power_w" in row]
+            ts = [t for t, row in store.reads.timeline(int(store.reads.trials(sid)[0]["id"])) if "gpu0_power_w" in row]
             assert len(ts) >= 4
             gaps[interval] = float(np.median(np.diff(ts))) / 1e9
             # a window is "short" against the interval it was sampled at (5 samples at least); which

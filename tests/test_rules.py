@@ -113,11 +113,11 @@ def test_as_of_is_the_study_after_a_round(fake: EngineBuild, tmp_path: Path, mon
     with Store(tmp_path / "s.db") as store:
         sid = _study(store, fake, {"workloads": ["tg8"], "band": 0.001, "min_pairs": 4, "max_pairs": 8})
         with rules.as_of(store, sid, 4) as first:
-            assert {t["pair"] for t in first.trials(sid)} == {0, 1, 2, 3}
+            assert {t["pair"] for t in first.reads.trials(sid)} == {0, 1, 2, 3}
             assert len(rules.paired_rates(first, sid, MODEL, "tg8", "A", "B")) == 4
             (found,) = {c.cold.count if c.cold else 0 for c in load_cells(first, sid)}
-        assert found == 1 and len(store.trials(sid)) == 16  # the copy left the study whole
-        later = [json.loads(t["argv_json"]) for t in store.trials(sid) if t["pair"] >= 4]
+        assert found == 1 and len(store.reads.trials(sid)) == 16  # the copy left the study whole
+        later = [json.loads(t["argv_json"]) for t in store.reads.trials(sid) if t["pair"] >= 4]
         assert all(a[a.index("-r") + 1] == str(3 + found) for a in later)
 
 

@@ -552,7 +552,7 @@ def _finished(tmp_path: Path, middle: dict[str, Any]) -> dict[str, Any]:
     spec = {"models": ["/m/tiny.gguf"], "control_models": [], "workloads": ["pp64"], "band": 0.02,
             "max_pairs": 20, "cmake": [], "flags": [], "timeout_s": 60.0, "samples": 4, "rounds": 2, "max_gap": 32}
     with Store(tmp_path / "s.db") as store:
-        sid = store.begin_study("scan", spec, "h1", resume=False).id
+        sid = store.writes.begin_study("scan", spec, "h1", resume=False).id
         scan = Scan(store, sid, cands, spec, lambda s: None, None)
         scan.put(POINTS, ["r0", "r3", "r11", "r12"])
         scan.put(INTERVALS, {"r0..r3": SAME, "r3..r11": middle, "r11..r12": _judged("step", "slower", 0.8, 0.01)})
@@ -625,7 +625,7 @@ def test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_s
             "verdict": "same"}
     lines: list[str] = []
     with Store(tmp_path / "s.db") as store:
-        sid = store.begin_study("scan", spec, "h1", resume=False).id
+        sid = store.writes.begin_study("scan", spec, "h1", resume=False).id
         scan = Sampled(store, sid, cands, spec, lines.append, None)
         scan.judge = Pairs()  # type: ignore[assignment]
         scan.put(POINTS, ["r0", "r10", "r20", "r22"])

@@ -142,7 +142,7 @@ def test_the_result_carries_the_resolvable_band_the_band_used_and_the_pairs_an_u
             "band_given": False}
     lines: list[str] = []
     with Store(tmp_path / "s.db") as store:
-        sid = store.begin_study("scan", spec, "h1", resume=False).id
+        sid = store.writes.begin_study("scan", spec, "h1", resume=False).id
         scan = Scan(store, sid, cands, spec, lines.append, None)
         scan.put(POINTS, [c.label for c in cands[::2]])
         scan.put(LEVELS, [{"label": c.label, "round": r, "model": "/m/tiny.gguf", "workload": "pp64",

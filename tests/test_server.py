@@ -21,7 +21,8 @@ from tests.conftest import tokensleuth_bin
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import canonical, parse
 from tokensleuth.engines.llamaserver import parse_sse
-from tokensleuth.engines.serving import RequestFailed, Stream, split_flags
+from tokensleuth.engines.serving import split_flags
+from tokensleuth.engines.streams import RequestFailed, Stream
 from tokensleuth.sources import DEFAULT_ENGINE
 from tokensleuth.sources.build import EngineBuild
 

@@ -16,7 +16,7 @@ start = float(sys.argv[2])
 while time.time() < start:
     pass
 with Store(Path(sys.argv[1])) as s:
-    s.studies()
+    s.reads.studies()
 """
 
 

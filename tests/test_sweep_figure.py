@@ -47,7 +47,7 @@ def test_the_roofline_of_c_streams_reads_the_weights_once_a_step(dense_model: Pa
         trials = [(str(m), TrialOutcome("done", 0, "", "", now, now, 0, 1, {},
                                         (row(0, "tg16", 400.0), row(1, "tg16xc4", 1000.0))))
                   for m in (dense_model, moe_model)]
-        sid = store.import_study("bench", {"n": 1}, "h", ("engine", "bin:x", {"backends": ["CPU"]}), trials)
+        sid = store.writes.import_study("bench", {"n": 1}, "h", ("engine", "bin:x", {"backends": ["CPU"]}), trials)
         got = roofline_section(store, sid, {}, cpu_peak_gbs=20.0)
     assert got is not None
     text = got[1]

@@ -262,8 +262,8 @@ def test_fuzz_import(scratch: Path, text: str) -> None:
             assert after == before
         else:
             event("valid")
-            assert s.study(study)["status"] == "done"
-            assert {t["status"] for t in s.trials(study)} == {"done"}
+            assert s.reads.study(study)["status"] == "done"
+            assert {t["status"] for t in s.reads.trials(study)} == {"done"}
             assert _count(s, "results") == before[2] + n
             fmt, objs = parse_bench_file(f.read_text(errors="replace"))
             assert len(objs) == n

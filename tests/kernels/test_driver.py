@@ -29,14 +29,14 @@ def test_two_builds_traced_stored_resumed_and_diffed(engine: EngineBuild, dense_
             return sum(x.startswith(f"  {what} ") for x in lines)
 
         # a traced process and an untraced one for each of the 4
-        assert len(store.get_state(sid, RUNS_STATE)) == 4 and said("traced") == 4 and said("untraced") == 4
+        assert len(store.state.get(sid, RUNS_STATE)) == 4 and said("traced") == 4 and said("untraced") == 4
         again, _ = run_kernels(store, builds, [str(dense_model)], ["tg16"], ["-t", "1"], processes=2, reps=4,
                                env=env, resume=True, log=lines.append)
         assert again == sid and said("traced") == 4 and said("untraced") == 4  # nothing measured twice
         # killed between the two halves of a pair: --resume runs the half that is missing, only it
-        runs = store.get_state(sid, RUNS_STATE)
+        runs = store.state.get(sid, RUNS_STATE)
         del runs[1]["untraced_ms_per_token"]
-        store.put_state(sid, RUNS_STATE, runs)
+        store.state.put(sid, RUNS_STATE, runs)
         store.db.execute("UPDATE studies SET status='interrupted' WHERE id=?", (sid,))
         run_kernels(store, builds, [str(dense_model)], ["tg16"], ["-t", "1"], processes=2, reps=4, env=env,
                     resume=True, log=lines.append)
@@ -100,8 +100,8 @@ def test_arms_of_one_build_are_traced_as_each_runs_it(engine: EngineBuild, dense
     with Store(tmp_path / "s.db") as store:
         got = profile_comparisons(comps, SimpleNamespace(arms=arms),
                                   profiler(store, [], ["-t", "1"], 600, say, summary))
-        (sid,) = [s["id"] for s in store.studies() if s["kind"] == "kernels"]
-        spec = store.study(sid).spec
+        (sid,) = [s["id"] for s in store.reads.studies() if s["kind"] == "kernels"]
+        spec = store.reads.study(sid).spec
     (p,) = got
     assert "skipped" not in p and "k_extra appeared" in p["headline"]
     assert spec["engines"] == ["fused", "split"] and spec["env"] == {"split": {"FAKE_EXTRA": "1"}}

@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from tokensleuth.analysis.kernels import ProcessKernels, Window, coverage, diff, process_kernels
+from tokensleuth.analysis.kernel_diff import diff
+from tokensleuth.analysis.kernels import ProcessKernels, Window, coverage, process_kernels
 from tokensleuth.kernels import Trace, trace_of
 
 

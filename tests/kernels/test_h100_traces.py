@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
+from tokensleuth.analysis.kernel_diff import diff
 from tokensleuth.analysis.kernels import (
     COVERAGE,
     ProcessKernels,
     Window,
     coverage,
-    diff,
     process_kernels,
     reach,
 )
@@ -125,7 +125,7 @@ def test_the_gpu_run_of_profile_on_bin_folders_gives_the_shares_and_names_the_pl
     db = tmp_path / "db.sqlite"
     shutil.copy(STORE, db)
     with Store(db) as store:
-        got = {s["id"]: stored(store, s["id"]) for s in store.studies() if s["kind"] == "kernels"}
+        got = {s["id"]: stored(store, s["id"]) for s in store.reads.studies() if s["kind"] == "kernels"}
     planted = got["c02e8488ae"]
     assert set(planted["tracers"].values()) == {"cuda"}  # the bin: folders' backends were read as CUDA
     d = {x["workload"]: x for x in planted["diffs"]}

@@ -108,11 +108,11 @@ def test_the_mixes_take_the_rules_they_should(llama_tree: Path, tmp_path: Path) 
     """The mixes by tensor class, as llama-quantize's rules state them (checked against
     llama-quantize itself above): this says what the comparison covers."""
     from tokensleuth.models.quant_mix import tensor_types
-    from tokensleuth.models.shapes import _tensors
+    from tokensleuth.models.shapes import tensor_plan
 
     def by_class(shape: str, quant: str) -> dict[str, set[str]]:
         s = SMALL[shape]
-        types = tensor_types(s, _tensors(s, 32000), quant)
+        types = tensor_types(s, tensor_plan(s, 32000), quant)
         out: dict[str, set[str]] = collections.defaultdict(set)
         for name, t in types.items():
             if t != T.F32:

@@ -52,14 +52,14 @@ def test_the_real_shapes_have_their_models_counts(llama_tree: Path) -> None:
     parameter counts of Qwen3-30B-A3B and Llama 3.1 8B."""
     import numpy as np
 
-    from tokensleuth.models.shapes import _tensors
+    from tokensleuth.models.shapes import tensor_plan
 
     want = {"qwen3-30b-a3b": (30_532_122_624, 151936), "llama-3.1-8b": (8_030_261_248, 128256)}
     for name, (params, vocab) in want.items():
         s = REAL_SHAPES[name]
         _, _, n_vocab = tokenizer_kvs(find_vocab(llama_tree, s.vocab))
         assert n_vocab == vocab
-        assert sum(int(np.prod(shape)) for _, shape, _ in _tensors(s, n_vocab)) == params
+        assert sum(int(np.prod(shape)) for _, shape, _ in tensor_plan(s, n_vocab)) == params
         # a vocab-only file (no tensors, no data section) is a complete GGUF file, not a truncated one
         assert model_info(find_vocab(llama_tree, s.vocab)).n_params == 0
 
@@ -120,7 +120,7 @@ def test_gpt_oss_120b_has_its_models_counts_and_vocabulary(llama_tree: Path, tmp
     assert abs((i.n_active_params - embd) / 1e9 - 5.13) < 0.005
     assert abs(i.file_bytes / 2**30 - 59.0) < 0.1  # the field report's 59 GB (GiB) model
     # the padded tokens come after qwen2's own
-    from tokensleuth.models.info import _read_header
+    from tokensleuth.models.info import read_header
 
-    kv = _read_header(out).kv
+    kv = read_header(out).kv
     assert kv["tokenizer.ggml.tokens"].count == kv["tokenizer.ggml.token_type"].count == 201088

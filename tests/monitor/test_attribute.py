@@ -118,17 +118,17 @@ def test_a_trial_whose_windows_are_all_off_gives_the_cpu_verdict_nothing(tmp_pat
                                "models": ["/m.gguf"], "workloads": ["tg32"], "band": 0.05}, "test")
     plan = [PlannedTrial(arm, "/m.gguf", "tg32", (), pair) for pair in range(3) for arm in ("a", "b")]
     with Store(tmp_path / "s.db") as s:
-        sid = s.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
+        sid = s.writes.create_study("compare", {"x": 1}, "h", [("a", "pypi:x==1", {}, (), {}), ("b", "pypi:x==1", {}, (), {})],
                              plan)
-        for k, t in enumerate(s.planned(sid)):
+        for k, t in enumerate(s.reads.planned(sid)):
             reps = tuple(SampleRow(i, 40 * MS, 32) for i in range(3))
             # pair 0's candidate: windows 30% short, with ten times the CPU (its edges do not belong to it)
             off = t["arm"] == "b" and t["pair"] == 0
             wins = tuple(WindowRow(0, i, (1 + 100 * i) * MS, (1 + 100 * i) * MS + (28 if off else 40) * MS,
                                    400.0 if off else 40.0 + k, {}) for i in range(3))
             r = ResultRow(0, "tg32", 0, 32, 0, 800.0, 0.0, {}, reps)
-            s.mark_running(t["id"])
-            s.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), wins))
+            s.writes.mark_running(t["id"])
+            s.writes.finish_trial(t["id"], TrialOutcome("done", 0, "", "", 0.0, 1.0, 0, 10**9, {}, (r,), wins))
         (c,) = analyze(s, sid, spec)
     assert c.cpu_estimate is not None
     # two pairs with CPU on both sides: pair 0 is left out, not read at 10x

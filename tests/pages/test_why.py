@@ -122,15 +122,15 @@ def _plant_withheld(profiled: dict[str, Any], tmp_path: Path, how: str) -> tuple
                                   for r in range(3) for e_ns in [(r + 1) * 1000 + (4_000_000 if e == "b" else 0)]]})
     with Store(db) as store:
         kind = "kernels" if how == "kernels" else "profile"
-        sid = store.begin_study(kind, spec, spec_hash(spec), resume=False).id
-        store.put_state(sid, kdriver.RUNS_STATE if how == "kernels" else pdriver.RUNS_STATE, runs)
+        sid = store.writes.begin_study(kind, spec, spec_hash(spec), resume=False).id
+        store.state.put(sid, kdriver.RUNS_STATE if how == "kernels" else pdriver.RUNS_STATE, runs)
         if how != "kernels":
-            store.put_state(sid, pdriver.BENCH_STATE, [])
-        store.finish_study(sid)
+            store.state.put(sid, pdriver.BENCH_STATE, [])
+        store.writes.finish_study(sid)
         _, obj = kind_of(kind).render_stored(store, sid)
         summary = hook_summary(sid, obj, how)
         entry = dict(profiled["entry"], **summary)
-        store.put_state(profiled["compare"], pdriver.PROFILES_STATE, [entry])
+        store.state.put(profiled["compare"], pdriver.PROFILES_STATE, [entry])
     return dict(profiled["env"], TOKENSLEUTH_DB=str(db)), sid
 
 

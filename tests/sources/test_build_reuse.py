@@ -111,15 +111,15 @@ def test_a_busy_build_directory_gives_the_next_build_a_slot_of_its_own(tmp_path:
     and a slot freed is taken again first."""
     import threading
 
-    from tokensleuth.sources.build import _slot
+    from tokensleuth.sources.compile import hold_slot
 
-    with _slot(tmp_path, "build-f") as a, _slot(tmp_path, "build-f") as b:
+    with hold_slot(tmp_path, "build-f") as a, hold_slot(tmp_path, "build-f") as b:
         assert (a, b) == ("", "-1")
         waited = threading.Event()
         got: list[str] = []
 
         def third() -> None:
-            with _slot(tmp_path, "build-f") as c:
+            with hold_slot(tmp_path, "build-f") as c:
                 got.append(c)
             waited.set()
 
@@ -128,7 +128,7 @@ def test_a_busy_build_directory_gives_the_next_build_a_slot_of_its_own(tmp_path:
         assert not waited.wait(0.3)  # every slot busy: it waits
     t.join(5)
     assert got == [""]
-    with _slot(tmp_path, "build-f") as again:
+    with hold_slot(tmp_path, "build-f") as again:
         assert again == ""
 
 
@@ -147,10 +147,10 @@ def test_a_second_repository_of_one_history_gets_a_worktree_of_its_own(tmp_path:
     git("clone", "-q", "--bare", str(one), str(two))
     cache = BuildCache(tmp_path / "cache")
     cache.work.mkdir(parents=True)
-    name = cache._worktree_name(one, sha)
+    name = cache.fetcher.worktree_name(one, sha)
     assert name == f"wt-{sha[:12]}"  # the history's first commit: the same on every machine
-    assert cache._worktree_name(two, sha) == name  # nothing checked out yet: either may take it
+    assert cache.fetcher.worktree_name(two, sha) == name  # nothing checked out yet: either may take it
     git("-C", str(one), "worktree", "add", "-q", "--detach", str(cache.work / name), sha)
-    assert cache._worktree_name(one, sha) == name
-    other = cache._worktree_name(two, sha)
+    assert cache.fetcher.worktree_name(one, sha) == name
+    other = cache.fetcher.worktree_name(two, sha)
     assert other != name and other.startswith("wt-")  # taken by the other repository

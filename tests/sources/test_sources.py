@@ -20,11 +20,11 @@ from tokensleuth.sources import DEFAULT_ENGINE, parse_source
 from tokensleuth.sources.build import (
     BuildCache,
     EngineBuild,
-    _run,
     backends_from_flags,
     bench_help,
     host_flags,
 )
+from tokensleuth.sources.compile import run_logged
 
 
 def test_parse_sources(tmp_path: Path) -> None:
@@ -159,7 +159,7 @@ def test_an_interrupted_build_step_leaves_no_process(tmp_path: Path) -> None:
     try:
         timer.start()
         with pytest.raises(Interrupted):
-            _run(["bash", "-c", f"echo started; (exec -a {marker} sleep 60) & wait"], None)
+            run_logged(["bash", "-c", f"echo started; (exec -a {marker} sleep 60) & wait"], None)
     finally:
         timer.cancel()
         signal.signal(signal.SIGTERM, previous)
@@ -181,7 +181,7 @@ def test_two_processes_on_an_empty_cache_unpack_one_sdist_once(engine: EngineBui
     (sdist,) = (cache_dir() / "sdists" / f"{src.package}-{src.version}").glob("*.tar.gz")
     script = ("import sys\nfrom pathlib import Path\nfrom tokensleuth.sources import parse_source\n"
               "from tokensleuth.sources.build import BuildCache\n"
-              "print(BuildCache(Path(sys.argv[1]))._pypi_tree(parse_source(sys.argv[2]), None)[0])\n")
+              "print(BuildCache(Path(sys.argv[1])).fetcher.pypi_tree(parse_source(sys.argv[2]), None)[0])\n")
     fetched = tmp_path / "cache" / "sdists" / sdist.parent.name
     fetched.mkdir(parents=True)
     os.link(sdist, fetched / sdist.name)

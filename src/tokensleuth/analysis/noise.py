@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth.analysis import stats
+from tokensleuth.analysis.cold import cold_leading
 from tokensleuth.core.workloads import cell_of
 from tokensleuth.store import Store
 
@@ -118,7 +118,7 @@ def components(procs: list[Process]) -> Noise | None:
 
 def estimate(store: Store, study_id: str) -> Noise | None:
     """The components of a study's finished trials (one Process per trial and test)."""
-    rows = store.done_samples(study_id)
+    rows = store.reads.done_samples(study_id)
     logs: dict[tuple[int, int], list[float]] = defaultdict(list)
     reps_s: dict[tuple[int, int], float] = defaultdict(float)
     info: dict[tuple[int, int], tuple[tuple[str, str, int], float | None]] = {}
@@ -141,12 +141,12 @@ def estimate(store: Store, study_id: str) -> Noise | None:
     for k, (group, whole) in list(info.items()):
         if whole is not None:
             info[k] = (group, whole - (in_trial[k[0]] - reps_s[k]))
-    # cold leading repetitions (stats.cold_leading, one count per cell over every arm) are
+    # cold leading repetitions (cold_leading, one count per cell over every arm) are
     # left out here as in each trial's t/s: they are neither process level nor repetition noise
     by_cell: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for k, (group, _span) in info.items():
         by_cell[(group[1], group[2])].append(k)
-    cold = {cell: stats.cold_leading([logs[k] for k in keys]).count for cell, keys in by_cell.items()}
+    cold = {cell: cold_leading([logs[k] for k in keys]).count for cell, keys in by_cell.items()}
     procs = []
     for k, v in logs.items():
         group, span = info[k]

@@ -7,7 +7,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokensleuth.analysis.stats import STALL_FACTOR, Cold, cold_leading, trial_tokens_per_s
+from tokensleuth.analysis.cold import Cold, cold_leading
+from tokensleuth.analysis.stats import STALL_FACTOR, trial_tokens_per_s
 from tokensleuth.core.workloads import cell_of
 from tokensleuth.monitor.attribute import (
     EDGE_ERROR_LIMIT,
@@ -231,8 +232,8 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
     timelines: dict[int, Any] = {}
     envs: dict[int, dict[str, Any]] = {}
     windows_cache: dict[int, dict[tuple[int, int], Any]] = {}
-    rows = list(store.results(study_id))
-    all_samples = {int(r["id"]): list(store.samples(int(r["id"]))) for r in rows}
+    rows = list(store.reads.results(study_id))
+    all_samples = {int(r["id"]): list(store.reads.samples(int(r["id"]))) for r in rows}
     colds = cold_by_test(rows, all_samples)
     for r in rows:
         raw = stored_json(r, "raw_json")
@@ -269,10 +270,10 @@ def load_cells(store: Store, study_id: str) -> list[Cell]:
                                 "duration_ms": durations[i] / 1e6, "fastest_ms": min(durations) / 1e6})
         if trial_id not in windows_cache:
             windows_cache[trial_id] = {(int(w["test_idx"]), int(w["rep"])): w
-                                       for w in store.windows(trial_id)}
+                                       for w in store.reads.windows(trial_id)}
         wins = windows_cache[trial_id]
         if trial_id not in timelines:  # read once per trial, shared by its tests' cells
-            timelines[trial_id] = store.timeline(trial_id)
+            timelines[trial_id] = store.reads.timeline(trial_id)
             envs[trial_id] = stored_json(r, "env_json", "{}")
         # one result row per (trial, test): each cell takes the trial's readings once
         env = envs[trial_id]

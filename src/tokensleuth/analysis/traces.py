@@ -9,12 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from tokensleuth.analysis.kernels import (
-    ProcessKernels,
-    coverage,
-    diff,
-    missing_records,
-)
+from tokensleuth.analysis.kernel_diff import diff
+from tokensleuth.analysis.kernels import ProcessKernels, coverage, missing_records
 from tokensleuth.analysis.stats import welch
 from tokensleuth.core.records import JSON_SCHEMA_VERSION
 

@@ -72,8 +72,8 @@ def bench(
     study = run(request, SAY)
     with common.open_store(db) as store:
         cells = load_cells(store, study)
-        engine_json = store.arms(study)[0].engine
-        warn = render_warnings(store.warnings(study))
+        engine_json = store.reads.arms(study)[0].engine
+        warn = render_warnings(store.reads.warnings(study))
     if not cells:
         raise EngineError(f"no trial of study {study} produced results (see the messages above)")
     out.print(render_bench(cells, study, engine_json, resources=resources) + warn)

@@ -74,14 +74,8 @@ def model_fit(
     device, against what is free here — nothing is run."""
     from tokensleuth.engines.base import DEFAULT_KIND
     from tokensleuth.engines.checks import check_arm
-    from tokensleuth.trials.memory import (
-        Free,
-        gpu_free,
-        host_free,
-        judge,
-        load_settings,
-        predict,
-    )
+    from tokensleuth.trials.memory import judge, load_settings, predict
+    from tokensleuth.trials.memory_free import Free, gpu_free, host_free
 
     flags = engine_flags(ctx)
     # tokensleuth's own flags, -r, and values llama-bench would not take: refused, not predicted

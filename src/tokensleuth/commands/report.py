@@ -35,17 +35,17 @@ def report(
 
     guard_writes([("--json", json_out), ("--html", html_out), ("--bundle", bundle_out)], db=db)
     with common.open_store(db) as store:
-        row = store.study(study)
+        row = store.reads.study(study)
         sid = row["id"]
         from tokensleuth.pages.explain import explain, markdown
 
         text, obj = kind_of(row["kind"]).render_stored(store, sid)
         if step is not None:
             sid = kind_of(row["kind"]).step_study(obj, step)
-            text, obj = kind_of(store.study(sid)["kind"]).render_stored(store, sid)
+            text, obj = kind_of(store.reads.study(sid)["kind"]).render_stored(store, sid)
         explained = explain(store, sid, obj)
         why = markdown(explained)
-        md = text + render_warnings(store.warnings(sid)) + (f"\n\n{why}" if why else "")
+        md = text + render_warnings(store.reads.warnings(sid)) + (f"\n\n{why}" if why else "")
         if issue:
             from tokensleuth.pages.issue import render_issue
 

@@ -37,7 +37,7 @@ def studies(db: DbOpt = None) -> None:
 
     with common.open_store(db) as store:
         rows = []
-        for s in store.studies():
+        for s in store.reads.studies():
             when = dt.datetime.fromtimestamp(s["created_at"]).strftime("%Y-%m-%d %H:%M")
             what = kind_of(s["kind"]).describe(s.spec)
             rows.append([s["id"], s["kind"], s["status"], when, f"{s['n_done']}/{s['n_trials']}", str(what)])

@@ -51,7 +51,7 @@ class LostTrial:
 
 @dataclass(frozen=True, slots=True)
 class StudyHandle:
-    """What :meth:`Store.begin_study` found or made."""
+    """What :meth:`Writes.begin_study` (a Store's writes) found or made."""
 
     id: str
     resumed: bool  # an unfinished study of this spec goes on

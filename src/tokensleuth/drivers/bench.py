@@ -71,11 +71,11 @@ def run_bench(
     # Without workloads, llama-bench runs the tests its own flags name, in one process.
     cells = [(m, w) for m in models for w in (workloads or [""])]
     # Here, rounds are planned one at a time: the cold leading repetitions found in the rounds
-    # before (stats.cold_leading, as compare) are added to the next round's -r, so each process
+    # before (cold.cold_leading, as compare) are added to the next round's -r, so each process
     # keeps the repetitions asked for. A fleet gets every round at once, to run them side by side:
     # its cold repetitions are found and left out the same, not added to -r.
     rounds = 1 if executor is None else trials
-    handle = store.begin_study("bench", spec, spec_hash(spec), resume=resume,
+    handle = store.writes.begin_study("bench", spec, spec_hash(spec), resume=resume,
                                arms=[(ARM, build.source, dict(build.to_json(), engine_kind=kind), (), env)],
                                plan=_round(cells, flags, {}, kind) * rounds)
     if on_study:
@@ -83,15 +83,15 @@ def run_bench(
     if handle.finished:
         return handle.id
     arm = arm_runtime(ARM, build, flags, env, kind, api_key_env)
-    with store.lease(handle.id):
+    with store.leases.hold(handle.id):
         while True:
             execute(store, handle.id, {ARM: arm}, timeout_s=timeout_s, on_trial=on_trial, sources=sources,
                     interval_s=interval_s, executor=executor)
-            if len(store.trials(handle.id)) >= trials * len(cells):
+            if len(store.reads.trials(handle.id)) >= trials * len(cells):
                 break
-            store.add_trials(handle.id, _round(cells, flags, cold_reps(store, handle.id), kind))
-        statuses = [t["status"] for t in store.trials(handle.id)]
-        store.finish_study(handle.id, "done" if "done" in statuses else "failed")
+            store.writes.add_trials(handle.id, _round(cells, flags, cold_reps(store, handle.id), kind))
+        statuses = [t["status"] for t in store.reads.trials(handle.id)]
+        store.writes.finish_study(handle.id, "done" if "done" in statuses else "failed")
     return handle.id
 
 
@@ -107,8 +107,8 @@ def cold_reps(store: Store, study_id: str) -> dict[tuple[str, str], int]:
     a process runs: one -r serves them all)."""
     from tokensleuth.analysis.results import cold_by_test
 
-    rows = list(store.results(study_id))
-    found = cold_by_test(rows, {int(r["id"]): list(store.samples(int(r["id"]))) for r in rows})
+    rows = list(store.reads.results(study_id))
+    found = cold_by_test(rows, {int(r["id"]): list(store.reads.samples(int(r["id"]))) for r in rows})
     out: dict[tuple[str, str], int] = {}
     for r in rows:
         idx = cell_of(r["workload"], r["test"], int(r["test_idx"]))[1]

@@ -79,7 +79,7 @@ def engine_checks(backends: Sequence[str], models: Sequence[Path], flags: Sequen
     finding, and each model's memory headroom, as the memory guard predicts it for these flags."""
     from tokensleuth.engines.placement import GPU_BACKENDS
     from tokensleuth.monitor.nvidia import NvidiaSource
-    from tokensleuth.trials import memory
+    from tokensleuth.trials import memory, memory_free
 
     out: list[Finding] = []
     gpu = [b for b in backends if b in GPU_BACKENDS]
@@ -96,9 +96,9 @@ def engine_checks(backends: Sequence[str], models: Sequence[Path], flags: Sequen
     if s is None:
         return out
     if free is None:
-        h, hs = memory.host_free()
-        g, gs = memory.gpu_free(nvml) if gpu else (None, "")
-        free = memory.Free(h, g, (hs, gs))
+        h, hs = memory_free.host_free()
+        g, gs = memory_free.gpu_free(nvml) if gpu else (None, "")
+        free = memory_free.Free(h, g, (hs, gs))
     for m in models:
         need = memory.predict(m, s, bool(gpu))
         v = memory.judge(m, need, free, s)

@@ -51,18 +51,20 @@ from tokensleuth.core.workloads import Workload, parse
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (
-    STALL_S,
-    RequestFailed,
     Served,
     ServerArgv,
-    Stream,
     check_served_model,
-    http_client,
     model_meta,
-    post_stream,
     result_of,
     sample_of,
     split_flags,
+)
+from tokensleuth.engines.streams import (
+    STALL_S,
+    RequestFailed,
+    Stream,
+    http_client,
+    post_stream,
     sse_events,
 )
 

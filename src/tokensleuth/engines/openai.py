@@ -39,18 +39,14 @@ from tokensleuth.core.workloads import Workload, parse
 from tokensleuth.engines.base import ArmRuntime, EngineRun, Settings
 from tokensleuth.engines.proc import Probe
 from tokensleuth.engines.serving import (
-    RequestFailed,
     Served,
     ServerArgv,
-    Stream,
-    http_client,
     model_meta,
-    post_stream,
     result_of,
     sample_of,
     split_flags,
-    sse_events,
 )
+from tokensleuth.engines.streams import RequestFailed, Stream, http_client, post_stream, sse_events
 
 STALL_S = 120.0
 TOLERANCE = 0.02  # a prompt this far off the workload's token count is refused

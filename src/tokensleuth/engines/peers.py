@@ -293,6 +293,6 @@ def import_file(store: Store, path: Path) -> tuple[str, int]:
                            {"imported_from": str(path.resolve()), "tool": tool},
                            tuple(rows), (), (), tuple(("peer-definition", n) for n in notes))
     spec = {"file": str(path.resolve()), "format": tool, "tool_version": version, "n": len(rows)}
-    study = store.import_study("import", spec, spec_hash(spec), ("imported", engine["source"], engine),
+    study = store.writes.import_study("import", spec, spec_hash(spec), ("imported", engine["source"], engine),
                                [(model, outcome)])
     return study, len(rows)

@@ -17,12 +17,11 @@ The engine never outlives tokensleuth: it runs in a session of its own (a
 terminal's Ctrl-C reaches tokensleuth alone, which then kills it, so a user's
 interrupt is never recorded as an engine crash), any exception or interrupt
 while it runs kills its process tree, and if tokensleuth is killed outright
-(SIGKILL) the kernel kills the engine (PR_SET_PDEATHSIG).
+(SIGKILL) the kernel kills the engine (PR_SET_PDEATHSIG): the guards are lifetime.py's.
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -32,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import psutil
+from tokensleuth.engines.lifetime import HeldInterrupts, die_with_parent_fn, kill_tree
 
 Probe = Callable[[int], Any]
 # Which lines are window edges: (stream "out" | "err", text) -> probe at this line
@@ -92,52 +91,6 @@ def process_fault(res: ProcResult) -> tuple[str, str] | None:
     return status, f"engine crashed: {why}" if status == "crashed" else f"engine {why}"
 
 
-# prctl(2) option and its argument, converted to C values once in the parent.
-_PR_SET_PDEATHSIG = ctypes.c_int(1)
-_SIGKILL = ctypes.c_ulong(signal.SIGKILL)
-
-
-def _resolve_prctl() -> Any:
-    """libc's prctl, looked up in the parent at import (None where there is none).
-
-    The child of a fork must not load libraries or import modules: another thread
-    (the sampler, the readers of an earlier trial) may have held the loader's or
-    the allocator's lock at the fork, and the child would wait on it forever
-    (the warning on ``preexec_fn`` in the subprocess docs). Resolved here, the
-    child's whole work is one foreign call with prepared arguments.
-    """
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).prctl  # libc is already mapped: no dlopen of a file
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_ulong]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_PRCTL = _resolve_prctl()
-
-
-def _die_with_parent_fn(parent_pid: int) -> Callable[[], None] | None:
-    """The child's pre-exec step: ask for SIGKILL when tokensleuth dies (Linux).
-
-    If tokensleuth is killed (even with SIGKILL), the engine must not run on and
-    disturb the next measurement or hold the GPU. A parent that died between the
-    fork and the prctl would never send the signal, so the child checks it is
-    still our child afterwards (os.getppid is one syscall, no lock).
-    """
-    prctl = _PRCTL
-    if prctl is None:
-        return None
-
-    def child() -> None:  # pragma: no cover - runs in the child between fork and exec
-        prctl(_PR_SET_PDEATHSIG, _SIGKILL)
-        if os.getppid() != parent_pid:
-            os._exit(137)
-
-    return child
-
-
 def run_process(
     argv: Sequence[str],
     *,
@@ -176,7 +129,7 @@ def run_process(
     t0 = time.monotonic_ns()
     # A Ctrl-C or SIGTERM that comes while the engine is being started (the child already
     # forked, Popen not yet returned) is held and raised inside the guard below, which kills it
-    held = _HeldInterrupts()
+    held = HeldInterrupts()
     try:
         proc = subprocess.Popen(
             list(argv),
@@ -189,7 +142,7 @@ def run_process(
             errors="replace",
             bufsize=1,
             start_new_session=True,  # setsid() in C, no Python in the child
-            preexec_fn=_die_with_parent_fn(os.getpid()),
+            preexec_fn=die_with_parent_fn(os.getpid()),
         )
     except OSError as exc:
         held.release()  # (nothing was started: an interrupt held meanwhile is raised here)
@@ -220,7 +173,7 @@ def run_process(
         def watchdog() -> None:
             if proc.poll() is None:  # (None too while the main thread sits in wait())
                 fired.set()
-                _kill_tree(proc.pid)
+                kill_tree(proc.pid)
 
         if timeout_s is not None:
             timer = threading.Timer(timeout_s, watchdog)
@@ -257,7 +210,7 @@ def run_process(
         while not exited.wait(1.0):
             pass
     except BaseException:
-        _kill_tree(proc.pid)
+        kill_tree(proc.pid)
         proc.wait()
         raise
     finally:
@@ -271,65 +224,6 @@ def run_process(
         lines.sort(key=lambda ln: ln.t_ns)
     return ProcResult(tuple(argv), proc.returncode, timed_out, t0, t1, started_at, time.time(), lines,
                       pid=proc.pid)
-
-
-class _HeldInterrupts:
-    """SIGINT and SIGTERM held while an engine is being started, then given to their handlers.
-
-    A signal handler raises in the main thread between two bytecodes: one that ran while
-    Popen was returning (the child forked, its pid not yet ours) would leave the engine running
-    with nothing to kill it. Only handlers of Python's own are held (a signal ignored or left at
-    its default is not touched: the engine inherits that disposition), and only in the main
-    thread, the one thread Python runs handlers in.
-    """
-
-    def __init__(self) -> None:
-        self.got: list[int] = []
-        self.old: dict[int, Callable[[int, Any], Any]] = {}
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            handler = signal.getsignal(sig)
-            if callable(handler):
-                self.old[sig] = handler
-                signal.signal(sig, self._hold)
-
-    def _hold(self, sig: int, frame: Any) -> None:
-        self.got.append(sig)
-
-    def release(self) -> None:
-        """Put the handlers back; the first signal that came meanwhile is handled now."""
-        old, self.old = self.old, {}
-        for sig, handler in old.items():
-            signal.signal(sig, handler)
-        if self.got:
-            sig = self.got[0]
-            self.got = []
-            old[sig](sig, None)
-
-
-def _kill_tree(pid: int) -> None:
-    """SIGKILL the engine, its descendants, and anything left in its session's group.
-
-    The group first, in one call, so that no process of it runs on after another is killed (a
-    shell whose child was killed first would go on to its next command); then the descendants
-    found before it that left the group."""
-    try:
-        parent = psutil.Process(pid)
-        procs = [parent, *parent.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        procs = []
-    # A grandchild whose parent already exited is no longer in the tree, but still in the
-    # process group the engine leads (start_new_session): its pgid is the engine's pid.
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    for p in procs:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 class Background:
@@ -353,12 +247,12 @@ class Background:
         full_env = dict(os.environ)
         if env:
             full_env.update(env)
-        held = _HeldInterrupts()  # (as run_process's: an interrupt during the start kills it)
+        held = HeldInterrupts()  # (as run_process's: an interrupt during the start kills it)
         try:
             self.proc = subprocess.Popen(
                 list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=full_env, text=True, errors="replace", bufsize=1, start_new_session=True,
-                preexec_fn=_die_with_parent_fn(os.getpid()) if die_with_parent else None)
+                preexec_fn=die_with_parent_fn(os.getpid()) if die_with_parent else None)
         except OSError as exc:
             self.spawn_error = f"cannot start {argv[0]}: {exc.strerror or exc}"
             held.release()
@@ -371,7 +265,7 @@ class Background:
         try:
             held.release()
         except BaseException:  # never returned to a `with`: no one else would stop it
-            _kill_tree(self.proc.pid)
+            kill_tree(self.proc.pid)
             self.proc.wait()
             raise
 
@@ -404,7 +298,7 @@ class Background:
                 self.proc.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        _kill_tree(self.proc.pid)  # what is left of its tree and group
+        kill_tree(self.proc.pid)  # what is left of its tree and group
         self.proc.wait()
         self._reader.join(timeout=2)
         return self.proc.returncode

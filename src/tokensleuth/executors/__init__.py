@@ -43,9 +43,9 @@ def execute(
     The driver is the store's only writer: executors return outcomes, it writes them. A
     unit whose worker was lost goes back to planned with a ``node-lost`` warning and runs
     again; nothing of it was stored. ``limit`` stops after that many trials. The caller holds
-    the study's lease (Store.lease), which put back what a killed run left ``running``.
+    the study's lease (Leases.hold), which put back what a killed run left ``running``.
     """
-    planned = store.planned(study_id)
+    planned = store.reads.planned(study_id)
     if limit is not None:
         planned = planned[:limit]
     if not planned:
@@ -55,16 +55,16 @@ def execute(
         executor = LocalExecutor(sources)
 
     def handout(unit: Unit, node: str | None) -> None:
-        store.mark_running_many([j.trial_id for j in unit], node)
+        store.writes.mark_running_many([j.trial_id for j in unit], node)
 
     outcomes: list[TrialOutcome] = []
     for d in executor.run(units_of(jobs), arms, timeout_s=timeout_s, interval_s=interval_s, handout=handout,
-                    live=store.live_timeline):
+                    live=store.writes.live_timeline):
         if isinstance(d, Lost):
             # the node-lost warnings are the record (machine, time, trials): one transaction
-            store.hand_back([j.trial_id for j in d.jobs], NODE_LOST, d.detail())
+            store.writes.hand_back([j.trial_id for j in d.jobs], NODE_LOST, d.detail())
             continue
-        store.finish_trials([(j.trial_id, o) for j, o in zip(d.jobs, d.outcomes, strict=True)])
+        store.writes.finish_trials([(j.trial_id, o) for j, o in zip(d.jobs, d.outcomes, strict=True)])
         for j, o in zip(d.jobs, d.outcomes, strict=True):
             outcomes.append(o)
             if on_trial:

@@ -15,7 +15,7 @@ from tokensleuth.studies import kind_of
 
 def renders(store: Store, study_id: str, where: str) -> None:
     """The imported study rendered as `report` renders it; a bundle whose rows do not render is damaged."""
-    kind = kind_of(store.study(study_id).kind)
+    kind = kind_of(store.reads.study(study_id).kind)
     try:
         kind.render_stored(store, study_id)
     except UserError as exc:  # a value the spec's own checks refuse

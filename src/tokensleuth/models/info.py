@@ -56,7 +56,9 @@ class _Damaged(Exception):
     """The header is inconsistent (sizes past the end of the file, unknown types)."""
 
 
-class _HeaderReader:
+class HeaderReader:
+    """Reads a GGUF header's values in order from ``pos`` (``endian``: "<" or ">")."""
+
     def __init__(self, buf: mmap.mmap | bytes, endian: str) -> None:
         self.buf, self.pos, self.e = buf, 0, endian
 
@@ -93,7 +95,7 @@ class _HeaderReader:
         return self.take(self.u64()).decode("utf-8", "replace")
 
     def value(self, vtype: int) -> Any:
-        """A KV value: scalars and strings as Python values, an array as ``_Array`` (its
+        """A KV value: scalars and strings as Python values, an array as ``GgufArray`` (its
         element type and length; its elements skipped without being read)."""
         if vtype == _STRING:
             return self.string()
@@ -105,20 +107,24 @@ class _HeaderReader:
                 self.take(count * _SCALAR_BYTES[etype], copy=False)
             else:
                 raise _Damaged(f"an array of unknown value type {etype}")
-            return _Array(etype, count)
+            return GgufArray(etype, count)
         if vtype in _SCALAR_BYTES:
             return struct.unpack(self.e + _SCALAR_FORMAT[vtype], self.take(_SCALAR_BYTES[vtype]))[0]
         raise _Damaged(f"a value of unknown type {vtype}")
 
 
 @dataclass(frozen=True, slots=True)
-class _Array:
+class GgufArray:
+    """An array KV, by its element type and length only (its values are skipped)."""
+
     etype: int
     count: int
 
 
 @dataclass(frozen=True, slots=True)
-class _Tensor:
+class GgufTensor:
+    """One tensor's info in a GGUF header."""
+
     name: str
     dims: tuple[int, ...]  # GGUF order: dims[0] is the row length (ne0)
     ttype: int
@@ -127,13 +133,15 @@ class _Tensor:
 
 
 @dataclass(frozen=True, slots=True)
-class _Header:
+class GgufHeader:
+    """A GGUF file's header: its KVs and tensor infos."""
+
     kv: dict[str, Any]
-    tensors: list[_Tensor]
+    tensors: list[GgufTensor]
     data_end: int  # the bytes the header says the file holds
 
 
-def _header(buf: mmap.mmap | bytes) -> _Header:
+def parse_header(buf: mmap.mmap | bytes) -> GgufHeader:
     """A GGUF file's header in one pass: its KVs (arrays by length only: a tokenizer's
     150k strings are skipped, never decoded) and its tensor infos."""
     endian = "<"
@@ -142,7 +150,7 @@ def _header(buf: mmap.mmap | bytes) -> _Header:
         endian, version = ">", struct.unpack(">I", buf[4:8])[0]
     if version not in (2, 3):
         raise _Damaged(f"GGUF version {version} (llama.cpp reads versions 2 and 3)")
-    r = _HeaderReader(buf, endian)
+    r = HeaderReader(buf, endian)
     r.pos = 8
     n_tensors, n_kv = r.u64(), r.u64()
     # each KV takes at least 12 bytes, each tensor info at least 24: refuse counts the
@@ -175,14 +183,14 @@ def _header(buf: mmap.mmap | bytes) -> _Header:
         if offset % alignment:
             raise _Damaged(f"a tensor offset {offset} not aligned to {alignment} bytes")
         n_bytes = n_elements // block * type_bytes
-        tensors.append(_Tensor(name, dims, ttype, n_elements, n_bytes))
+        tensors.append(GgufTensor(name, dims, ttype, n_elements, n_bytes))
         extents.append(offset + n_bytes)
     data_start = -(-r.pos // alignment) * alignment
     # no tensors (a vocab-only file, as llama.cpp ships them): no data section, so no padding to it
-    return _Header(kv, tensors, data_start + max(extents) if extents else r.pos)
+    return GgufHeader(kv, tensors, data_start + max(extents) if extents else r.pos)
 
 
-def _read_header(path: Path) -> _Header:
+def read_header(path: Path) -> GgufHeader:
     """The header of ``path``, checked against the file's size (one UserError if it is not
     a complete GGUF file). Only the header's pages of the file are read."""
     if not path.exists():
@@ -198,7 +206,7 @@ def _read_header(path: Path) -> _Header:
                 raise UserError(f"{path} is truncated: {size} bytes, shorter than a GGUF header — "
                                 "re-download or re-create it")
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
-                head = _header(buf)
+                head = parse_header(buf)
     except OSError as exc:
         raise UserError(f"cannot read {path} ({exc.strerror or exc}) — check its permissions") from None
     except _Damaged as exc:
@@ -243,7 +251,7 @@ class ModelFacts:
         if key is not None and key in self._known:
             return self._known[key]
         self.reads += 1
-        got = _model_info(path, _read_header(path))
+        got = _model_info(path, read_header(path))
         if key is not None:
             self._known[key] = got
         return got
@@ -258,7 +266,7 @@ def model_info(path: Path) -> ModelInfo:
     return FACTS.info(path)
 
 
-def _model_info(path: Path, head: _Header) -> ModelInfo:
+def _model_info(path: Path, head: GgufHeader) -> ModelInfo:
     kv = head.kv
     try:
         arch = str(kv.get("general.architecture", "unknown"))
@@ -269,7 +277,7 @@ def _model_info(path: Path, head: _Header) -> ModelInfo:
     except _Damaged as exc:
         raise UserError(f"{path} is not a valid GGUF model ({exc}) — re-download or re-create it") from None
     tokens = kv.get("tokenizer.ggml.tokens")
-    n_vocab = tokens.count if isinstance(tokens, _Array) else 0
+    n_vocab = tokens.count if isinstance(tokens, GgufArray) else 0
     n_params = active = per_token = 0
     mix: Counter[str] = Counter()
     for t in head.tensors:
@@ -296,7 +304,7 @@ def _model_info(path: Path, head: _Header) -> ModelInfo:
     return ModelInfo(
         path=str(path),
         arch=arch,
-        name=str(name) if not isinstance(name, _Array) else path.stem,
+        name=str(name) if not isinstance(name, GgufArray) else path.stem,
         n_params=n_params,
         n_active_params=active,
         n_expert=n_expert,

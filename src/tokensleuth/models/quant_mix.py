@@ -66,7 +66,7 @@ _DEFAULT = {"Q6_K": T.Q6_K, "Q4_K_M": T.Q4_K, "IQ4_XS": T.IQ4_XS}
 _FALLBACK = {T.IQ4_XS: T.IQ4_NL, T.Q4_K: T.Q5_0, T.Q5_K: T.Q5_1, T.Q6_K: T.Q8_0}
 _LAYER = re.compile(r"blk\.(\d+)\.")
 
-Plan = Sequence[tuple[str, tuple[int, ...], bool]]  # (name, numpy-order shape, quantized) as shapes._tensors gives
+Plan = Sequence[tuple[str, tuple[int, ...], bool]]  # (name, numpy-order shape, quantized) as shapes.tensor_plan gives
 
 
 def _use_more_bits(i_layer: int, n_layer: int) -> bool:

@@ -79,7 +79,7 @@ REAL_SHAPES: dict[str, RealShape] = {
 }
 
 
-def _tensors(s: RealShape, n_vocab: int) -> list[tuple[str, tuple[int, ...], bool]]:
+def tensor_plan(s: RealShape, n_vocab: int) -> list[tuple[str, tuple[int, ...], bool]]:
     """(name, numpy-order shape, quantized) of every tensor llama.cpp loads for the shape."""
     E, hd = s.n_embd, s.head_dim
     out: list[tuple[str, tuple[int, ...], bool]] = [("token_embd.weight", (n_vocab, E), True),
@@ -128,9 +128,9 @@ def _pad_tokenizer(raw: bytes, n: int, n_to: int) -> bytes:
     ``tokenizer.ggml.token_type`` (and a score of 0 where there are scores)."""
     import struct
 
-    from tokensleuth.models.info import _HeaderReader
+    from tokensleuth.models.info import HeaderReader
 
-    r = _HeaderReader(raw, "<")
+    r = HeaderReader(raw, "<")
     out = b""
     for _ in range(n):
         start = r.pos
@@ -158,9 +158,9 @@ def _pad_tokenizer(raw: bytes, n: int, n_to: int) -> bytes:
 
 def _kv_spans(buf: bytes) -> tuple[list[tuple[str, int, int]], int]:
     """Each KV of a GGUF header as (key, start, end) byte offsets, and where the KVs end."""
-    from tokensleuth.models.info import _HeaderReader
+    from tokensleuth.models.info import HeaderReader
 
-    r = _HeaderReader(buf, "<")
+    r = HeaderReader(buf, "<")
     r.pos = 16
     n_kv = r.u64()
     spans = []
@@ -175,9 +175,9 @@ def _kv_spans(buf: bytes) -> tuple[list[tuple[str, int, int]], int]:
 def tokenizer_kvs(vocab: Path) -> tuple[bytes, int, int]:
     """The raw bytes of a vocab file's ``tokenizer.*`` KVs (copied as they are: decoding 150k
     strings with gguf's reader took 15 s), their count and the vocabulary's size."""
-    from tokensleuth.models.info import _read_header
+    from tokensleuth.models.info import read_header
 
-    head = _read_header(vocab)
+    head = read_header(vocab)
     n_vocab = head.kv["tokenizer.ggml.tokens"].count
     with open(vocab, "rb") as fh:
         buf = fh.read()
@@ -249,7 +249,7 @@ def write_shape(name: str | RealShape, out: Path, quant: str, llama_tree: Path, 
         tok, n_tok, n_vocab = tokenizer_kvs(find_vocab(llama_tree, s.vocab))
         if s.n_vocab > n_vocab:
             tok, n_vocab = _pad_tokenizer(tok, n_tok, s.n_vocab), s.n_vocab
-        plan = _tensors(s, n_vocab)
+        plan = tensor_plan(s, n_vocab)
         kinds = tensor_types(s, plan, quant)
         for tname, shape, _ in plan:
             n = int(np.prod(shape))

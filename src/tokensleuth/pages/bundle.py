@@ -42,7 +42,7 @@ def model_entry(path: str) -> dict[str, Any]:
 
 def bundle_of(store: Store, study_id: str, rendered: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     """The study ``study_id`` as a bundle (``rendered``: its Markdown and JSON, as `report` renders them)."""
-    row = store.study(study_id)
+    row = store.reads.study(study_id)
     if not kind_of(row.kind).bundles:
         raise UserError(f"a {row.kind} study cannot be bundled yet — bundles hold compare and bench studies "
                         "(bundle the compare studies it ran instead)")

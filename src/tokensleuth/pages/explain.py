@@ -79,7 +79,7 @@ def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Sec
     from tokensleuth.drivers.verdicts.comparisons import analyze, stored_spec
     from tokensleuth.studies import kind_of
 
-    if not kind_of(str(store.study(study_id)["kind"])).paired:
+    if not kind_of(str(store.reads.study(study_id)["kind"])).paired:
         return None
     spec = stored_spec(store, study_id)
     groups: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
@@ -137,10 +137,10 @@ def placement_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple
     from tokensleuth.engines.placement import Placement, difference
     from tokensleuth.studies import kind_of
 
-    got = store.get_state(study_id, PLACEMENT_STATE)
+    got = store.state.get(study_id, PLACEMENT_STATE)
     if not got:
         return None
-    row = store.study(study_id)
+    row = store.reads.study(study_id)
     spec = row.spec
     arms = [a["name"] for a in spec.get("arms", [])]
     base = spec.get("baseline") or (arms[0] if arms else None)
@@ -229,11 +229,11 @@ def roofline_section(store: Store, study_id: str, obj: dict[str, Any],
     from tokensleuth.engines.placement import GPU_BACKENDS
     from tokensleuth.studies import kind_of
 
-    if not kind_of(str(store.study(study_id)["kind"])).bandwidth:
+    if not kind_of(str(store.reads.study(study_id)["kind"])).bandwidth:
         return None
-    backends = {str(a["name"]): a.engine.get("backends") or [] for a in store.arms(study_id)}
+    backends = {str(a["name"]): a.engine.get("backends") or [] for a in store.reads.arms(study_id)}
     gpu_peak: dict[str, float] = {}
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         if t["status"] == "done" and t["env_json"]:
             devs = ((stored_json(t, "env_json").get("monitor") or {}).get("nvidia") or {}).get("devices") or []
             if devs and devs[0].get("peak_mem_gbs"):
@@ -301,7 +301,7 @@ def changes_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[S
     from tokensleuth.sources.changes import render_changes
     from tokensleuth.studies import kind_of
 
-    ch = kind_of(str(store.study(study_id)["kind"])).source_changes(obj)
+    ch = kind_of(str(store.reads.study(study_id)["kind"])).source_changes(obj)
     if not ch.get("files"):
         return None
     text = render_changes(ch)
@@ -325,7 +325,7 @@ def why_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Secti
     has the diff's line."""
     from tokensleuth.studies import kind_of
 
-    entries = kind_of(str(store.study(study_id)["kind"])).beside(obj)
+    entries = kind_of(str(store.reads.study(study_id)["kind"])).beside(obj)
     if not entries:
         return None
     parts = []
@@ -335,7 +335,7 @@ def why_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Secti
             parts.append(Part(key, label, lines=(f"Not profiled: {e.get('skipped') or 'no profile was stored'}.",)))
             continue
         try:
-            row = store.study(str(e["study"]))
+            row = store.reads.study(str(e["study"]))
             kind = kind_of(str(row["kind"]))
             _, diffed = kind.render_stored(store, str(row["id"]))
         except UserError as exc:  # a store copied without it, or a diff not finished

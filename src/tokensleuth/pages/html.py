@@ -61,7 +61,7 @@ def arms_table(store: Store, study_id: str, apart: dict[str, list[str]] | None =
     """A row per arm; ``apart``: what sets each arm apart (the kind's JSON "differences"), a column
     of its own where the kind names it."""
     out = []
-    for a in store.arms(study_id):
+    for a in store.reads.arms(study_id):
         eng = a.engine
         flags = a.flags
         row = {"name": str(a["name"]), "kind": str(a["kind"] if "kind" in a.keys() else DEFAULT_KIND),
@@ -75,7 +75,7 @@ def arms_table(store: Store, study_id: str, apart: dict[str, list[str]] | None =
 
 def first_env(store: Store, study_id: str) -> dict[str, Any]:
     """The environment the study's first finished trial recorded (host, CPU, GPUs, argv)."""
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         if t["status"] == "done" and t["env_json"]:
             return dict(stored_json(t, "env_json"))
     return {}
@@ -98,11 +98,11 @@ def render_html(store: Store, study_id: str, nav: str | None = None, sections: l
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
 
-    row = store.study(study_id)
+    row = store.reads.study(study_id)
     sid = str(row["id"])
     kind = kind_of(str(row["kind"]))
     md, obj = rendered or kind.render_stored(store, sid)
-    warn_md = render_warnings(store.warnings(sid))
+    warn_md = render_warnings(store.reads.warnings(sid))
     figures: list[Figure] = kind.figures(store, sid, obj)
     summary = obj.get("summary") or (md.strip().splitlines() or [""])[0]
     warnings = [ln[2:] for ln in warn_md.splitlines() if ln.startswith("- ")]
@@ -112,7 +112,7 @@ def render_html(store: Store, study_id: str, nav: str | None = None, sections: l
     return TEMPLATES.get_template("study.html.j2").render(
         title=f"tokensleuth {row['kind']} · {kind.describe(row.spec)}"[:200],
         kind=str(row["kind"]), study_id=sid, status=str(row["status"]), created=_when(row["created_at"]),
-        engine_s=f"{store.engine_seconds(sid):.1f}", summary=summary,
+        engine_s=f"{store.reads.engine_seconds(sid):.1f}", summary=summary,
         arms=arms_table(store, sid, differences.get("arms")), shared=shared,
         host=host_rows(first_env(store, sid)), figures=figures, extra_sections=sections or [], warnings=warnings,
         why=why,

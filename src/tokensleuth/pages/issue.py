@@ -20,7 +20,7 @@ from tokensleuth.store import Store, stored_json
 def _engine_commands(store: Store, study_id: str) -> list[str]:
     """One engine command line per arm (the first finished trial's argv), as a user types it."""
     seen: dict[str, str] = {}
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         if t["status"] != "done" or str(t["arm"]) in seen or not t["env_json"]:
             continue
         env = stored_json(t, "env_json")
@@ -37,7 +37,7 @@ def _engine_commands(store: Store, study_id: str) -> list[str]:
 
 def _log_tail(store: Store, study_id: str) -> str:
     """The stderr tail of the failed trials, else of the last finished one."""
-    trials = list(store.trials(study_id))
+    trials = list(store.reads.trials(study_id))
     bad = [t for t in trials if t["status"] not in ("done", "planned", "running") and t["stderr_tail"]]
     pick = bad[:3] or [t for t in trials if t["status"] == "done" and t["stderr_tail"]][-1:]
     return "\n".join(f"[{t['arm']} trial {t['seq']}: {t['status']}{': ' + t['message'] if t['message'] else ''}]\n"
@@ -65,13 +65,13 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
     from tokensleuth.report.markdown import render_warnings
     from tokensleuth.studies import kind_of
 
-    row = store.study(study_id)
+    row = store.reads.study(study_id)
     sid = str(row["id"])
     kind = kind_of(str(row["kind"]))
     md, obj = rendered
     spec = row.spec
     env = first_env(store, sid)
-    arms = store.arms(sid)
+    arms = store.reads.arms(sid)
     engines = {a.name: a.engine for a in arms}
     apart = (obj.get("differences") or {}).get("arms") or {}  # what sets each arm apart (compare)
 
@@ -101,7 +101,7 @@ def render_issue(store: Store, study_id: str, rendered: tuple[str, dict[str, Any
         out += [why, ""]
     if any(s.key == WHY for s in sections):
         out += [why_link(sid, page), ""]
-    warn = render_warnings(store.warnings(sid)).strip()
+    warn = render_warnings(store.reads.warnings(sid)).strip()
     if warn:
         out += [warn, ""]
     out += ["Measured with tokensleuth: paired engine processes in alternating order, ratios of tokens/s with "

@@ -30,8 +30,8 @@ class SiteStats:
 
 
 def _fingerprint(store: Store, sid: str) -> str:
-    row = store.study(sid)
-    agg, nwarn, state = store.activity(sid)
+    row = store.reads.study(sid)
+    agg, nwarn, state = store.reads.activity(sid)
     from tokensleuth import __version__
 
     blob = json.dumps([row["status"], row["finished_at"], list(agg), nwarn, list(state), __version__])
@@ -50,11 +50,11 @@ def history_points(store: Store) -> dict[tuple[str, str], list[tuple[str, float,
     acc: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     where: dict[tuple[str, str, str], str] = {}
     order: dict[str, tuple[int, float]] = {}
-    for s in store.studies():
+    for s in store.reads.studies():
         if not kind_of(str(s["kind"])).history:
             continue
-        engines = store.engines(s["id"])
-        for r in store.trial_stats(s["id"]):
+        engines = store.reads.engines(s["id"])
+        for r in store.reads.trial_stats(s["id"]):
             e = engines.get(str(r["arm"]), {})
             ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
             key = (Path(str(r["model"])).name, str(r["test"]))
@@ -75,12 +75,12 @@ def _changed_versions(store: Store) -> set[tuple[str, str, str]]:
     from tokensleuth.studies import kind_of
 
     out: set[tuple[str, str, str]] = set()
-    for s in store.studies():
+    for s in store.reads.studies():
         kind = kind_of(str(s["kind"]))
         if s["status"] != "done" or not kind.history:
             continue
         _, obj = kind.render_stored(store, s["id"])
-        engines = store.engines(s["id"])
+        engines = store.reads.engines(s["id"])
         for candidate, model, workload in kind.changes(obj):
             e = engines.get(candidate, {})
             ver = (f"b{e['build_number']}" if e.get("build_number") else str(e.get("commit") or "")[:9]) or "?"
@@ -106,7 +106,7 @@ def build_site(store: Store, dest: Path) -> SiteStats:
     pages = dict(manifest.get("pages") or {})
     index_rows = []
     written = 0
-    for s in store.studies():
+    for s in store.reads.studies():
         sid = str(s["id"])
         kind = kind_of(str(s["kind"]))
         spec = s.spec
@@ -132,7 +132,7 @@ def build_site(store: Store, dest: Path) -> SiteStats:
                 written += 1
             old = {"fp": fp, "headline": headline, "rendered": html is not None, "why": why and html is not None}
             pages[sid] = old
-        engines = sorted({str(a["source"]) for a in store.arms(sid)})
+        engines = sorted({str(a["source"]) for a in store.reads.arms(sid)})
         index_rows.append({"id": sid, "kind": str(s["kind"]), "status": str(s["status"]),
                            "created": _day(s["created_at"]), "what": kind.describe(spec)[:120],
                            "engines": ", ".join(engines)[:200], "headline": old.get("headline", ""),

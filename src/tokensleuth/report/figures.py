@@ -62,7 +62,7 @@ def timeline_figure(store: Store, study_id: str) -> Figure | None:
     from tokensleuth.report import plots
 
     last: dict[str, Any] = {}
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         if t["status"] == "done" and t["t0_ns"] is not None:
             last[str(t["arm"])] = t
     if not last:
@@ -73,7 +73,7 @@ def timeline_figure(store: Store, study_id: str) -> Figure | None:
     present: set[str] = set()
     for arm, t in last.items():
         t0 = int(t["t0_ns"])
-        tl = store.timeline(int(t["id"]))
+        tl = store.reads.timeline(int(t["id"]))
         ts = [(tn - t0) / 1e9 for tn, _ in tl]
         values: dict[str, list[float | None]] = defaultdict(list)
         for _, v in tl:
@@ -81,7 +81,7 @@ def timeline_figure(store: Store, study_id: str) -> Figure | None:
                 values[key].append(v.get(key))
                 if v.get(key) is not None:
                     present.add(key)
-        wins = store.windows(int(t["id"]))
+        wins = store.reads.windows(int(t["id"]))
         windows[arm] = [((w["start_ns"] - t0) / 1e9, (w["end_ns"] - t0) / 1e9) for w in wins]
         # CPU busy cores as a step per window: drawn at both edges of each window
         busy_t: list[float] = []

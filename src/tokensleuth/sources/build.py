@@ -18,7 +18,8 @@ The work is split along its seams: what is fetched (:mod:`.fetch`: sdists, workt
 configured (:mod:`.configure`: CMake options, backends, the compiler cache, build keys), what is
 compiled (:mod:`.compile`: CMake and ninja, their errors, the cache of finished builds) and a
 prebuilt llama-bench checked (:mod:`.prebuilt`). This module is their public face:
-:class:`BuildCache` and the names others import from here.
+:class:`BuildCache`, which holds a :class:`~.fetch.TreeFetcher` and a :class:`~.compile.Compiler`,
+and the names others import from here.
 """
 
 from __future__ import annotations
@@ -36,9 +37,8 @@ from tokensleuth.sources.compile import (
     Compiler,
     EngineBuild,
     Log,
-    _run,
-    _slot,
     failure_line,
+    hold_slot,
     sync_tree,
 )
 from tokensleuth.sources.configure import (
@@ -63,11 +63,11 @@ from tokensleuth.sources.fetch import (
     damaged_sdist,
     set_aside,
 )
-from tokensleuth.sources.prebuilt import HELP_TIMEOUT_S, _bench_version, bench_help, run_in_session
+from tokensleuth.sources.prebuilt import HELP_TIMEOUT_S, bench_help, bench_version, run_in_session
 
 __all__ = [
     "ALL_TARGETS", "BASE_FLAGS", "BENCH_SOURCE", "BUILD_DIR", "BUILD_SLOTS", "DEFAULT_TARGETS", "HELP_TIMEOUT_S",
-    "SDIST_ERRORS", "TARGET", "BuildCache", "EngineBuild", "Log", "_run", "_slot", "backends_from_flags",
+    "SDIST_ERRORS", "TARGET", "BuildCache", "EngineBuild", "Log", "backends_from_flags",
     "backends_in", "bench_help", "bench_source", "build_tool", "compiler_id", "compiler_launcher",
     "damaged_sdist", "failure_line", "host_flags", "reuse_build_dirs", "run_in_session", "set_aside",
     "sync_tree",
@@ -94,8 +94,9 @@ def bench_source(source: str) -> str | None:
     return None
 
 
-class BuildCache(TreeFetcher, Compiler):
-    """The content-keyed build cache under the user cache dir."""
+class BuildCache:
+    """The content-keyed build cache under the user cache dir: a fetcher of source trees and a
+    compiler of builds, sharing its folders."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or cache_dir()
@@ -103,6 +104,8 @@ class BuildCache(TreeFetcher, Compiler):
         self.sdists = self.root / "sdists"
         self.src = self.root / "src"
         self.work = self.root / "work"
+        self.fetcher = TreeFetcher(self.sdists, self.src, self.work)
+        self.compiler = Compiler(self.root, self.builds, self.work)
 
     # -- public ------------------------------------------------------------------
 
@@ -133,19 +136,31 @@ class BuildCache(TreeFetcher, Compiler):
             return EngineBuild(src.spec, bin_dir, key, None, None, (), "command", (), (), cache_hit=True)
         cmake_flags = (*host_flags(cmake_flags), *cmake_flags)
         if src.kind == "pypi":
-            tree, tree_id, commit, number = self._pypi_tree(src, log)
-            return self._build(src, tree, tree_id, commit, number, cmake_flags, targets, log)
+            tree, tree_id, commit, number = self.fetcher.pypi_tree(src, log)
+            return self.compiler.build(src, tree, tree_id, commit, number, cmake_flags, targets, log)
         return self._git_build(src, cmake_flags, targets, log)
 
     def llama_tree(self, source: Source | str) -> Path:
         """The llama.cpp source tree of ``source`` (for its tokenizer files)."""
         src = parse_source(source) if isinstance(source, str) else source
         if src.kind == "pypi":
-            return self._pypi_tree(src, None)[0]
+            return self.fetcher.pypi_tree(src, None)[0]
         if src.kind == "git":
             assert src.path is not None
             return src.path
         raise UserError("a bin: engine has no source tree — use a pypi: or git: engine here")
+
+    def list(self) -> list[EngineBuild]:
+        """The finished builds in the cache, oldest first."""
+        return self.compiler.list()
+
+    def sdist(self, src: Source, log: Log | None = None) -> Path:
+        """The sdist of a pypi: source, downloaded once into the cache (no unpacking)."""
+        return self.fetcher.sdist(src, log)
+
+    def resolve_rev(self, repo: Path, rev: str) -> str:
+        """The commit that ``rev`` names in ``repo``."""
+        return self.fetcher.resolve_rev(repo, rev)
 
     # -- bin ---------------------------------------------------------------------
 
@@ -155,7 +170,7 @@ class BuildCache(TreeFetcher, Compiler):
         assert src.path is not None
         binary = src.path / targets[0]
         bench_help(binary)  # one line now, not a trial failure later
-        commit, number = _bench_version(binary)
+        commit, number = bench_version(binary)
         key = hashlib.sha256(str(src.path).encode()).hexdigest()[:16]
         return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt",
                            backends_in(src.path, targets[0]), tuple(t for t in ALL_TARGETS if (src.path / t).exists()), cache_hit=True)
@@ -163,21 +178,21 @@ class BuildCache(TreeFetcher, Compiler):
     def _git_build(self, src: Source, flags: Sequence[str], targets: Sequence[str],
                    log: Log | None) -> EngineBuild:
         assert src.path and src.rev
-        sha = self.resolve_rev(src.path, src.rev)
+        sha = self.fetcher.resolve_rev(src.path, src.rev)
         tree_id = subprocess.run(["git", "-C", str(src.path), "rev-parse", f"{sha}^{{tree}}"],
                                  capture_output=True, text=True, check=True).stdout.strip()
         number_out = subprocess.run(["git", "-C", str(src.path), "rev-list", "--count", sha],
                                     capture_output=True, text=True)
         number = int(number_out.stdout.strip()) if number_out.returncode == 0 else None
         key = build_key(f"git-tree:{tree_id}", flags, targets)
-        hit = self._hit(key, str(src), sha, number)
+        hit = self.compiler.hit(key, str(src), sha, number)
         if hit:
             return hit
         self.work.mkdir(parents=True, exist_ok=True)
-        name = self._worktree_name(src.path, sha)
+        name = self.fetcher.worktree_name(src.path, sha)
         # The worktree is checked out and built under its slot's lock: a second build of the
         # same repository at once takes the next slot (its own worktree and build directory).
-        with _slot(self.work, name) as slot:
+        with hold_slot(self.work, name) as slot:
             wt = self.work / f"{name}{slot}"
             checkout_worktree(src.path, wt, sha)
-            return self._build(src, wt, f"git-tree:{tree_id}", sha, number, flags, targets, log, key=key)
+            return self.compiler.build(src, wt, f"git-tree:{tree_id}", sha, number, flags, targets, log, key=key)

@@ -1,7 +1,8 @@
-"""What is compiled: CMake and ninja run in a session of their own (:func:`_run`), errors cut
-to one line (:func:`failure_line`), build directories held by slots and mirrored trees
-(:func:`sync_tree`), and :class:`Compiler`: the cache of finished builds (``<cache>/builds/<key>/``,
-made atomically) with what is configured (:mod:`tokensleuth.sources.configure`)."""
+"""What is compiled: CMake and ninja run in a session of their own (:func:`run_logged`), errors
+cut to one line (:func:`failure_line`), build directories held by slots (:func:`hold_slot`) and
+mirrored trees (:func:`sync_tree`), and :class:`Compiler`: the cache of finished builds
+(``<cache>/builds/<key>/``, made atomically) with what is configured
+(:mod:`tokensleuth.sources.configure`)."""
 
 from __future__ import annotations
 
@@ -81,8 +82,9 @@ class EngineBuild:
         )
 
 
-def _run(argv: Sequence[str], log: Log | None, cwd: Path | None = None,
-         env: dict[str, str] | None = None) -> str:
+def run_logged(argv: Sequence[str], log: Log | None, cwd: Path | None = None,
+               env: dict[str, str] | None = None) -> str:
+    """Run a build's command, each output line to ``log``; its output, or EngineError with its tail."""
     # A session of its own, so that an interrupt (Ctrl-C, SIGTERM: Interrupted raised here)
     # or any error can kill the whole build (cmake, ninja, the compilers) with one killpg.
     proc = subprocess.Popen(list(argv), cwd=cwd, env=env, stdout=subprocess.PIPE,
@@ -177,7 +179,7 @@ BUILD_SLOTS = 2  # directories per build family: a third build at once waits for
 
 
 @contextlib.contextmanager
-def _slot(work: Path, name: str, slots: int = BUILD_SLOTS) -> Iterator[str]:
+def hold_slot(work: Path, name: str, slots: int = BUILD_SLOTS) -> Iterator[str]:
     """Hold the first free slot of ``name`` ('' then '-1', …) under ``work``; when every slot
     is busy, wait for the first. Yields the slot's suffix."""
     import fcntl
@@ -201,12 +203,13 @@ def _slot(work: Path, name: str, slots: int = BUILD_SLOTS) -> Iterator[str]:
 
 
 class Compiler:
-    """The build cache's finished builds, and how one is made (a mixin of
-    :class:`tokensleuth.sources.build.BuildCache`, which sets these folders)."""
+    """The build cache's finished builds under ``builds``, and how one is made: in ``work`` (build
+    directories, mirrored trees, their locks), with the compiler cache under ``root``."""
 
-    root: Path
-    builds: Path
-    work: Path
+    def __init__(self, root: Path, builds: Path, work: Path) -> None:
+        self.root = root
+        self.builds = builds
+        self.work = work
 
     def list(self) -> list[EngineBuild]:
         out = []
@@ -217,7 +220,7 @@ class Compiler:
                 continue
         return sorted(out, key=lambda b: b.created_at)
 
-    def _hit(self, key: str, source: str, commit: str | None, number: int | None) -> EngineBuild | None:
+    def hit(self, key: str, source: str, commit: str | None, number: int | None) -> EngineBuild | None:
         manifest = self.builds / key / "build.json"
         if not manifest.exists():
             return None
@@ -227,11 +230,11 @@ class Compiler:
                               "cmake_flags": b.cmake_flags, "backends": b.backends,
                               "targets": b.targets, "cache_hit": True})
 
-    def _build(self, src: Source, tree: Path, tree_id: str, commit: str | None, number: int | None,
+    def build(self, src: Source, tree: Path, tree_id: str, commit: str | None, number: int | None,
                flags: Sequence[str], targets: Sequence[str], log: Log | None,
                key: str | None = None) -> EngineBuild:
         key = key or build_key(tree_id, flags, targets)
-        hit = self._hit(key, str(src), commit, number)
+        hit = self.hit(key, str(src), commit, number)
         if hit:
             return hit
         cmake = build_tool("cmake")
@@ -251,12 +254,12 @@ class Compiler:
         family = build_family(where, flags)
         base = f"build-{family}" if reuse_build_dirs() else f"build-{key}"
         # one build of a key at a time (the second finds the first's result); other keys take slots
-        with file_lock(self.work / f"key-{key}.lock"), _slot(self.work, base) as slot:
+        with file_lock(self.work / f"key-{key}.lock"), hold_slot(self.work, base) as slot:
             src_dir = self.work / f"{name}{slot}" if mirror else tree
             # inside the tree (its slot's: a git worktree's slot is held by the caller), so compile
             # lines are the same from every root; a fresh directory per build stays out of the tree
             bdir = src_dir / f"{BUILD_DIR}-{family}" if reuse_build_dirs() else self.work / f"{base}{slot}"
-            hit = self._hit(key, str(src), commit, number)  # built by another process while we waited
+            hit = self.hit(key, str(src), commit, number)  # built by another process while we waited
             if hit:
                 return hit
             if src_dir != tree:
@@ -276,8 +279,8 @@ class Compiler:
         t0 = time.monotonic()
         jobs = str(os.cpu_count() or 2)
         try:
-            _run(cfg, log, env=env)
-            _run([cmake, "--build", str(bdir), "--target", *targets, "-j", jobs], log, env=env)
+            run_logged(cfg, log, env=env)
+            run_logged([cmake, "--build", str(bdir), "--target", *targets, "-j", jobs], log, env=env)
         except EngineError as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             missing = [t for t in targets if f"unknown target '{t}'" in str(exc)]

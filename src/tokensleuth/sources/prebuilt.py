@@ -97,7 +97,8 @@ def _exec_failure(bench: Path, exc: OSError) -> str:
     return f"{exc.strerror or exc} — check the file"
 
 
-def _bench_version(bench: Path) -> tuple[str | None, int | None]:
+def bench_version(bench: Path) -> tuple[str | None, int | None]:
+    """The commit and build number a llama-bench names (``--version``); None for what it does not say."""
     try:
         text = run_in_session([str(bench), "--version"], 20)
     except OSError:

@@ -9,9 +9,11 @@ rebooted) it is first recorded as ``machine-lost``. That is the whole resume sto
 rerunning a study executes the trials still planned.
 
 The package: the records in tokensleuth.core.records (plain data, no store), the schema and its
-migrations (schema.py), what a store file may be and its faults (files.py), the lease holder
-(leases.py), the live timeline (timeline.py); the Store, its connection and lease
-(lifecycle.py), with its queries (reads.py) and writes (writes.py) mixed in.
+migrations (schema.py), what a store file may be and its faults (files.py), the live timeline
+(timeline.py); and the Store (lifecycle.py), which holds its parts: the open file with its
+schema check, migrations and transactions (database.py), the study leases and their holders
+(leases.py), the queries (reads.py), the writes (writes.py) and each study's own state
+(state.py).
 
 SQLite's own errors (full disk, read-only or damaged file) become one-line
 UserError/EngineError in one place, :func:`store_errors`.

@@ -188,7 +188,7 @@ def import_rows(store: Store, bundle: Mapping[str, Any], provenance: Mapping[str
 def _insert(store: Store, sid: str, bundle: Mapping[str, Any], provenance: Mapping[str, Any],
             check: Callable[[str], None] | None, keep: bool) -> None:
     s = bundle["study"]
-    with store.tx() as db:
+    with store.database.tx() as db:
         db.execute("INSERT INTO studies(id, kind, spec_hash, spec_json, status, created_at, finished_at)"
                    " VALUES (?,?,?,?,?,?,?)",
                    (sid, s["kind"], IMPORTED_PREFIX + digest(bundle)[:16] if keep else f"checking:{sid}",

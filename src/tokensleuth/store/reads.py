@@ -1,26 +1,27 @@
-"""The Store's queries (mixed into Store): studies, arms, trials, results, samples, windows,
-timelines, warnings and a study's state, read back."""
+"""A Store's queries: studies, arms, trials, results, samples, windows, timelines and warnings,
+read back."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.records import UNFINISHED, ArmRow, StudyRow
+from tokensleuth.store.database import Database
 
 
 def _study(r: sqlite3.Row) -> StudyRow:
     return StudyRow(**{f: r[f] for f in StudyRow.__slots__ if f in r.keys()})
 
 
-class _Reads:
-    """The Store's queries; Store (lifecycle.py) opens the connection they read."""
+class Reads:
+    """A Store's queries, on the connection of its open file."""
 
-    db: sqlite3.Connection
-    path: Path
+    def __init__(self, database: Database) -> None:
+        self.db = database.db
+        self.path = database.path
 
     # -- studies ---------------------------------------------------------------
 
@@ -165,9 +166,3 @@ class _Reads:
             "SELECT w.*, a.name AS arm, t.model, t.workload FROM warnings w"
             " JOIN trials t ON t.id=w.trial_id JOIN arms a ON a.id=t.arm_id WHERE t.study_id=?"
             " ORDER BY t.seq", (study_id,)).fetchall()
-
-    def get_state(self, study_id: str, key: str, default: Any = None) -> Any:
-        row = self.db.execute(
-            "SELECT value_json FROM state WHERE study_id=? AND key=?", (study_id, key)
-        ).fetchone()
-        return default if row is None else json.loads(row["value_json"])

@@ -236,7 +236,7 @@ def driver_kind(name: str) -> DriverKind:
 
 def stored_result(store: Store, study_id: str, kind: str) -> dict[str, Any]:
     """The result a driver stored when it ended (bisect, decompose); one line if it has not."""
-    obj = store.get_state(study_id, "result")
+    obj = store.state.get(study_id, "result")
     if obj is None:
         raise UserError(f"{kind} {study_id} has not finished — resume it with the same command and --resume")
     return dict(obj)

@@ -70,7 +70,7 @@ def render_bench(cells: Sequence[Cell], study_id: str, engine: dict[str, Any],
 
 
 def bench_cold_sentence(cells: Sequence[Cell]) -> str:
-    """compare's sentence on cold repetitions, for a bench's cells (stats.cold_leading)."""
+    """compare's sentence on cold repetitions, for a bench's cells (cold.cold_leading)."""
     from tokensleuth.drivers.verdicts.sentences import cold_words
 
     seen = {c.test: c.cold for c in cells if c.cold is not None and c.cold.count}
@@ -102,7 +102,7 @@ def bench_json(cells: Sequence[Cell], study_id: str, engine: dict[str, Any]) -> 
             "params": {k: v for k, v in c.meta.items() if k not in ("model_type",)},
             "tokens_per_s": tps,
             "samples": list(c.tokens_per_s),
-            # leading repetitions left out of every trial's t/s and resources (stats.cold_leading)
+            # leading repetitions left out of every trial's t/s and resources (cold.cold_leading)
             "cold_repetitions": {"per_trial": c.cold.count if c.cold else 0,
                                  "ratio": c.cold.ratio if c.cold else None,
                                  "processes": c.cold.processes if c.cold else len(c.trial_means),
@@ -178,7 +178,7 @@ class BenchKind(KindBase):
 
     def render_stored(self, store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
         cells = load_cells(store, study_id)
-        engine_json = store.arms(study_id)[0].engine
+        engine_json = store.reads.arms(study_id)[0].engine
         return render_bench(cells, study_id, engine_json), bench_json(cells, study_id, engine_json)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:

@@ -156,7 +156,7 @@ class BisectKind(ResultKind):
         return render_bisect(result)
 
     def figures(self, store: Store, study_id: str, obj: dict[str, Any]) -> list[Figure]:
-        spec = store.study(study_id).spec
+        spec = store.reads.study(study_id).spec
         return bisect_figures(obj, float(spec.get("band", 0.01)), [label_of(str(c)) for c in spec.get("candidates") or []])
 
     def headline(self, obj: dict[str, Any], md: str) -> str:

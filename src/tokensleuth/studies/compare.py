@@ -59,17 +59,17 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
 
     spec = stored_spec(store, study_id)
     comps = analyze(store, study_id, spec)
-    engines = store.engines(study_id)
+    engines = store.reads.engines(study_id)
     apart = arm_differences(spec, engines)
     md = render_compare(comps, study_id, spec.band, summary_sentence(comps, spec.band, apart.labels()),
                         apart.shared_line())
-    checks = store.get_state(study_id, OUTPUTS_STATE)  # None: outputs were never checked
+    checks = store.state.get(study_id, OUTPUTS_STATE)  # None: outputs were never checked
     if checks:
         md += "\n\n" + render_output_checks(checks)
     obj = compare_json(study_id, spec, comps, engines, checks)
     from tokensleuth.drivers.slower.ops import PROFILES_STATE
 
-    profiled = store.get_state(study_id, PROFILES_STATE)  # compare --profile: which op
+    profiled = store.state.get(study_id, PROFILES_STATE)  # compare --profile: which op
     if profiled is not None:
         obj["profile"] = profiled
         md += "\n\n" + "\n".join(
@@ -81,7 +81,7 @@ def render_stored_compare(store: Store, study_id: str) -> tuple[str, dict[str, A
     if found:  # studies made before noise was measured have none
         md += "\n\n" + found[0]
         obj["noise"] = found[1]
-    rerun = store.get_state(study_id, RERUN_STATE)  # `tokensleuth rerun`: what agrees with the original
+    rerun = store.state.get(study_id, RERUN_STATE)  # `tokensleuth rerun`: what agrees with the original
     if rerun:
         obj["rerun"] = rerun_json(rerun, comps, machine_of(store, study_id))
         md = render_rerun(obj["rerun"]) + "\n\n" + md

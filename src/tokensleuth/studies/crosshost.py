@@ -16,10 +16,10 @@ from tokensleuth.studies.compare import render_stored_compare
 
 def render_crosshost(store: Store, study_id: str) -> tuple[str, dict[str, Any]]:
     """The table: a row per machine x model x workload (ratio, interval, verdict, hardware)."""
-    hosts = store.get_state(study_id, HOSTS_STATE)
+    hosts = store.state.get(study_id, HOSTS_STATE)
     if hosts is None:
         raise UserError(f"cross-host study {study_id} has not finished — rerun it with --resume")
-    spec = store.study(study_id).spec
+    spec = store.reads.study(study_id).spec
     band = float(spec["compare"].get("band", 0.01))
     rows, out_hosts = [], []
     for h in hosts:

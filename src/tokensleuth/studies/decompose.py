@@ -264,10 +264,10 @@ def partial_result(store: Store, study_id: str) -> dict[str, Any] | None:
         public,  # (the steps as the driver's result shows them)
     )
 
-    steps = store.get_state(study_id, "steps")
+    steps = store.state.get(study_id, "steps")
     if not steps:
         return None
-    spec = store.study(study_id)["spec"]
+    spec = store.reads.study(study_id)["spec"]
     kept = [s for s in steps if s["decision"] == "kept"]
     base = str(spec.get("base") or steps[0]["parent"])
     return {"study": study_id, "base": base, "final": kept[-1]["state"] if kept else base, "status": "incomplete",
@@ -282,7 +282,7 @@ class DecomposeKind(ResultKind):
 
     def stored(self, store: Store, study_id: str) -> dict[str, Any]:
         """The result the driver stored when it ended; before that, the steps decided so far."""
-        if store.get_state(study_id, "result") is None and (part := partial_result(store, study_id)) is not None:
+        if store.state.get(study_id, "result") is None and (part := partial_result(store, study_id)) is not None:
             return part
         return super().stored(store, study_id)
 

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tokensleuth.analysis.kernels import BESIDE
+from tokensleuth.analysis.kernel_diff import BESIDE
 from tokensleuth.analysis.traces import analyze
 from tokensleuth.core.errors import UserError
 from tokensleuth.drivers.slower.kernels import RUNS_STATE
@@ -128,10 +128,10 @@ def render(sid: str, obj: dict[str, Any]) -> str:
 
 
 def stored(store: Store, study_id: str) -> dict[str, Any]:
-    runs = store.get_state(study_id, RUNS_STATE)
+    runs = store.state.get(study_id, RUNS_STATE)
     if not runs:
         raise UserError(f"kernels {study_id} has no traced process yet — run it again with --resume")
-    return analyze(store.study(study_id).spec, runs)
+    return analyze(store.reads.study(study_id).spec, runs)
 
 
 def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:

@@ -99,11 +99,11 @@ def render(sid: str, obj: dict[str, Any]) -> str:
 
 
 def stored(store: Store, study_id: str) -> dict[str, Any]:
-    spec = store.study(study_id).spec
-    runs = store.get_state(study_id, RUNS_STATE)
+    spec = store.reads.study(study_id).spec
+    runs = store.state.get(study_id, RUNS_STATE)
     if not runs:
         raise UserError(f"profile {study_id} has no finished profile yet — run it again with --resume")
-    return analyze(spec, runs, store.get_state(study_id, BENCH_STATE, []))
+    return analyze(spec, runs, store.state.get(study_id, BENCH_STATE, []))
 
 
 def summary(sid: str, obj: dict[str, Any], most: int = 5) -> dict[str, Any]:

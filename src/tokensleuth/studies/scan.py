@@ -214,7 +214,7 @@ class ScanKind(ResultKind):
         return render(result)
 
     def stored(self, store: Store, study_id: str) -> dict[str, Any]:
-        if store.get_state(study_id, "result") is None:  # under way: what it has so far
+        if store.state.get(study_id, "result") is None:  # under way: what it has so far
             from tokensleuth.drivers.hunts.scan import partial
 
             return partial(store, study_id)

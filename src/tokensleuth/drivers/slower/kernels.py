@@ -25,13 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tokensleuth.analysis.kernels import (
-    ProcessKernels,
-    Window,
-    one_token,
-    process_kernels,
-)
-from tokensleuth.analysis.stats import cold_leading, stalled_reps
+from tokensleuth.analysis.cold import cold_leading
+from tokensleuth.analysis.kernels import ProcessKernels, Window, one_token, process_kernels
+from tokensleuth.analysis.stats import stalled_reps
 from tokensleuth.analysis.traces import analyze
 from tokensleuth.core.errors import EngineError, UserError
 from tokensleuth.core.records import TrialOutcome

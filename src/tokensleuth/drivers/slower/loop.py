@@ -83,9 +83,9 @@ def run_study(store: Store, study: Slower, spec: dict[str, Any], *, resume: bool
     entry stored as soon as a part of it is measured); return (study id, its JSON)."""
     log = log or (lambda s: None)
     engines = list(spec["engines"])
-    sid = store.begin_study(study.kind, spec, spec_hash(spec), resume=resume).id
-    with store.lease(sid):
-        runs: list[dict[str, Any]] = list(store.get_state(sid, study.runs_state, []))
+    sid = store.writes.begin_study(study.kind, spec, spec_hash(spec), resume=resume).id
+    with store.leases.hold(sid):
+        runs: list[dict[str, Any]] = list(store.state.get(sid, study.runs_state, []))
         done = {(r["engine"], r["model"], r["workload"], r["process"]) for r in runs if study.complete(r)}
         for m in spec["models"]:
             for w in spec["workloads"]:
@@ -96,10 +96,10 @@ def run_study(store: Store, study: Slower, spec: dict[str, Any], *, resume: bool
                         runs.append({"engine": e, "model": m, "workload": w, "process": i})
                         at = len(runs) - 1
                     for said in study.measure(runs[at], at + 1):
-                        store.put_state(sid, study.runs_state, runs)
+                        store.state.put(sid, study.runs_state, runs)
                         log(said)
                 study.beside(store, sid, m, w)
-        store.finish_study(sid)
+        store.writes.finish_study(sid)
     return sid, study.analyze(store, sid, spec, runs)
 
 

@@ -134,17 +134,17 @@ class OpProfile:
         yield f"  profile {number}: {e} {Path(m).stem} {w} ({self.reps} repetitions)"
 
     def beside(self, store: Store, sid: str, model: str, workload: str) -> None:
-        bench: list[dict[str, Any]] = list(store.get_state(sid, BENCH_STATE, []))
+        bench: list[dict[str, Any]] = list(store.state.get(sid, BENCH_STATE, []))
         for e in self.builds:
             if not any((b["engine"], b["model"], b["workload"]) == (e, model, workload) for b in bench):
                 bench.append({"engine": e, "model": model, "workload": workload,
                               "ms_per_token": bench_ms_per_token(self.builds[e], model, workload, self.flags[e],
                                                                  self.timeout_s, self.env.get(e, {}))})
-                store.put_state(sid, BENCH_STATE, bench)
+                store.state.put(sid, BENCH_STATE, bench)
 
     def analyze(self, store: Store, sid: str, spec: Mapping[str, Any],
                 runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return analyze(spec, runs, store.get_state(sid, BENCH_STATE, []))
+        return analyze(spec, runs, store.state.get(sid, BENCH_STATE, []))
 
 
 def run_profile(store: Store, builds: Mapping[str, EngineBuild], models: Sequence[str], workloads: Sequence[str],

@@ -68,7 +68,7 @@ def _rerun_cell(model: str, original_model: str, workload: str, baseline: str, c
 
 def machine_of(store: Store, study_id: str) -> dict[str, Any] | None:
     """The machine the study's first finished trial ran on (core.hostenv.hardware)."""
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         if t["status"] == "done" and t["env_json"]:
             return hardware(stored_json(t, "env_json"))
     return None

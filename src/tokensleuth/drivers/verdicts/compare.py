@@ -76,20 +76,20 @@ def run(request: CompareRequest, say: Say, summarize: Summarize) -> CompareOutco
                                          on_trial=shared.trial_printer(say), on_round=on_round, placement=True,
                                          identity=request.identity)
         if predicted:  # beside the placement the load log reported (state "placement")
-            store.put_state(sid, MEMORY_STATE, predicted)
-        warnings = store.warnings(sid)
+            store.state.put(sid, MEMORY_STATE, predicted)
+        warnings = store.reads.warnings(sid)
         rx = None
         if any(c.verdict == "unresolved" for c in comps):
             rx = diagnose(store, sid, builds, probe=request.probe, argv=request.argv, log=say.line)
         if request.profile:
             from tokensleuth.drivers.slower.ops import PROFILES_STATE, profile_comparisons
 
-            store.put_state(sid, PROFILES_STATE, profile_comparisons(
+            store.state.put(sid, PROFILES_STATE, profile_comparisons(
                 comps, spec, profiler(store, list(spec.arms[0].cmake), [*spec.common_flags], spec.timeout_s,
                                              say, summarize), log=say.line))
         if plan is not None:
             checks = [c.to_json() for c in run_output_checks(plan, builds, spec.timeout_s, say)]
-            store.put_state(sid, OUTPUTS_STATE, checks)  # `report` shows them too
+            store.state.put(sid, OUTPUTS_STATE, checks)  # `report` shows them too
     return CompareOutcome(sid, "compare", rx, warnings, _no_pair(sid, comps))
 
 
@@ -147,7 +147,7 @@ def _on_fleet(fleet: Fleet, request: CompareRequest, say: Say) -> CompareOutcome
         sid = run_per_host(request.db or default_db(), fleet, spec, targets, resume=request.resume, log=say.line,
                            on_trial=lambda label: shared.trial_printer(say, label))
         with shared.open_store(request.db) as store:
-            hosts = store.get_state(sid, HOSTS_STATE) or []
+            hosts = store.state.get(sid, HOSTS_STATE) or []
         failure = None if any("study" in h for h in hosts) else (
             f"no machine finished its study in {sid} (see the messages above)")
         return CompareOutcome(sid, "crosshost", failure=failure, markup=True)
@@ -160,7 +160,7 @@ def _on_fleet(fleet: Fleet, request: CompareRequest, say: Say) -> CompareOutcome
         sid, comps = compare.run_compare(store, spec, builds, resume=request.resume,
                                          on_trial=shared.trial_printer(say), executor=shared.executor_for(fleet),
                                          identity=request.identity)
-        warnings = store.warnings(sid)
+        warnings = store.reads.warnings(sid)
     return CompareOutcome(sid, "compare", None, warnings, _no_pair(sid, comps), markup=True)
 
 

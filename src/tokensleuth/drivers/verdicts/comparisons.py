@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.analysis import noise, stats
+from tokensleuth.analysis.cold import Cold
 from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.analysis.results import load_cells
 from tokensleuth.core.workloads import cell_of, trial_workloads
@@ -45,8 +46,8 @@ class Comparison:
     # server arms: TTFT / inter-token latency percentiles (results.Cell.latency)
     base_latency: dict[str, Any] | None = None
     cand_latency: dict[str, Any] | None = None
-    # leading repetitions every trial of this cell left out (stats.cold_leading), None when none
-    cold: stats.Cold | None = None
+    # leading repetitions every trial of this cell left out (cold.cold_leading), None when none
+    cold: Cold | None = None
     shared: bool = False  # each pair ran in one engine process (Engine.sharing), not one per trial
     joined: bool = False  # each trial ran every workload of its model in one process (compare.joins_workloads)
     # pairs whose trials carried a confounder the monitor saw (CONFOUNDERS), by code, and the
@@ -150,7 +151,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
     # attributed to their timed durations (stats.trial_tokens_per_s, results.load_cells).
     trial_ts = {(tid, c.test, c.test_idx): v for c in loaded for tid, v in c.trial_means.items()}
     trial_cpu = {(tid, c.test, c.test_idx): v for c in loaded for tid, v in c.trial_cpu.items()}
-    for r in store.trial_stats(study_id):
+    for r in store.reads.trial_stats(study_id):
         w, idx = cell_of(str(r["workload"]), str(r["test"]), int(r["test_idx"]))  # a joined trial: each test its own
         key = (int(r["trial_id"]), str(r["test"]), idx)
         # a trial load_cells read but gave no CPU (every window withheld, or none read CPU) has none;
@@ -173,7 +174,7 @@ def analyze(store: Store, study_id: str, spec: CompareSpec) -> list[Comparison]:
 
     reported = arm_settings(store, study_id)
     arm_flags = {a.name: a.flags for a in spec.arms}
-    design = store.study(study_id).spec.get("design")
+    design = store.reads.study(study_id).spec.get("design")
     shared, joined = design == SHARED_DESIGN, design == JOINED_DESIGN
 
     kinds = {a.name: a.kind for a in spec.arms}
@@ -234,10 +235,10 @@ def confounded_trials(store: Store, study_id: str) -> dict[tuple[str, str, str, 
     ``busy-process:NAME`` for each busy neighbour by name (a neighbour busy beside both trials of a
     pair, the suite's other worker say, cancels; another llama-bench beside one does not)."""
     out: dict[tuple[str, str, str, int], set[str]] = defaultdict(set)
-    found = [w for w in store.warnings(study_id) if w["code"] in CONFOUNDERS]
+    found = [w for w in store.reads.warnings(study_id) if w["code"] in CONFOUNDERS]
     if not found:
         return out
-    pair = {int(t["id"]): t["pair"] for t in store.trials(study_id)}
+    pair = {int(t["id"]): t["pair"] for t in store.reads.trials(study_id)}
     for wrn in found:
         p = pair.get(int(wrn["trial_id"]))
         if p is None or int(p) < 0:
@@ -300,7 +301,7 @@ IDENTITY_EXTRAS = ("build_keys", "host", "design", ARGV, RERUN_OF)
 
 def stored_spec(store: Store, study_id: str) -> CompareSpec:
     """The spec a compare study was run with, as stored (without what only its identity holds)."""
-    return spec_of(store.study(study_id).spec)
+    return spec_of(store.reads.study(study_id).spec)
 
 
 def spec_of(spec_json: Mapping[str, Any]) -> CompareSpec:
@@ -317,8 +318,8 @@ NOISE_STATE = "noise"  # noise.Noise.to_json() of the finished study
 def arm_settings(store: Store, study_id: str) -> dict[str, dict[str, Any]]:
     """Each arm's llama-bench settings as its first finished run reported them."""
     out: dict[str, dict[str, Any]] = {}
-    kinds = {str(a["name"]): str(a["kind"]) for a in store.arms(study_id)}
-    for r in store.results(study_id):
+    kinds = {str(a["name"]): str(a["kind"]) for a in store.reads.arms(study_id)}
+    for r in store.reads.results(study_id):
         params = engine_for(kinds.get(str(r["arm"]), DEFAULT_KIND)).settings
         if r["arm"] not in out and params is not None:
             try:
@@ -333,7 +334,7 @@ OUTPUTS_STATE = "output_checks"  # a compare's output checks ([ArmOutputCheck.to
 
 def noise_of(store: Store, study_id: str) -> tuple[str, dict[str, Any]] | None:
     """The study's noise sentence and JSON, when it was measured."""
-    n = store.get_state(study_id, NOISE_STATE)
+    n = store.state.get(study_id, NOISE_STATE)
     return (noise.Noise.from_json(n).sentence(), n) if n else None
 
 

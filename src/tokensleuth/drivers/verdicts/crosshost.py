@@ -41,9 +41,9 @@ def run_per_host(db: Path, fleet: Fleet, spec: CompareSpec, targets: Callable[[A
     nodes = list(fleet.nodes)
     parent = {"compare": spec_dump(spec), "hosts": sorted(n.label for n in nodes)}
     with Store(db) as store:
-        handle = store.begin_study("crosshost", parent, spec_hash(parent), resume=resume)
+        handle = store.writes.begin_study("crosshost", parent, spec_hash(parent), resume=resume)
         sid = handle.id
-        with store.lease(sid):
+        with store.leases.hold(sid):
             rows: dict[str, dict[str, Any]] = {}
             lock = threading.Lock()
 
@@ -66,8 +66,8 @@ def run_per_host(db: Path, fleet: Fleet, spec: CompareSpec, targets: Callable[[A
                 t.join()
             if bugs:
                 raise bugs[0]
-            store.put_state(sid, HOSTS_STATE, [rows[n.label] for n in nodes])
-            store.finish_study(sid, "done" if all("study" in r for r in rows.values()) else "failed")
+            store.state.put(sid, HOSTS_STATE, [rows[n.label] for n in nodes])
+            store.writes.finish_study(sid, "done" if all("study" in r for r in rows.values()) else "failed")
     return sid
 
 

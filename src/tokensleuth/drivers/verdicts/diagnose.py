@@ -40,6 +40,7 @@ import numpy as np
 from scipy import stats as sps
 
 from tokensleuth.analysis import stats
+from tokensleuth.analysis.cold import cold_leading
 from tokensleuth.analysis.confounders import busy_names
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import cell_of
@@ -78,9 +79,9 @@ def allowed_cpus() -> int:
 
 def load_procs(store: Store, study_id: str) -> list[Proc]:
     """One :class:`Proc` per finished trial and test of the study."""
-    rows = store.done_samples(study_id)
+    rows = store.reads.done_samples(study_id)
     warn: dict[int, list[tuple[str, str]]] = defaultdict(list)
-    for w in store.warnings(study_id):
+    for w in store.reads.warnings(study_id):
         warn[int(w["trial_id"])].append((str(w["code"]), str(w["detail"])))
     logs: dict[tuple[int, int], list[float]] = defaultdict(list)
     meta: dict[tuple[int, int], tuple[str, str, float, int | None]] = {}
@@ -102,12 +103,12 @@ def load_procs(store: Store, study_id: str) -> list[Proc]:
             if str(r["model"]) not in layers:
                 layers[str(r["model"])] = _layers(str(r["model"]))
             where[key] = where_work_runs(raw, layers[str(r["model"])])
-    # cold leading repetitions are left out of the verdict's statistic (stats.cold_leading): so here
+    # cold leading repetitions are left out of the verdict's statistic (cold.cold_leading): so here
     by_cell: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for key in logs:
         by_cell[meta[key][1]].append(key)
     for keys in by_cell.values():
-        c = stats.cold_leading([logs[k] for k in keys]).count
+        c = cold_leading([logs[k] for k in keys]).count
         for k in keys:
             logs[k] = logs[k][min(c, len(logs[k]) - 1):]
     out = []
@@ -144,12 +145,12 @@ def _gpu_busy(store: Store, trial_id: int, test_idx: int) -> float | None:
     from tokensleuth.monitor.sampler import DEFAULT_INTERVAL_S
 
     least = BUSY_SAMPLES * DEFAULT_INTERVAL_S * 1e9
-    spans = [(int(w["start_ns"]), int(w["end_ns"])) for w in store.windows(trial_id)
+    spans = [(int(w["start_ns"]), int(w["end_ns"])) for w in store.reads.windows(trial_id)
              if int(w["test_idx"]) == test_idx and int(w["end_ns"]) - int(w["start_ns"]) >= least]
     if not spans:
         return None
     seen = []
-    for t, row in store.timeline(trial_id):
+    for t, row in store.reads.timeline(trial_id):
         if any(a <= t <= b for a, b in spans):
             seen += [float(v) for k, v in row.items() if k.startswith("gpu") and k.endswith("_busy_pct")]
     return float(np.mean(seen)) if seen else None
@@ -320,7 +321,7 @@ def diagnose(store: Store, study_id: str, builds: Mapping[str, EngineBuild], *, 
         found = run_probe(store, build, worst.model, worst.workload, spec.flags_of(base),
                           d.threads - 1, spec.band, spec.timeout_s, kind=base.kind)
     rx = prescribe(d, spec.band, pairs_now, spec.max_pairs, argv, found, kind=base.kind)
-    store.put_state(study_id, DIAGNOSIS_STATE, rx.to_json())
+    store.state.put(study_id, DIAGNOSIS_STATE, rx.to_json())
     return rx
 
 

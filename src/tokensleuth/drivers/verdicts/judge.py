@@ -174,7 +174,7 @@ class Judge:
                                         measure=False)
             done = max((c.pairs for c in prev if still_open(c, prev_spec)), default=0)
             # (a study cut short by a kill just continues its plan: same totals as an uninterrupted run)
-            if done >= 2 and self.store.study(prev_id)["status"] == "done":
+            if done >= 2 and self.store.reads.study(prev_id)["status"] == "done":
                 add_to = 2 * done
                 spec_data["max_pairs"] = max(max_pairs, add_to)
         spec = build_compare_spec(spec_data, "judge")
@@ -219,7 +219,7 @@ def arm_failures(store: Store, study_id: str) -> list[ArmFailure]:
     """Arms that failed every trial of some cell (crash, hang, garbage): one entry per arm."""
     done: set[tuple[str, str, str]] = set()
     failed: dict[tuple[str, str, str], list[Any]] = defaultdict(list)
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         k = (t["arm"], t["model"], t["workload"])
         if t["status"] == "done":
             done.add(k)

@@ -87,19 +87,19 @@ def run_compare(
     if joined and (resume or create):  # a study a version before one process per model began goes
         # on as it began (a process per workload), never measured again from its start
         old = spec_hash(measurement_identity(study_json(spec, builds, identity, share=False, joined=False)))
-        joined = not (store.find_resumable("compare", old) if resume else store.find_study("compare", old))
+        joined = not (store.reads.find_resumable("compare", old) if resume else store.reads.find_study("compare", old))
     spec_json = study_json(spec, builds, identity, share=share, joined=joined)
     h = spec_hash(measurement_identity(spec_json))
     if not measure:
-        study_id = (store.find_resumable("compare", h) if resume else None) or (
-            store.find_study("compare", h) if create else None)
+        study_id = (store.reads.find_resumable("compare", h) if resume else None) or (
+            store.reads.find_study("compare", h) if create else None)
         return (study_id, analyze(store, study_id, spec)) if study_id else ("", [])
     arms = [(a.name, a.source, dict(builds[a.name].to_json(), engine_kind=a.kind), a.flags, a.env)
             for a in spec.arms]
-    handle = store.begin_study("compare", spec_json, h, resume=resume or create, arms=arms)
+    handle = store.writes.begin_study("compare", spec_json, h, resume=resume or create, arms=arms)
     if on_study:
         on_study(handle)
-    with store.lease(handle.id):
+    with store.leases.hold(handle.id):
         return handle.id, _run_rounds(store, handle.id, spec, builds, on_trial, on_round, add_pairs_to, executor,
                                       placement, share, joined, until)
 
@@ -157,7 +157,7 @@ def _verbose_first(store: Store, study_id: str, spec: CompareSpec, plan: list[Pl
     from a load of its own. (An A/A of -v against none on the tiny MoE model, 40 pairs: tg32
     0.998 [0.924, 1.078], pp64 1.014 [0.958, 1.073]; bench/device_verbose.sh asks the same at
     30B scale.)"""
-    got = store.get_state(study_id, PLACEMENT_STATE, {})
+    got = store.state.get(study_id, PLACEMENT_STATE, {})
     flag = {a.name: engine_for(a.kind).load_log_flag for a in spec.arms}
     want = {(t.arm, t.model) for t in plan if flag.get(t.arm) and t.model not in got.get(t.arm, {})}
     out = []
@@ -173,9 +173,9 @@ def record_placements(store: Store, study_id: str) -> None:
     """The placements that verbose trials reported (llamabench.outcome_from parses the load
     log into the trial's environment), stored per arm and model once each. A trial whose log
     held no placement is recorded as such: it never stops the measurement."""
-    got: dict[str, dict[str, Any]] = dict(store.get_state(study_id, PLACEMENT_STATE, {}))
+    got: dict[str, dict[str, Any]] = dict(store.state.get(study_id, PLACEMENT_STATE, {}))
     new = False
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         if t["status"] == "planned" or t["model"] in got.get(t["arm"], {}) or not t["env_json"]:
             continue
         entry = stored_json(t, "env_json").get("placement")
@@ -183,7 +183,7 @@ def record_placements(store: Store, study_id: str) -> None:
             got.setdefault(t["arm"], {})[t["model"]] = entry
             new = True
     if new:
-        store.put_state(study_id, PLACEMENT_STATE, got)
+        store.state.put(study_id, PLACEMENT_STATE, got)
 
 
 def _run_rounds(
@@ -212,7 +212,7 @@ def _run_rounds(
         if placement:
             record_placements(store, study_id)
         comps = analyze(store, study_id, spec)
-        if spec.budget_s is not None and store.engine_seconds(study_id) >= spec.budget_s:
+        if spec.budget_s is not None and store.reads.engine_seconds(study_id) >= spec.budget_s:
             break
         if until is not None and until(comps):
             break
@@ -257,18 +257,18 @@ def _run_rounds(
             plan += [dataclasses.replace(t, argv=argv[t.arm]) for t in pair_round(names, model, w, (), start, target)]
         plan = _interleave_cells(plan)
         if chosen is not None and not share:  # the design's own -r, cold repetitions not counted
-            store.put_state(study_id, REPS_STATE, [*store.get_state(study_id, REPS_STATE, []), chosen])
+            store.state.put(study_id, REPS_STATE, [*store.state.get(study_id, REPS_STATE, []), chosen])
         if placement:
             plan = _verbose_first(store, study_id, spec, plan)
-        store.add_trials(study_id, plan)
+        store.writes.add_trials(study_id, plan)
         if on_round:
             on_round(len(open_cells), max(open_cells.values()))
     # (a shared process holds both arms: its trials are not processes of their own, so the
     # between/within split and the -r it suggests would be about another design)
     n = None if share else noise.estimate(store, study_id)
     if n is not None:
-        store.put_state(study_id, NOISE_STATE, n.to_json())
-    store.finish_study(study_id)
+        store.state.put(study_id, NOISE_STATE, n.to_json())
+    store.writes.finish_study(study_id)
     return analyze(store, study_id, spec)
 
 
@@ -340,7 +340,7 @@ def measurement_identity(spec_json: dict[str, Any]) -> dict[str, Any]:
 def _planned_pairs(store: Store, study_id: str) -> dict[CellKey, int]:
     """Pairs planned so far per cell (done, failed or still planned)."""
     out: dict[CellKey, int] = {}
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         for w in trial_workloads(t["workload"]):
             key = (t["model"], w)
             out[key] = max(out.get(key, 0), int(t["pair"]) + 1)
@@ -351,7 +351,7 @@ def _broken_cells(store: Store, study_id: str) -> set[CellKey]:
     """Cells where an arm failed twice and never succeeded: more pairs would only fail again."""
     fails: dict[tuple[str, str, str], int] = defaultdict(int)
     dones: set[tuple[str, str, str]] = set()
-    for t in store.trials(study_id):
+    for t in store.reads.trials(study_id):
         for w in trial_workloads(t["workload"]):
             k = (t["model"], w, t["arm"])
             if t["status"] == "done":

@@ -45,7 +45,7 @@ def adaptive_reps(store: Store, study_id: str, spec: CompareSpec) -> int | None:
         return FIRST_REPS
     # damped: at most double or halve per round. An early between-process estimate is noisy
     # (from 5 pairs it is often clipped at 0, which alone would send r to its bound)
-    prev = ((store.get_state(study_id, REPS_STATE) or [None])[-1]
+    prev = ((store.state.get(study_id, REPS_STATE) or [None])[-1]
             or last_reps(store, study_id, engine_for(spec.arms[0].kind).repetitions) or FIRST_REPS)
     return damped(prev, n.best_reps())
 
@@ -59,5 +59,5 @@ def last_reps(store: Store, study_id: str, repetitions: Callable[[Sequence[str]]
     """The repetitions of the study's most recently planned trial (None: none planned with them),
     as its engine reads its argv: cold repetitions included, so only for a study begun before
     REPS_STATE was kept."""
-    argv = store.last_argv(study_id)
+    argv = store.reads.last_argv(study_id)
     return None if argv is None else repetitions(argv)

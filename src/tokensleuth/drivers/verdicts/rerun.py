@@ -133,7 +133,7 @@ def run(request: RerunRequest, say: Say, summarize: Summarize) -> CompareOutcome
     with shared.open_store(request.db) as store:
         here, _ = import_rows(store, bundle, provenance(request.bundle, bundle))
         origin = provenance(request.bundle, bundle)
-        store.put_state(outcome.study, RERUN_STATE, {
+        store.state.put(outcome.study, RERUN_STATE, {
             "original": here, "bundle": {k: origin[k] for k in ("file", "digest", "study", "written_at",
                                                                 "tokensleuth", "machine")},
             "models": [[o, h] for o, h in zip(spec_of(bundle["study"]["spec"]).models, spec.models, strict=True)],

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tokensleuth.analysis import stats
+from tokensleuth.analysis.cold import Cold
 from tokensleuth.drivers.verdicts.comparisons import Comparison
 from tokensleuth.engines.base import per_instance
 
@@ -69,7 +70,7 @@ def shared_sentence(comps: Sequence[Comparison]) -> str:
 
 def cold_sentence(comps: Sequence[Comparison]) -> str:
     """Which cells left cold leading repetitions out of every trial, and how slow they ran."""
-    seen: dict[str, stats.Cold] = {}
+    seen: dict[str, Cold] = {}
     for c in comps:
         if c.cold is not None and c.cold.count and c.workload not in seen:
             seen[c.workload] = c.cold
@@ -78,12 +79,12 @@ def cold_sentence(comps: Sequence[Comparison]) -> str:
     return cold_words(seen, shared=any(c.shared for c in comps))
 
 
-def cold_words(seen: Mapping[str, stats.Cold], *, shared: bool = False, added: bool = True) -> str:
+def cold_words(seen: Mapping[str, Cold], *, shared: bool = False, added: bool = True) -> str:
     """The sentence compare and bench both say of cold repetitions (``seen``: per workload).
 
     ``added``: whether they were added to -r (a bench of one process has no later one to add them to).
     """
-    def first(k: stats.Cold) -> str:
+    def first(k: Cold) -> str:
         n = per_instance(k.count) if shared else k.count
         return ("the first " + ("repetition" if n == 1 else f"{n} repetitions")
                 + (" of each instance" if shared else ""))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import UserError, show
 from tokensleuth.core.records import ResultRow, TrialOutcome, spec_hash
-from tokensleuth.engines.llamabench import (
+from tokensleuth.engines.llamabench.output import (
     MalformedOutput,
     parse_json,
     parse_jsonl,
@@ -129,5 +129,5 @@ def import_file(store: Store, path: Path) -> tuple[str, int]:
               for i, r in enumerate(rs)]
         trials.append((model, TrialOutcome("done", 0, f"imported from {name} ({fmt})", "", now, now, 0, 0,
                                            {"imported_from": spec["file"]}, tuple(rs), ())))
-    study = store.import_study("import", spec, spec_hash(spec), ("imported", engine["source"], engine), trials)
+    study = store.writes.import_study("import", spec, spec_hash(spec), ("imported", engine["source"], engine), trials)
     return study, len(rows)

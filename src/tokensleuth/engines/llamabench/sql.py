@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from tokensleuth.core.errors import show
-from tokensleuth.engines.llamabench import INT64_MAX, MalformedOutput, check_text
+from tokensleuth.engines.llamabench.output import INT64_MAX, MalformedOutput, check_text
 
 _TOKEN = re.compile(
     r"(?P<str>'(?:[^']|'')*')"  # SQL string literal; '' is an escaped quote

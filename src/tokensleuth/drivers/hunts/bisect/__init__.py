@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.drivers import shared
-from tokensleuth.drivers.hunts.bisect.answer import _finish, _run
+from tokensleuth.drivers.hunts.bisect.answer import answer_bisect, store_answer
 from tokensleuth.drivers.hunts.bisect.culprit import bisect_outputs, culprit_profile, source_changes
 from tokensleuth.drivers.hunts.bisect.search import (
     OUTCOMES,
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from tokensleuth.store import Store
 
 __all__ = [
-    "ANSWERED", "OUTCOMES", "Bisector", "Log", "SearchResult", "Step", "_finish", "_run", "bisect_outputs",
+    "ANSWERED", "OUTCOMES", "Bisector", "Log", "SearchResult", "Step", "answer_bisect", "bisect_outputs",
     "culprit_profile", "endpoint_answer", "half_regression_band", "probe_points", "regression_edge",
     "run_bisect", "search", "search_parallel", "source_changes", "specific_to_model",
 ]
@@ -78,20 +78,20 @@ def run_bisect(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *
     log = log or (lambda s: None)
     key = dict(spec, candidates=[c.source for c in cands])
     h = spec_hash(key)
-    handle = store.begin_study("bisect", key, h, resume=resume)
-    stored = store.get_state(handle.id, "result")
+    handle = store.writes.begin_study("bisect", key, h, resume=resume)
+    stored = store.state.get(handle.id, "result")
     if handle.finished and stored is not None:
         log(f"bisect {handle.id} already finished — its stored result follows")
         return dict(stored)
-    with store.lease(handle.id):
-        store.put_state(handle.id, "result", None)  # running again: the stored answer is no longer current
+    with store.leases.hold(handle.id):
+        store.state.put(handle.id, "result", None)  # running again: the stored answer is no longer current
         bis = Bisector(store, handle.id, cands, spec, log, judge=judge, fleet=fleet)
-        result = _run(bis, store, handle.id, cands, spec, log, diagnose)
+        result = answer_bisect(bis, store, handle.id, cands, spec, log, diagnose)
         if spec.get("check_outputs") and search_outputs and result["status"] != "crash":
             result["outputs"] = bisect_outputs(bis, log)
         if profile is not None and result["status"] == "found":
             result["profile"] = culprit_profile(result, cands, spec, profile, log)
-        return _finish(store, handle.id, result)
+        return store_answer(store, handle.id, result)
 
 
 def candidates(request: BisectRequest) -> list[Candidate]:

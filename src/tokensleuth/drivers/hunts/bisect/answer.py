@@ -1,7 +1,7 @@
-"""A bisect from its endpoints to its answer (:func:`_run`): the endpoints built and compared
+"""A bisect from its endpoints to its answer (:func:`answer_bisect`): the endpoints built and compared
 (twice the pairs when undecided), the candidates searched (k at once on a fleet), the first bad
 verified against its parent, the source changes and llama-bench's settings at the culprit, the
-controls; and the answer stored (:func:`_finish`)."""
+controls; and the answer stored (:func:`store_answer`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from tokensleuth.sources.history import Candidate
 from tokensleuth.store import Store
 
 
-def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any],
+def answer_bisect(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any],
          log: Log, diagnose: Diagnoser | None = None) -> dict[str, Any]:
     """The bisect of ``cands`` under study ``sid``, judged by ``bis``: its result object (see
     :func:`tokensleuth.drivers.hunts.bisect.run_bisect`), not yet stored."""
@@ -55,8 +55,8 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
         regress = [c for c in regress if [c.model, c.workload] in spec["cells"]] or regress
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
     assert worst.estimate is not None
-    store.put_state(sid, "endpoint_ratio", worst.estimate.ratio)
-    store.put_state(sid, "endpoint_cells", [[c.model, c.workload] for c in regress
+    store.state.put(sid, "endpoint_ratio", worst.estimate.ratio)
+    store.state.put(sid, "endpoint_cells", [[c.model, c.workload] for c in regress
                                             if c.verdict == worst.verdict])
     if bis.width() > 1:  # k machines: k candidates a round
         found, rounds = search_parallel(len(cands), bis.judge_many, bis.width(), bis.width)
@@ -67,7 +67,7 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
     if bis.fleet is not None and bis.fleet.lost:
         result["lost_machines"] = [{"node": n.label, "at": bis.fleet.lost[n.id]}
                                    for n in bis.fleet.nodes if n.id in bis.fleet.lost]
-    steps = store.get_state(sid, "steps", {})
+    steps = store.state.get(sid, "steps", {})
     result["steps"] = [steps[str(i)] for i in found.order]
     result["skipped"] = [cands[i].label for i in found.skipped]
     result["crashed"] = [cands[i].label for i in found.crashed]
@@ -118,11 +118,11 @@ def _run(bis: Bisector, store: Store, sid: str, cands: Sequence[Candidate], spec
     return result
 
 
-def _finish(store: Store, sid: str, result: dict[str, Any]) -> dict[str, Any]:
+def store_answer(store: Store, sid: str, result: dict[str, Any]) -> dict[str, Any]:
     """Store the answer; an unresolved bisect stays open (``--resume`` adds pairs), others end."""
-    store.put_state(sid, "result", result)
+    store.state.put(sid, "result", result)
     if result["status"] in ANSWERED:
-        store.finish_study(sid)
+        store.writes.finish_study(sid)
     elif result["status"] == "crash":
-        store.finish_study(sid, "failed")
+        store.writes.finish_study(sid, "failed")
     return result

@@ -81,7 +81,7 @@ def bisect_outputs(bis: Bisector, log: Log) -> dict[str, Any]:
     assert good is not None  # the endpoints built before the speed search
 
     def check(i: int) -> dict[str, Any] | None:
-        steps = bis.store.get_state(bis.study, "output_steps", {})
+        steps = bis.store.state.get(bis.study, "output_steps", {})
         if str(i) in steps:
             return dict(steps[str(i)]) if steps[str(i)]["verdict"] else None
         b = bis.build(i)
@@ -92,7 +92,7 @@ def bisect_outputs(bis: Bisector, log: Log) -> dict[str, Any]:
                 if worst["verdict"] is None or _RANK[got["verdict"]] > _RANK[worst["verdict"]]:
                     worst = got
         steps[str(i)] = worst
-        bis.store.put_state(bis.study, "output_steps", steps)
+        bis.store.state.put(bis.study, "output_steps", steps)
         log(f"  outputs {cands[i].label}: {worst['verdict'] or 'not built'}")
         return worst if worst["verdict"] else None
 
@@ -106,7 +106,7 @@ def bisect_outputs(bis: Bisector, log: Log) -> dict[str, Any]:
     if end is None or end["verdict"] != "changed":
         return out
     found = search(len(cands), judge)
-    steps = bis.store.get_state(bis.study, "output_steps", {})
+    steps = bis.store.state.get(bis.study, "output_steps", {})
     out["steps"] = [steps[str(i)] for i in found.order]
     if found.first_bad is None:  # only commits that did not build between the last same and first changed
         out["culprit_range"] = [cands[i].label for i in found.culprit_range]

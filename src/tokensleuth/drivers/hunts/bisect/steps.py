@@ -129,7 +129,7 @@ class Bisector:
     def judge(self, i: int, judge: Judge | None = None, store: Store | None = None) -> str:
         """Judge candidate ``i`` (with ``judge``/``store`` of a thread of :meth:`judge_many`)."""
         judge, store = judge or self.judge_, store or self.store
-        steps = store.get_state(self.study, "steps", {})
+        steps = store.state.get(self.study, "steps", {})
         # Measured before a kill: never measured twice. An unresolved step is judged
         # again: its comparison continues with more pairs instead of being handed back.
         if str(i) in steps and steps[str(i)]["outcome"] != "unresolved":
@@ -142,9 +142,9 @@ class Bisector:
         else:
             step = self.classify(i, b, judge, store)
         with self._lock:  # read again: another thread may have stored its step meanwhile
-            steps = store.get_state(self.study, "steps", {})
+            steps = store.state.get(self.study, "steps", {})
             steps[str(i)] = step.to_json()
-            store.put_state(self.study, "steps", steps)
+            store.state.put(self.study, "steps", steps)
         self.log(f"  {c.label}: {step.outcome}" + (f" (ratio {step.ratio:.4f})" if step.ratio else "")
                  + (f" — {step.note}" if step.note else ""))
         return step.outcome
@@ -157,7 +157,7 @@ class Bisector:
         (a neutral step measured a little faster than good is not "unresolved").
         """
         judge, store = judge or self.judge_, store or self.store
-        endpoint = float(store.get_state(self.study, "endpoint_ratio"))
+        endpoint = float(store.state.get(self.study, "endpoint_ratio"))
         band = half_regression_band(endpoint, self.spec["band"])
         slower = endpoint < 1
         edge = regression_edge(endpoint, self.spec["band"])
@@ -176,7 +176,7 @@ class Bisector:
                 break
             # Judge on the cells that regressed between the endpoints (a pp-only regression
             # leaves tg the same at every commit, which says nothing about the culprit).
-            cells = {tuple(x) for x in store.get_state(self.study, "endpoint_cells", [])}
+            cells = {tuple(x) for x in store.state.get(self.study, "endpoint_cells", [])}
             comps = [c for c in j.comparisons if (c.model, c.workload) in cells] or j.comparisons
             sides = {stats.side(c.estimate, edge) for c in comps}
             if sides == {like_bad}:

@@ -51,18 +51,18 @@ def run_decompose(store: Store, repo: PrivateRepo, base: str, patches: Sequence[
     log = log or (lambda s: None)
     key = dict(spec, base=base, repo=str(repo.path), patches=[p.digest for p in patches],
                output_check=check_outputs is not None)
-    handle = store.begin_study("decompose", key, spec_hash(key), resume=resume)
-    stored = store.get_state(handle.id, "result")
+    handle = store.writes.begin_study("decompose", key, spec_hash(key), resume=resume)
+    stored = store.state.get(handle.id, "result")
     if handle.finished and stored is not None:
         log(f"decompose {handle.id} already finished — its stored result follows")
         return dict(stored)
-    with store.lease(handle.id):
-        store.put_state(handle.id, "result", None)
+    with store.leases.hold(handle.id):
+        store.state.put(handle.id, "result", None)
         result = Decomposer(store, handle.id, repo, base, patches, spec, judge=judge, log=log,
                             check_outputs=check_outputs, diagnose=diagnose, profile=profile).run()
-        store.put_state(handle.id, "result", result)
+        store.state.put(handle.id, "result", result)
         if result["status"] == "done":
-            store.finish_study(handle.id)
+            store.writes.finish_study(handle.id)
         return result
 
 

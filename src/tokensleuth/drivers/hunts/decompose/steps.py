@@ -104,7 +104,7 @@ class Decomposer:
         self.models = list(spec["models"]) + list(spec.get("control_models") or [])
 
     def steps(self) -> list[dict[str, Any]]:
-        return list(self.store.get_state(self.study, "steps", []))
+        return list(self.store.state.get(self.study, "steps", []))
 
     def run(self) -> dict[str, Any]:
         if self.judge.build(self.repo.source(self.base)) is None:
@@ -122,7 +122,7 @@ class Decomposer:
             else:
                 step = self.step(p, kept)
                 done = out + [step]  # later steps were taken on another kept chain, if any
-                self.store.put_state(self.study, "steps", done)
+                self.store.state.put(self.study, "steps", done)
             out.append(step)
             self._log_step(i, step)
             if step["decision"] == "kept":
@@ -256,7 +256,7 @@ class Decomposer:
                                 + " — rerun with --resume to add pairs, or on a quieter machine")
             undecided = next((s for s in steps if s["reason"] == "unresolved" and s.get("study")), None)
             if undecided is not None and self.diagnose is not None:  # why (the first undecided step)
-                builds = {a["name"]: b for a in self.store.arms(undecided["study"])
+                builds = {a["name"]: b for a in self.store.reads.arms(undecided["study"])
                           if (b := self.judge.builds.get(a["source"])) is not None}
                 if (why := self.diagnose(undecided["study"], builds)) is not None:
                     result["diagnosis"] = dict(why, patch=undecided["patch"])

@@ -96,19 +96,19 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
     # (whether the band was given is how to run it, as the budget is: the band asked is in its identity)
     key = {k: v for k, v in spec.items() if k not in ("budget", "band_given", "band_asked")}
     key["first"] = cands[0].source
-    handle = store.begin_study("scan", key, spec_hash(key), resume=resume)
+    handle = store.writes.begin_study("scan", key, spec_hash(key), resume=resume)
     sid = handle.id
-    stored = store.get_state(sid, "result")
+    stored = store.state.get(sid, "result")
     rng = [c.source for c in cands]
-    if handle.finished and stored is not None and [c["source"] for c in store.get_state(sid, CANDIDATES, [])] == rng:
+    if handle.finished and stored is not None and [c["source"] for c in store.state.get(sid, CANDIDATES, [])] == rng:
         log(f"scan {sid} already finished — its stored result follows")
         return dict(stored)
-    with store.lease(sid):
+    with store.leases.hold(sid):
         if handle.finished:
-            store.finish_study(sid, "running")  # extended to a later end, or resumed with budget left
-        store.put_state(sid, "result", None)
+            store.writes.finish_study(sid, "running")  # extended to a later end, or resumed with budget left
+        store.state.put(sid, "result", None)
         scan = Scan(store, sid, cands, spec, log, profile)
-        store.put_state(sid, CANDIDATES, [asdict(c) for c in cands])  # what `report` reads while it runs
+        store.state.put(sid, CANDIDATES, [asdict(c) for c in cands])  # what `report` reads while it runs
         if not scan.get(POINTS, []):
             scan.add_points(initial_sample(len(cands), int(spec["samples"])))
         else:  # an extension keeps every stored point and adds the new end
@@ -130,9 +130,9 @@ def run_scan(store: Store, cands: Sequence[Candidate], spec: dict[str, Any], *, 
                 result["output_changes"] = [{"first_changed": first["label"], "parent": cands[i - 1].label,
                                              "mean_kld": first.get("mean_kld"), "same_top_p": first.get("same_top_p"),
                                              "subject": first.get("subject")}]
-        store.put_state(sid, "result", result)
+        store.state.put(sid, "result", result)
         if not result["undecided"]:  # undecided: the study stays open, and --resume adds pairs
-            store.finish_study(sid)
+            store.writes.finish_study(sid)
         return result
 
 

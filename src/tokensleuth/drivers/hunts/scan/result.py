@@ -32,13 +32,13 @@ if TYPE_CHECKING:
 def partial(store: Store, sid: str) -> dict[str, Any]:
     """A scan under way (or killed), from its stored state alone: what it has found so far and
     what is left (`report ID` while it runs). Measures nothing."""
-    cands = [Candidate(**c) for c in store.get_state(sid, CANDIDATES, [])]
+    cands = [Candidate(**c) for c in store.state.get(sid, CANDIDATES, [])]
     if not cands:
         raise UserError(f"scan {sid} has not sampled its range yet — wait for it, or resume it with --resume")
-    spec = store.study(sid).spec
+    spec = store.reads.study(sid).spec
     got = finish(Scan(store, sid, cands, spec, lambda s: None, None), measure=False)
     got["status"] = "running"
-    got["live"] = [v for _, v in sorted(store.get_state(sid, PROGRESS, {}).items())]
+    got["live"] = [v for _, v in sorted(store.state.get(sid, PROGRESS, {}).items())]
     return got
 
 

@@ -77,7 +77,7 @@ class Scan:
         self.judges.append(self.judge)
         self.budget = parse_budget(spec.get("budget"))
         self.started = time.monotonic()
-        spent = store.get_state(sid, SPENT, {})  # what its earlier runs cost (kept as they went)
+        spent = store.state.get(sid, SPENT, {})  # what its earlier runs cost (kept as they went)
         self.spent0 = float(spent.get("wall_s", 0.0))
         # (a run before engine time was kept leaves it unknown: withheld, never undercounted)
         self.engine0: float | None = float(spent["engine_s"]) if spent.get("engine_s") is not None else (
@@ -94,11 +94,11 @@ class Scan:
 
     # state
     def get(self, key: str, default: Any) -> Any:
-        return self.store.get_state(self.sid, key, default)
+        return self.store.state.get(self.sid, key, default)
 
     def put(self, key: str, value: Any) -> None:
-        self.store.put_state(self.sid, key, value)
-        self.store.put_state(self.sid, SPENT, {"wall_s": self.wall_s(), "engine_s": self.engine_s(),
+        self.store.state.put(self.sid, key, value)
+        self.store.state.put(self.sid, SPENT, {"wall_s": self.wall_s(), "engine_s": self.engine_s(),
                                                "builds": self.builds_all()})
 
     def update(self, key: str, default: Any, change: Callable[[Any], Any]) -> Any:
