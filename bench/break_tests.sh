@@ -90,7 +90,7 @@ add share-sum src/tokensleuth/analysis/kernel_diff.py \
 add records-rule src/tokensleuth/analysis/kernels.py \
     'RECORDS = 0.01' 'RECORDS = 0.20' \
     tests/kernels/test_figures.py::test_the_records_rule_withholds_at_one_percent_not_at_twenty
-add share-interval src/tokensleuth/analysis/kernel_diff.py \
+add share-interval src/tokensleuth/analysis/stats.py \
     'return float(lo), float(hi)' 'return 0.0, 2.0' \
     tests/kernels/test_figures.py::test_each_share_is_computed_and_can_be_told_from_a_constant
 add own-time src/tokensleuth/analysis/kernels.py \
@@ -142,10 +142,10 @@ add scan-unsampled src/tokensleuth/drivers/hunts/scan/result.py \
 add split-why src/tokensleuth/drivers/hunts/scan/refine.py \
     '"undecided": "undecided"}.get(' '"undecided": "the same"}.get(' \
     tests/test_scan.py::test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same
-add spread-words src/tokensleuth/drivers/verdicts/diagnose.py \
+add spread-words src/tokensleuth/drivers/verdicts/causes.py \
     'agree within {between:.1%}"))' 'agree within {within:.1%}"))' \
     tests/test_diagnose.py::test_the_spreads_are_said_with_each_figure_in_its_place
-add trace-cost src/tokensleuth/drivers/slower/kernels.py \
+add trace-cost src/tokensleuth/analysis/traces.py \
     '"slower": lo > 0}' '"slower": d > 0}' \
     tests/kernels/test_figures.py::test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_the_trace_slowed_the_program
 # (name-tags above leaves the tags in; this one strips past them: two kernels read as one)
