@@ -19,12 +19,34 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "bench" / "requirements-peer.txt"
+BAND = 0.05  # a peer's figure agrees with tokensleuth's when the ratio's whole interval is within this
+
+Agreement = Literal["agrees (within ±5%)", "differs", "not resolved to ±5%"]
+
+
+def agreement(lo: float, hi: float) -> Agreement:
+    """What a ratio's 95% interval [lo, hi] (peer / tokensleuth) says at ±5% (``BAND``).
+
+    Agreement is shown only by an interval that lies wholly inside [0.95, 1.05]: the interval-
+    inclusion form of Schuirmann's two one-sided tests (Schuirmann 1987; a 95% interval makes
+    each one-sided test at 2.5%). A difference only by one wholly outside the band, which then
+    excludes 1. An interval that reaches over an edge of the band, however near 1 its centre
+    is, decides neither: "not resolved", never "agrees".
+    """
+    if not 0 < lo <= hi:
+        raise ValueError(f"not a ratio interval: [{lo}, {hi}]")
+    if 1 - BAND <= lo and hi <= 1 + BAND:
+        return "agrees (within ±5%)"
+    if hi < 1 - BAND or lo > 1 + BAND:
+        return "differs"
+    return "not resolved to ±5%"
+
 
 
 def peer_venv() -> Path:

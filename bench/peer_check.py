@@ -49,7 +49,7 @@ from typing import Any
 
 import httpx
 from _common import tiny_model, tokensleuth_cmd
-from _peers import aiperf, benchy, make_tokenizer, serve_book, wait_health
+from _peers import agreement, aiperf, benchy, make_tokenizer, serve_book, wait_health
 from scipy import stats
 
 from tokensleuth.commands.common import targets_for
@@ -144,14 +144,24 @@ def run_benchy(url: str, tok: Path, book: str, reps: int, concs: list[int], work
     return got
 
 
-def ratio_ci(xs: list[float], ys: list[float]) -> str:
+def ratio_interval(xs: list[float], ys: list[float]) -> tuple[float, float, float] | None:
+    """(geometric mean of x / y over the rounds, its 95% t interval), None under 2 rounds."""
     pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x and y]
     if len(pairs) < 2:
-        return "—"
+        return None
     logs = [math.log(x / y) for x, y in pairs]
     m = statistics.fmean(logs)
     half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return f"{math.exp(m):.3f} [{math.exp(m - half):.3f}, {math.exp(m + half):.3f}]"
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
+def ratio_cell(xs: list[float], ys: list[float]) -> str:
+    """The ratio, its interval and what the interval says at ±5% (_peers.agreement)."""
+    got = ratio_interval(xs, ys)
+    if got is None:
+        return "—"
+    m, lo, hi = got
+    return f"{m:.3f} [{lo:.3f}, {hi:.3f}] {agreement(lo, hi)}"
 
 
 DEFINED = {
@@ -237,7 +247,9 @@ def main() -> None:
     keys = sorted({k for r in done for t in tools for k in r[t]})
     base = tools[0]
     print(f"\n{len(done)} rounds, {a.reps} requests per workload and stream; ratio = tool / {base} "
-          "(geometric mean over rounds, 95% t interval)\n")
+          "(geometric mean over rounds, 95% t interval), then what the interval says: 'agrees (within ±5%)' "
+          "only where all of it lies in [0.95, 1.05], 'differs' where all of it lies outside, else "
+          "'not resolved to ±5%'\n")
     print("| figure | " + " | ".join(tools) + " | " + " | ".join(f"{t} / {base}" for t in tools[1:]) + " | definition |")
     print("| --- |" + " ---: |" * len(tools) + " --- |" * (len(tools) - 1) + " --- |")
     for k in keys:
@@ -247,7 +259,7 @@ def main() -> None:
             v = [x for x in xs if x is not None]
             return f"{statistics.median(v):.2f}" if v else "—"
 
-        ratios = [ratio_ci([x or 0 for x in col[t]], [x or 0 for x in col[base]]) if any(col[base]) else "—"
+        ratios = [ratio_cell([x or 0 for x in col[t]], [x or 0 for x in col[base]]) if any(col[base]) else "—"
                   for t in tools[1:]]
         print(f"| {k} | " + " | ".join(med(col[t]) for t in tools) + " | " + " | ".join(ratios) + " | "
               f"{DEFINED.get(k.split('@')[0].replace('_p90', '_p50').replace('_p99', '_p50'), '')} |")
