@@ -12,8 +12,11 @@ exact output length for every tool. Per round and tool:
   ``tokensleuth import`` (engines/peers.py);
 - llama-benchy: ``--pp 512 --tg 128 --exact-tg --no-cache --extra-body temperature=0``.
 
-Printed, per figure: each tool's value per round, then the ratio of each peer to tokensleuth
-(geometric mean over rounds, 95% t interval) and the definition each tool uses. Where the
+Printed, per figure: each tool's median over the rounds, then the ratio of each peer to
+tokensleuth (geometric mean over rounds, 95% t interval) with what that interval says at ±5%
+(``_peers.agreement``): "agrees (within ±5%)" only where all of it lies in [0.95, 1.05],
+"differs" where all of it lies outside, else "not resolved to ±5%"; and the definition each
+tool uses. Where the
 definitions differ, both are measured on the same requests:
 
 - ITL percentiles: tokensleuth's and AIPerf's ``inter_chunk_latency`` are over every interval
@@ -30,6 +33,7 @@ definitions differ, both are measured on the same requests:
 
     bash scripts/setup.sh    # the peers' environment (bench/requirements-peer.txt)
     .venv/bin/python bench/peer_check.py --rounds 4 --reps 5 [--model M.gguf] [-- -ngl 99]
+    .venv/bin/python bench/peer_check.py --concurrency 1 --rounds 12 --reps 8   # one stream, -np 1
 
 Resumable: each round's figures are appended to ``--out`` (JSON lines) as soon as they exist,
 and a rerun with the same ``--out`` starts at the next round.
@@ -174,6 +178,8 @@ DEFINED = {
     "output_tps_after_first": "llama-benchy's tg_throughput: each stream's tokens after its first / first token "
                               "of any stream to the last (the prefill before it left out); ts: the same on its bursts",
     "server_decode_tps": "llama-server's own decode rate over the tool's turn (--metrics)",
+    "decode_over_server": "decode_tps@1 over server_decode_tps of the same turn (one stream only): the tool's "
+                          "figure against the server's own for the same requests, the machine's speed divided out",
 }
 
 
@@ -244,6 +250,11 @@ def main() -> None:
     tools = sorted({t for t in first if all(t in r for r in done)}, key=lambda t: (TOOLS.index(t) if t in TOOLS else 9, t))
     if not tools:
         return
+    if concs == [1]:  # one stream: the server's decode rate over a turn is that of the tool's own requests
+        for r in done:
+            for t in tools:
+                if r[t].get("decode_tps@1") and r[t].get("server_decode_tps"):
+                    r[t]["decode_over_server@1"] = r[t]["decode_tps@1"] / r[t]["server_decode_tps"]
     keys = sorted({k for r in done for t in tools for k in r[t]})
     base = tools[0]
     print(f"\n{len(done)} rounds, {a.reps} requests per workload and stream; ratio = tool / {base} "
