@@ -44,10 +44,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import sqlite3
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -178,6 +180,8 @@ DEFINED = {
     "output_tps_after_first": "llama-benchy's tg_throughput: each stream's tokens after its first / first token "
                               "of any stream to the last (the prefill before it left out); ts: the same on its bursts",
     "server_decode_tps": "llama-server's own decode rate over the tool's turn (--metrics)",
+    "client_cpu_s": "CPU seconds the tool's own processes used in its turn (start-up included), beside the server",
+    "turn_s": "the tool's turn, wall clock (start-up included)",
     "decode_over_server": "decode_tps@1 over server_decode_tps of the same turn (one stream only): the tool's "
                           "figure against the server's own for the same requests, the machine's speed divided out",
 }
@@ -229,6 +233,7 @@ def main() -> None:
             row: dict[str, Any] = {"round": i + 1, "order": order, "sampling": a.sampling}
             for who in order:
                 before = server_counters(url)
+                cpu0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
                 greedy = not who.endswith("-default")  # (a -default peer samples as the server does)
                 if who == "tokensleuth":
                     got = run_tokensleuth(url, model, a.reps, concs, work)
@@ -237,6 +242,9 @@ def main() -> None:
                 else:
                     got = run_benchy(url, tok, book, a.reps, concs, work, bextra if greedy else ())
                 got["server_decode_tps"] = server_decode(before, server_counters(url))
+                cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the tool's processes, all of them
+                got["client_cpu_s"] = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+                got["turn_s"] = time.monotonic() - t0
                 row[who] = got
             with a.out.open("a") as f:  # the round is kept as soon as it exists
                 f.write(json.dumps(row) + "\n")
