@@ -19,12 +19,34 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIREMENTS = ROOT / "bench" / "requirements-peer.txt"
+BAND = 0.05  # a peer's figure agrees with tokensleuth's when the ratio's whole interval is within this
+
+Agreement = Literal["agrees (within ±5%)", "differs", "not resolved to ±5%"]
+
+
+def agreement(lo: float, hi: float) -> Agreement:
+    """What a ratio's 95% interval [lo, hi] (peer / tokensleuth) says at ±5% (``BAND``).
+
+    Agreement is shown only by an interval that lies wholly inside [0.95, 1.05]: the interval-
+    inclusion form of Schuirmann's two one-sided tests (Schuirmann 1987; a 95% interval makes
+    each one-sided test at 2.5%). A difference only by one wholly outside the band, which then
+    excludes 1. An interval that reaches over an edge of the band, however near 1 its centre
+    is, decides neither: "not resolved", never "agrees".
+    """
+    if not 0 < lo <= hi:
+        raise ValueError(f"not a ratio interval: [{lo}, {hi}]")
+    if 1 - BAND <= lo and hi <= 1 + BAND:
+        return "agrees (within ±5%)"
+    if hi < 1 - BAND or lo > 1 + BAND:
+        return "differs"
+    return "not resolved to ±5%"
+
 
 
 def peer_venv() -> Path:
@@ -150,3 +172,57 @@ def benchy(url: str, tokenizer: Path, book: str, out: Path, pp: int, tg: int, co
         raise SystemExit(f"llama-benchy failed ({p.returncode}): {p.stdout[-1500:]}{p.stderr[-1500:]}")
     result: dict[str, Any] = json.loads(out.read_text())
     return result
+
+
+BENCHY_REQUESTS = r'''
+# llama-benchy 0.4's own prompt generator, client and results code, one stream, with its content
+# chunks kept: what its tg_req_throughput is computed from, request by request
+import asyncio, json, sys
+import aiohttp
+from llama_benchy.client import LLMClient
+from llama_benchy.corpus import TokenizedCorpus
+from llama_benchy.prompts import PromptGenerator
+from llama_benchy.results import BenchmarkResults
+base, tok, book, pp, tg, n, out = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7]), sys.argv[7]
+finalize = LLMClient._finalize_stream_tokens
+def keep(self, result, chunks, usage, tokenizer=None):
+    result.kept = {"chunks": [(c["timestamp"], len(c["text"])) for c in chunks], "usage": usage}
+    return finalize(self, result, chunks, usage, tokenizer)
+LLMClient._finalize_stream_tokens = keep
+client = LLMClient(base, "EMPTY", "served", {"temperature": 0}, exact_tg=True)
+gen = PromptGenerator(TokenizedCorpus(book, tok, "served"))
+async def main():
+    # a connection per request: on a kept-alive one, llama-server at times closed it under the next
+    # request ("Server disconnected"); the connection is made before the first chunk, outside the
+    # decode time measured here
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600),
+                                     connector=aiohttp.TCPConnector(force_close=True)) as s:
+        got = []
+        for i in range(n + 1):  # the first is its warm-up run
+            _, prompt = gen.generate(pp, 0, True)
+            got.append(await client.run_generation(s, "", prompt, tg, True, gen.tokenizer))
+        return got[1:]
+results = asyncio.run(main())
+with open(out, "w") as f:
+    for r in results:
+        kept = getattr(r, "kept", {"chunks": [], "usage": None})
+        rate = None
+        if not r.error:
+            b = BenchmarkResults()
+            b.add("served", pp, tg, 0, 1, [[r]], 0.0, pp)
+            rate = b.runs[0].tg_req_throughput.mean
+        f.write(json.dumps({"error": r.error, "start": r.start_ts, "first": r.first_token_ts, "end": r.end_ts,
+                            "usage": kept["usage"], "chunks": kept["chunks"], "tg_req_throughput": rate}) + "\n")
+'''
+
+
+def benchy_requests(url: str, tokenizer: Path, book: str, out: Path, pp: int, tg: int, n: int) -> list[dict[str, Any]]:
+    """``n`` one-stream requests made and timed by llama-benchy's own code (after its warm-up
+    run), each with its content chunks' arrival times and text lengths, its usage count and the
+    tg_req_throughput llama-benchy's results code gives it."""
+    p = subprocess.run([str(peer_venv() / "bin" / "python"), "-c", BENCHY_REQUESTS, f"{url}/v1", str(tokenizer), book,
+                        str(pp), str(tg), str(n), str(out)], capture_output=True, text=True,
+                       env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if p.returncode != 0:
+        raise SystemExit(f"llama-benchy's requests failed ({p.returncode}): {p.stdout[-1500:]}{p.stderr[-1500:]}")
+    return [json.loads(line) for line in out.read_text().splitlines()]

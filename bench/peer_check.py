@@ -12,8 +12,11 @@ exact output length for every tool. Per round and tool:
   ``tokensleuth import`` (engines/peers.py);
 - llama-benchy: ``--pp 512 --tg 128 --exact-tg --no-cache --extra-body temperature=0``.
 
-Printed, per figure: each tool's value per round, then the ratio of each peer to tokensleuth
-(geometric mean over rounds, 95% t interval) and the definition each tool uses. Where the
+Printed, per figure: each tool's median over the rounds, then the ratio of each peer to
+tokensleuth (geometric mean over rounds, 95% t interval) with what that interval says at ±5%
+(``_peers.agreement``): "agrees (within ±5%)" only where all of it lies in [0.95, 1.05],
+"differs" where all of it lies outside, else "not resolved to ±5%"; and the definition each
+tool uses. Where the
 definitions differ, both are measured on the same requests:
 
 - ITL percentiles: tokensleuth's and AIPerf's ``inter_chunk_latency`` are over every interval
@@ -30,6 +33,7 @@ definitions differ, both are measured on the same requests:
 
     bash scripts/setup.sh    # the peers' environment (bench/requirements-peer.txt)
     .venv/bin/python bench/peer_check.py --rounds 4 --reps 5 [--model M.gguf] [-- -ngl 99]
+    .venv/bin/python bench/peer_check.py --concurrency 1 --rounds 12 --reps 8   # one stream, -np 1
 
 Resumable: each round's figures are appended to ``--out`` (JSON lines) as soon as they exist,
 and a rerun with the same ``--out`` starts at the next round.
@@ -40,16 +44,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import resource
 import sqlite3
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 from _common import tiny_model, tokensleuth_cmd
-from _peers import aiperf, benchy, make_tokenizer, serve_book, wait_health
+from _peers import agreement, aiperf, benchy, make_tokenizer, serve_book, wait_health
 from scipy import stats
 
 from tokensleuth.commands.common import targets_for
@@ -144,14 +150,24 @@ def run_benchy(url: str, tok: Path, book: str, reps: int, concs: list[int], work
     return got
 
 
-def ratio_ci(xs: list[float], ys: list[float]) -> str:
+def ratio_interval(xs: list[float], ys: list[float]) -> tuple[float, float, float] | None:
+    """(geometric mean of x / y over the rounds, its 95% t interval), None under 2 rounds."""
     pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if x and y]
     if len(pairs) < 2:
-        return "—"
+        return None
     logs = [math.log(x / y) for x, y in pairs]
     m = statistics.fmean(logs)
     half = stats.t.ppf(0.975, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
-    return f"{math.exp(m):.3f} [{math.exp(m - half):.3f}, {math.exp(m + half):.3f}]"
+    return math.exp(m), math.exp(m - half), math.exp(m + half)
+
+
+def ratio_cell(xs: list[float], ys: list[float]) -> str:
+    """The ratio, its interval and what the interval says at ±5% (_peers.agreement)."""
+    got = ratio_interval(xs, ys)
+    if got is None:
+        return "—"
+    m, lo, hi = got
+    return f"{m:.3f} [{lo:.3f}, {hi:.3f}] {agreement(lo, hi)}"
 
 
 DEFINED = {
@@ -164,6 +180,10 @@ DEFINED = {
     "output_tps_after_first": "llama-benchy's tg_throughput: each stream's tokens after its first / first token "
                               "of any stream to the last (the prefill before it left out); ts: the same on its bursts",
     "server_decode_tps": "llama-server's own decode rate over the tool's turn (--metrics)",
+    "client_cpu_s": "CPU seconds the tool's own processes used in its turn (start-up included), beside the server",
+    "turn_s": "the tool's turn, wall clock (start-up included)",
+    "decode_over_server": "decode_tps@1 over server_decode_tps of the same turn (one stream only): the tool's "
+                          "figure against the server's own for the same requests, the machine's speed divided out",
 }
 
 
@@ -213,6 +233,7 @@ def main() -> None:
             row: dict[str, Any] = {"round": i + 1, "order": order, "sampling": a.sampling}
             for who in order:
                 before = server_counters(url)
+                cpu0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
                 greedy = not who.endswith("-default")  # (a -default peer samples as the server does)
                 if who == "tokensleuth":
                     got = run_tokensleuth(url, model, a.reps, concs, work)
@@ -221,6 +242,9 @@ def main() -> None:
                 else:
                     got = run_benchy(url, tok, book, a.reps, concs, work, bextra if greedy else ())
                 got["server_decode_tps"] = server_decode(before, server_counters(url))
+                cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)  # the tool's processes, all of them
+                got["client_cpu_s"] = cpu1.ru_utime + cpu1.ru_stime - cpu0.ru_utime - cpu0.ru_stime
+                got["turn_s"] = time.monotonic() - t0
                 row[who] = got
             with a.out.open("a") as f:  # the round is kept as soon as it exists
                 f.write(json.dumps(row) + "\n")
@@ -234,10 +258,17 @@ def main() -> None:
     tools = sorted({t for t in first if all(t in r for r in done)}, key=lambda t: (TOOLS.index(t) if t in TOOLS else 9, t))
     if not tools:
         return
+    if concs == [1]:  # one stream: the server's decode rate over a turn is that of the tool's own requests
+        for r in done:
+            for t in tools:
+                if r[t].get("decode_tps@1") and r[t].get("server_decode_tps"):
+                    r[t]["decode_over_server@1"] = r[t]["decode_tps@1"] / r[t]["server_decode_tps"]
     keys = sorted({k for r in done for t in tools for k in r[t]})
     base = tools[0]
     print(f"\n{len(done)} rounds, {a.reps} requests per workload and stream; ratio = tool / {base} "
-          "(geometric mean over rounds, 95% t interval)\n")
+          "(geometric mean over rounds, 95% t interval), then what the interval says: 'agrees (within ±5%)' "
+          "only where all of it lies in [0.95, 1.05], 'differs' where all of it lies outside, else "
+          "'not resolved to ±5%'\n")
     print("| figure | " + " | ".join(tools) + " | " + " | ".join(f"{t} / {base}" for t in tools[1:]) + " | definition |")
     print("| --- |" + " ---: |" * len(tools) + " --- |" * (len(tools) - 1) + " --- |")
     for k in keys:
@@ -247,7 +278,7 @@ def main() -> None:
             v = [x for x in xs if x is not None]
             return f"{statistics.median(v):.2f}" if v else "—"
 
-        ratios = [ratio_ci([x or 0 for x in col[t]], [x or 0 for x in col[base]]) if any(col[base]) else "—"
+        ratios = [ratio_cell([x or 0 for x in col[t]], [x or 0 for x in col[base]]) if any(col[base]) else "—"
                   for t in tools[1:]]
         print(f"| {k} | " + " | ".join(med(col[t]) for t in tools) + " | " + " | ".join(ratios) + " | "
               f"{DEFINED.get(k.split('@')[0].replace('_p90', '_p50').replace('_p99', '_p50'), '')} |")
