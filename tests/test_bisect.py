@@ -178,7 +178,7 @@ def test_no_regression_between_endpoints(engine: EngineBuild, dense_model: Path,
         sid = _judged(store, dense_model, shas["base"], shas["n4"])
         iv = rules.interval(rules.paired_rates(store, sid, end["model"], "tg32", "A", "B"))
         # the judge decides only what the pairs no confounder touched give too (comparisons.guard)
-        assert store.reads.study(sid).spec["confounders"] == "wait"
+        assert store.reads.study(sid).spec.get("confounders") == "wait"
     verdict = rules.band_verdict(iv, 0.4)
     assert end["verdict"] == verdict, (end, iv, p.stderr[-2000:])
     assert r["first_bad"] is None
