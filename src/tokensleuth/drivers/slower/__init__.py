@@ -24,9 +24,6 @@ from tokensleuth.sources.build import DEFAULT_TARGETS
 from tokensleuth.store import Store
 from tokensleuth.trials.spec import arm_argv
 
-BY = ("auto", "kernels", "ops")
-
-
 def slower_for(backends: Iterable[Sequence[str]], by: str = "auto") -> str:
     """Which study says what got slower for builds of these backends: ``"kernels"`` (traced)
     where each has a GPU backend with a tracer, else ``"ops"`` (the op profile). ``by`` forces
@@ -39,6 +36,7 @@ def slower_for(backends: Iterable[Sequence[str]], by: str = "auto") -> str:
         return "kernels"
     return "kernels" if traced(backends) else "ops"
 
+
 # (parent source, culprit source, model, workload) -> what the report shows of their kernel (or op)
 # diff: the profile hook of compare, bisect, scan and decompose (:func:`profiler`); a compare's arms
 # of one build pass ``sides``: each arm's name, environment and extra flags (one build traced two ways)
@@ -48,7 +46,7 @@ Summarize = Callable[[str, dict[str, Any]], dict[str, Any]]  # (study id, profil
 
 def profiler(store: Store, cmake: Sequence[str], flags: Sequence[str], timeout_s: float, say: Say,
              summarize: Summarize) -> Profiler:
-    """A driver's profile hook (judge.Profiler): what changed between two sources on one model
+    """A driver's profile hook (:data:`Profiler`): what changed between two sources on one model
     and workload, stored as a study, and what the culprit's report shows of it (``summarize``).
     GPU builds are traced by their kernels (drivers/slower/kernels.py: llama-bench as measured, every
     flag); CPU builds get the per-op diff of the profiler built with them (drivers/slower/ops.py)."""
