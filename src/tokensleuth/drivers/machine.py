@@ -1,7 +1,9 @@
-"""What will make measurements noisy on this machine, each with its fix: the checks behind the doctor command, and the one line compare, bisect and scan print at start when one finds something.
+"""What will make measurements noisy on this machine, each with its fix: the checks behind the
+doctor command, and the one line compare, bisect and scan print at start when one finds something.
 
 The checks read ``/sys`` and ``/proc`` (injectable roots, tested on fixture trees), psutil
-and NVML; none needs root."""
+and NVML; none needs root.
+"""
 
 from __future__ import annotations
 
