@@ -1,4 +1,5 @@
-"""A re-run's cells beside the original's: each answered agrees, disagrees or unresolved (stats.agreement: unresolved when either side is), and the machine each ran on."""
+"""A re-run's cells beside the original's: each answered agrees, disagrees or unresolved
+(stats.agreement: unresolved when either side is), and the machine each ran on."""
 
 from __future__ import annotations
 

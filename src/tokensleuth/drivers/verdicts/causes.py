@@ -1,4 +1,6 @@
-"""Why a verdict stayed open, read from its processes: a busy neighbour, stalls, two process levels, cold first repetitions, or noise between processes or within them (the classification; diagnose.py reads the store and prescribes)."""
+"""Why a verdict stayed open, read from its processes: a busy neighbour, stalls, two process levels,
+cold first repetitions, or noise between processes or within them (the classification; diagnose.py
+reads the store and prescribes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""How many repetitions a compare's processes run: the user's -r, else the cheapest for the study's own noise, damped round to round."""
+"""How many repetitions a compare's processes run: the user's -r, else the cheapest for the study's
+own noise, damped round to round."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The sentences a compare's verdicts are said in: the summary, the settings nobody asked to change, the shared processes, the cold repetitions."""
+"""The sentences a compare's verdicts are said in: the summary, the settings nobody asked to change,
+the shared processes, the cold repetitions."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""A decompose's series and what it writes: the patches prepared in a private clone, the kept ones written as a branch or a folder."""
+"""A decompose's series and what it writes: the patches prepared in a private clone, the kept ones
+written as a branch or a folder."""
 
 from __future__ import annotations
 

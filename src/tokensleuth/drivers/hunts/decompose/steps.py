@@ -1,4 +1,5 @@
-"""The decompose's steps: each patch applied on the last kept state, judged against it, and kept, dropped, skipped or failed; its decision rules."""
+"""The decompose's steps: each patch applied on the last kept state, judged against it, and kept,
+dropped, skipped or failed; its decision rules."""
 
 from __future__ import annotations
 
