@@ -1,6 +1,6 @@
 """A kernel trace's stored processes as figures: per engine, model and workload its kernels and what
 tracing cost it, and each engine's diff against the first, set against the untraced processes'
-ms/token (the rules themselves are analysis/kernels.py's)."""
+ms/token (the rules themselves are analysis/kernels.py's and analysis/kernel_diff.py's)."""
 
 from __future__ import annotations
 

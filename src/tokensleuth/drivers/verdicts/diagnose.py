@@ -20,7 +20,7 @@ why:
 - **cold**: the first repetition of most processes is slower than the rest;
 - **between** / **within**: which variance component dominates, when nothing above explains it.
 
-:func:`classify` is pure (tested on synthetic trial tables); :func:`diagnose` reads a study
+``causes.classify`` is pure (tested on synthetic trial tables); :func:`diagnose` reads a study
 from the store, runs the threads probe when the engine had every CPU (a short A/A study of its
 own, stored, never mixed into the diagnosed study's samples) and returns the prescription
 with the command to rerun.
