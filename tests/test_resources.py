@@ -55,8 +55,9 @@ def test_a_never_blocking_thread_is_flagged_while_the_gpu_is_busy(
     assert res["peak_rss_anon_mb"] and second.resources()["peak_rss_anon_mb"] == res["peak_rss_anon_mb"]
     # the engine's one thread, seen: at most one core (how much of it this machine's load left it
     # is not the code's), and it never blocks; whether it is flagged is the rule applied to its figures
-    th = env["busiest_thread"]
-    assert 0.3 < th["cores"] <= 1.05 and th["voluntary_switches_per_s"] <= 10
+    th = env.get("busiest_thread")
+    assert th, "the engine's compute thread is seen"
+    assert 0 < th["cores"] <= 1.05 and th["voluntary_switches_per_s"] <= 10
     assert env.get("spinning_threads", []) == ([th] if th["cores"] >= 0.9 else [])
     # a busy neighbour (another process computing on this machine), and window edges late against
     # llama-bench's own durations beside it (the reader's wake-up on a loaded 2-core machine), are
@@ -93,8 +94,9 @@ def test_no_gpu_no_spinning_flag(engine: EngineBuild, dense_model: Path, tmp_pat
     # a CPU backend's busy thread is computing, not polling: seen, recorded, not flagged
     # the one compute thread, seen, at most one core; it never blocks, so the rule holds it busy
     # when this machine's load left it 0.9 of a core
-    th = env["busiest_thread"]
-    assert 0.3 < th["cores"] <= 1.05 and th["voluntary_switches_per_s"] <= 10
+    th = env.get("busiest_thread")
+    assert th, "the engine's compute thread is seen"
+    assert 0 < th["cores"] <= 1.05 and th["voluntary_switches_per_s"] <= 10
     assert env["busy_threads"] == ([th] if th["cores"] >= 0.9 else [])
     assert "spinning_threads" not in env
     assert all(w["code"] != "spinning-thread" for w in warnings)

@@ -131,8 +131,8 @@ def run(request: RerunRequest, say: Say, summarize: Summarize) -> CompareOutcome
     outcome = compare.run(CompareRequest(spec=spec, timeout_s=spec.timeout_s, resume=request.resume, db=request.db,
                                          probe=request.probe, identity={RERUN_OF: original}), say, summarize)
     with shared.open_store(request.db) as store:
-        here, _ = import_rows(store, bundle, provenance(request.bundle, bundle))
-        origin = provenance(request.bundle, bundle)
+        origin = provenance(request.bundle, bundle)  # (the bundle's digest, once)
+        here, _ = import_rows(store, bundle, origin)
         store.state.put(outcome.study, RERUN_STATE, {
             "original": here, "bundle": {k: origin[k] for k in ("file", "digest", "study", "written_at",
                                                                 "tokensleuth", "machine")},

@@ -16,12 +16,7 @@ from typing import Any
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.drivers import shared
-from tokensleuth.drivers.hunts.decompose.branches import (
-    check_out_branch,
-    prepare,
-    write_branch,
-    write_dir,
-)
+from tokensleuth.drivers.hunts.decompose.branches import check_out_branch, prepare, write_branch, write_dir
 from tokensleuth.drivers.hunts.decompose.perplexity import perplexity_check
 from tokensleuth.drivers.hunts.decompose.steps import Decomposer, Log, OutputCheck
 from tokensleuth.drivers.requests import DecomposeRequest, Say
@@ -29,10 +24,7 @@ from tokensleuth.drivers.slower import Profiler, Summarize, profiler
 from tokensleuth.drivers.verdicts.diagnose import Diagnoser, diagnoser
 from tokensleuth.drivers.verdicts.judge import Judge
 from tokensleuth.engines import engine_for
-from tokensleuth.sources.patches import (
-    Patch,
-    PrivateRepo,
-)
+from tokensleuth.sources.patches import Patch, PrivateRepo
 from tokensleuth.store import Store
 from tokensleuth.trials.spec import spec_hash
 
