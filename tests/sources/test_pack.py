@@ -3,6 +3,7 @@ read back by bisect and scan with --repo, and a packed tree that still builds.""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tarfile
@@ -79,6 +80,13 @@ def test_the_same_releases_give_the_same_commits_and_the_same_engines_anywhere(b
     there = [c.source for c in git_candidates(str(moved), *VERSIONS)]
     assert here == there and len(here) == 2
     assert open_repo(moved) == open_repo(bundle) != moved
+    # a path relative to where it is run from (a runbook's `.hist/h.bundle`) is the same bundle
+    cwd = os.getcwd()
+    try:
+        os.chdir(tmp_path)
+        assert open_repo(Path("carried/h.bundle")) == open_repo(bundle)
+    finally:
+        os.chdir(cwd)
 
 
 def test_a_release_on_its_neighbour_is_stored_as_deltas(bundle: Path, tmp_path: Path) -> None:

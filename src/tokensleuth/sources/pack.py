@@ -192,6 +192,7 @@ def open_repo(path: Path) -> Path:
     refs (its commits), so every machine names the same engines by the same source strings."""
     if not is_bundle(path):
         return path
+    path = path.expanduser().resolve()  # (the fetch below runs in the clone: a relative path would miss)
     try:
         refs = _git("bundle", "list-heads", str(path))
         if not re.fullmatch(r"([0-9a-f]{40,64} \S+\n)+", refs):
