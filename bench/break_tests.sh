@@ -139,6 +139,12 @@ add scan-done src/tokensleuth/drivers/hunts/scan/result.py \
 add scan-unsampled src/tokensleuth/drivers/hunts/scan/result.py \
     'gaps = [q - p - 1 for p, q, _ in same]' 'gaps = [q - p - 1 for p, q in zip(pts, pts[1:], strict=False)]' \
     tests/test_scan.py::test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolved_one
+add scan-none-same src/tokensleuth/drivers/hunts/scan/result.py \
+    '"longest_unsampled": max(gaps) if gaps else None,' '"longest_unsampled": max(gaps, default=0),' \
+    tests/test_scan.py::test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolved_one
+add scan-spent src/tokensleuth/drivers/hunts/scan/state.py \
+    'self.keep_spent()  # (a kill after this line loses none of what was spent)' 'pass' \
+    tests/test_scan.py::test_a_killed_scan_counts_the_builds_and_time_it_spent_before_its_next_verdict
 add split-why src/tokensleuth/drivers/hunts/scan/refine.py \
     '"undecided": "undecided"}.get(' '"undecided": "the same"}.get(' \
     tests/test_scan.py::test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same

@@ -85,6 +85,15 @@ def test_nearest_option_wording(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().err.strip() == "error: --bnad: no such option — did you mean --band?"
     assert cli.main(["studies", "--limt"]) == 2
     assert "no such option" in capsys.readouterr().err
+    # before any command: the command's name is not repeated, and where the option goes is said
+    assert cli.main(["--db", "s.db", "report", "abc"]) == 2
+    assert capsys.readouterr().err.strip() == ("error: --db: not an option of tokensleuth itself — a command's options "
+                                               "go after its name (tokensleuth COMMAND --db …; `tokensleuth --help` "
+                                               "lists the commands)")
+    assert cli.main(["model", "synth", "--shap", "x"]) == 2  # a command two words long
+    assert capsys.readouterr().err.strip() == "error: --shap: no such option — did you mean --shape?"
+    assert cli.main(["history", "pack", "--zzz"]) == 2
+    assert "tokensleuth history pack" in capsys.readouterr().err
 
 
 def test_engine_flags_after_the_separator_reach_the_spec(world: dict[str, str],

@@ -539,7 +539,7 @@ UNDECIDED = _judged("undecided", "unresolved", 1.03, 0.03)
 LONG_STEP = _judged("step", "slower", 0.9, 0.01)  # eight commits long, not bisected yet
 
 
-def _finished(tmp_path: Path, middle: dict[str, Any]) -> dict[str, Any]:
+def _finished(tmp_path: Path, middle: dict[str, Any], first: dict[str, Any] = SAME) -> dict[str, Any]:
     """A scan of r0..r12 sampled at r0, r3, r11 and r12, its intervals as the scan stores them:
     r0..r3 the same, r11..r12 a step of one commit, r3..r11 ``middle``; its result as
     drivers/hunts/scan/result.py builds it from that state (nothing measured)."""
@@ -555,7 +555,7 @@ def _finished(tmp_path: Path, middle: dict[str, Any]) -> dict[str, Any]:
         sid = store.writes.begin_study("scan", spec, "h1", resume=False).id
         scan = Scan(store, sid, cands, spec, lambda s: None, None)
         scan.put(POINTS, ["r0", "r3", "r11", "r12"])
-        scan.put(INTERVALS, {"r0..r3": SAME, "r3..r11": middle, "r11..r12": _judged("step", "slower", 0.8, 0.01)})
+        scan.put(INTERVALS, {"r0..r3": first, "r3..r11": middle, "r11..r12": _judged("step", "slower", 0.8, 0.01)})
         return finish(scan, measure=False)
 
 
@@ -589,6 +589,41 @@ def test_the_longest_unsampled_interval_is_one_judged_the_same_never_an_unresolv
     for middle in (UNDECIDED, LONG_STEP):
         got = _finished(tmp_path / str(middle["verdict"]), middle)
         assert got["resolution"]["longest_unsampled"] == 2 and said.format(2) in render(got)
+    # none judged the same: no length is vouched for (never "0 commits")
+    got = _finished(tmp_path / "none", UNDECIDED, first=UNDECIDED)
+    md = render(got)
+    assert got["resolution"]["longest_unsampled"] is None and "Longest interval left unsampled" not in md
+    assert "No interval between sampled neighbours is judged the same yet: none is said to hold no change." in md
+
+
+def test_a_killed_scan_counts_the_builds_and_time_it_spent_before_its_next_verdict(tmp_path: Path) -> None:
+    """A run killed after its builds and before any verdict (a device call's limit): each line it
+    says keeps what it spent, so the report of the killed scan counts those builds and that time."""
+    from tokensleuth.drivers.hunts.scan import partial
+    from tokensleuth.drivers.hunts.scan.state import CANDIDATES, POINTS, Scan
+    from tokensleuth.sources.history import Candidate
+    from tokensleuth.store import Store
+    from tokensleuth.studies.scan import render
+
+    cands = [Candidate(f"r{i}", f"bin:/sim/{i}") for i in range(13)]
+    spec = {"models": ["/m/tiny.gguf"], "control_models": [], "workloads": ["pp64"], "band": 0.02,
+            "max_pairs": 20, "cmake": [], "flags": [], "timeout_s": 60.0, "samples": 4, "rounds": 2, "max_gap": 32}
+    with Store(tmp_path / "s.db") as store:
+        sid = store.writes.begin_study("scan", spec, "h1", resume=False).id
+        store.state.put(sid, CANDIDATES, [{"label": c.label, "source": c.source} for c in cands])
+        scan = Scan(store, sid, cands, spec, lambda s: None, None)
+        scan.put(POINTS, ["r0", "r6", "r12"])  # (the last state written before the builds)
+        scan.started -= 540.0  # nine minutes of builds
+        for i in (0, 6, 12):
+            scan.judge.builds[f"bin:/sim/{i}"] = EngineBuild(f"bin:/sim/{i}", "/x", "k", None, None, (), "cc",
+                                                             ("CPU",), (), build_s=180.0)
+            scan.log(f"  build {i}: built in 180 s")
+        scan.judge.builds["bin:/sim/3"] = EngineBuild("bin:/sim/3", "/x", "k", None, None, (), "cc", ("CPU",), (),
+                                                      build_s=180.0, cache_hit=True)  # (a cache hit is no build)
+        scan.log("  build 3: from the cache")
+        got = partial(store, sid)  # killed here: no verdict stored after the builds
+    assert got["builds"] == got["builds_all"] == 3 and got["wall_s"] >= 540.0
+    assert "Cost: 3 builds, 9.0 min of wall time" in render(got)
 
 
 def test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same(tmp_path: Path) -> None:

@@ -134,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         from tokensleuth.core.cliargs import no_such_option_message
 
         takes = bool(exc.ctx and exc.ctx.allow_extra_args)  # a measuring command: engine flags after --
-        name = (exc.ctx.info_name if exc.ctx else None) or "tokensleuth"
+        # the command as typed after `tokensleuth` ("model synth"); None before any command
+        name = exc.ctx.command_path.partition(" ")[2] or None if exc.ctx else None
         err.print("error: " + no_such_option_message(exc.option_name, exc.possibilities or [], name, takes),
                   markup=False)
         return 2

@@ -76,9 +76,13 @@ def stray_message(stray: Sequence[str], own: Sequence[str], command: str) -> str
             f"engine flags go after `--` (tokensleuth {command} … -- -p 512)")
 
 
-def no_such_option_message(option: str, possibilities: Sequence[str], command: str,
+def no_such_option_message(option: str, possibilities: Sequence[str], command: str | None,
                            takes_engine_flags: bool) -> str:
-    """One line for an option ``command`` does not have, with the nearest one it has."""
+    """One line for an option ``command`` does not have, with the nearest one it has (``None``:
+    an option before any command, where only --help and --version are)."""
+    if command is None:
+        return (f"{option}: not an option of tokensleuth itself — a command's options go after its name "
+                f"(tokensleuth COMMAND {option} …; `tokensleuth --help` lists the commands)")
     near = difflib.get_close_matches(option, list(possibilities), n=1, cutoff=0.0)
     if near:
         return f"{option}: no such option — did you mean {near[0]}?"

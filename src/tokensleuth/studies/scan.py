@@ -172,8 +172,10 @@ def render(r: dict[str, Any]) -> str:
     out += ["", "### Resolution", "",
             (f"A slowdown of {seen:.1%} or more in any interval judged the same would have been seen with 95% "
              "probability (the noisiest such interval sets it). " if seen is not None else "")
-            + f"Longest interval left unsampled: {res.get('longest_unsampled', 0)} commits between neighbours "
-            f"judged the same (longer ones are split past {res.get('max_gap')})."]
+            + (f"Longest interval left unsampled: {res['longest_unsampled']} commits between neighbours "
+               f"judged the same (longer ones are split past {res.get('max_gap')})."
+               if res.get("longest_unsampled") is not None else
+               "No interval between sampled neighbours is judged the same yet: none is said to hold no change.")]
     if r.get("noise"):  # what the level rounds' noise resolves, and the band chosen (drivers/hunts/scan/resolve.py)
         from tokensleuth.drivers.hunts.scan.resolve import noise_line
 

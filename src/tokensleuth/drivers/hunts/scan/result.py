@@ -38,6 +38,7 @@ def partial(store: Store, sid: str) -> dict[str, Any]:
     spec = store.reads.study(sid).spec
     got = finish(Scan(store, sid, cands, spec, lambda s: None, None), measure=False)
     got["status"] = "running"
+    got["builds"] = got["builds_all"]  # (this reading made none: the cost is every run's so far)
     got["live"] = [v for _, v in sorted(store.state.get(sid, PROGRESS, {}).items())]
     return got
 
@@ -114,7 +115,7 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
             "skipped": scan.get(SKIPPED, {}),
             "undecided": undecided, "fit": fit,
             "same": [{"from": cands[p].label, "to": cands[q].label, "commits": q - p} for p, q, _ in same],
-            "resolution": {"smallest_step_seen": seen, "longest_unsampled": max(gaps, default=0),
+            "resolution": {"smallest_step_seen": seen, "longest_unsampled": max(gaps) if gaps else None,
                            "max_gap": spec["max_gap"]},
             "builds": scan.builds_made(), "builds_all": scan.builds_all(), "wall_s": scan.wall_s(),
             "engine_s": scan.engine_s(),

@@ -55,7 +55,8 @@ class Scan:
     def __init__(self, store: Store, sid: str, cands: Sequence[Candidate], spec: dict[str, Any], log: Log,
                  profile: Profiler | None, fleet: Fleet | None = None, node: Node | None = None,
                  lock: threading.Lock | None = None, judges: list[Judge] | None = None) -> None:
-        self.store, self.sid, self.cands, self.spec, self.log = store, sid, list(cands), spec, log
+        self.store, self.sid, self.cands, self.spec = store, sid, list(cands), spec
+        self.said = log
         self.profile = profile
         self.node_label = node.label if node is not None else None  # levels are kept apart by machine
         self.lock = lock or threading.Lock()
@@ -98,8 +99,18 @@ class Scan:
 
     def put(self, key: str, value: Any) -> None:
         self.store.state.put(self.sid, key, value)
+        self.keep_spent()
+
+    def keep_spent(self) -> None:
+        """What every run of this scan took so far (its wall, engine time and builds), stored: a
+        run killed after its builds and before its next verdict still counts them."""
         self.store.state.put(self.sid, SPENT, {"wall_s": self.wall_s(), "engine_s": self.engine_s(),
                                                "builds": self.builds_all()})
+
+    def log(self, line: str) -> None:
+        """Say ``line``, and keep what the scan took up to it (each build and each bisect step is said)."""
+        self.said(line)
+        self.keep_spent()  # (a kill after this line loses none of what was spent)
 
     def update(self, key: str, default: Any, change: Callable[[Any], Any]) -> Any:
         """Read ``key`` again, change it and store it, under the lock the lanes share (another
@@ -190,7 +201,7 @@ class Scan:
         counts = {v: sum(1 for x in verdicts.values() if x == v) for v in ("same", "undecided")}
         found = {b.get("first_bad") for b in self.get(BISECTS, {}).values() if b.get("status") == "found"}
         counts["step"] = len(found | {self.cands[q].label for (p, q), v in verdicts.items() if v == "step"})
-        line = (f"scan{self.on()}: {len(self.block_points())} points ({self.builds_made()} built), intervals: "
+        line = (f"scan{self.on()}: {len(self.block_points())} points ({self.builds_made()} built by this run), intervals: "
                 f"{counts['same']} same, {counts['undecided']} undecided; {counts['step']} steps found; "
                 f"left: {left['judge']} to judge, "
                 f"{left['split']} to split, ~{left['bisect']} bisect steps"
