@@ -31,6 +31,11 @@ BASE_FLAGS = (
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_OPENSSL=OFF",
+    # llama's sources are built as unity files (src/CMakeLists.txt); by default those #include each
+    # source by its absolute path, so a tree in another folder (a worktree, a packed history's clone,
+    # a decompose clone) misses the compiler cache for all of libllama. Relative includes (CMake 4.0
+    # and later; older ones ignore it) hit it there too.
+    "-DCMAKE_UNITY_BUILD_RELOCATABLE=ON",
 )
 
 

@@ -1,0 +1,91 @@
+"""Where a suite run's time went: per test file, the slowest tests, and the engine builds.
+
+Reads a suite log written with ``--durations=0`` (every test's setup, call and teardown) and
+the home directory the run used (its build cache records each build's seconds), and prints:
+
+- the workers' time (the sum of every duration) against the wall time pytest says;
+- each test file's time, largest first (``--dist loadfile`` keeps a file on one worker);
+- the slowest tests;
+- the builds the run made (``build_s`` of each build record: its source, targets, seconds),
+  and their total: on an empty home every build compiles, on a warm one most are cache hits.
+
+    python3 bench/suite_breakdown.py LOG HOME [--top 30]
+
+(``bench/suite_fresh.sh`` writes such a run; run it with ``--durations=0``.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+DURATION = re.compile(r"^([0-9.]+)s (call|setup|teardown)\s+(\S+)")
+SUMMARY = re.compile(r"(\d+) passed.* in ([0-9.]+)s")
+
+
+def durations(log: str) -> list[tuple[float, str, str]]:
+    """(seconds, phase, test id) of each line pytest's --durations printed."""
+    return [(float(m.group(1)), m.group(2), m.group(3)) for line in log.splitlines() if (m := DURATION.match(line))]
+
+
+@dataclass(frozen=True)
+class Build:
+    s: float
+    source: str
+    targets: str
+    hit: bool
+
+
+def builds(home: Path) -> list[Build]:
+    """Every build record under ``home``'s tool cache, slowest first."""
+    out = []
+    for rec in sorted((home / ".cache" / "tokensleuth" / "builds").glob("*/build.json")):
+        b = json.loads(rec.read_text())
+        out.append(Build(float(b.get("build_s") or 0.0), str(b["source"]), ",".join(b.get("targets") or []),
+                         bool(b.get("cache_hit"))))
+    return sorted(out, key=lambda b: -b.s)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("log", type=Path)
+    ap.add_argument("home", type=Path)
+    ap.add_argument("--top", type=int, default=30)
+    a = ap.parse_args()
+    text = a.log.read_text()
+    d = durations(text)
+    if not d:
+        raise SystemExit(f"error: {a.log} has no durations — run the suite with --durations=0")
+    total = sum(s for s, _, _ in d)
+    m = SUMMARY.search(text)
+    wall = float(m.group(2)) if m else None
+    print(f"workers' time (every duration summed): {total:.0f} s"
+          + (f"; pytest's wall {wall:.0f} s ({total / wall:.2f} workers busy on average)" if wall else ""))
+    per_file: dict[str, float] = defaultdict(float)
+    for s, _, test in d:
+        per_file[test.split("::")[0]] += s
+    print("\n| test file | s |\n| --- | ---: |")
+    for f, s in sorted(per_file.items(), key=lambda kv: -kv[1])[:a.top]:
+        print(f"| `{f}` | {s:.0f} |")
+    print("\n| test (phase) | s |\n| --- | ---: |")
+    for s, phase, test in sorted(d, reverse=True)[:a.top]:
+        print(f"| `{test}` ({phase}) | {s:.0f} |")
+    made = builds(a.home)
+    compiled = [b for b in made if not b.hit]
+    print(f"\n{len(made)} builds, {len(compiled)} compiled: {sum(b.s for b in compiled):.0f} s of build wall time "
+          "(each build's own, on a machine the other worker shares)")
+    home = str(a.home)
+    print("\n| build s | source | targets |\n| ---: | --- | --- |")
+    for b in compiled[:a.top // 2]:
+        print(f"| {b.s:.0f} | `{b.source.replace(home, '~')}` | {b.targets} |")
+    small = [b.s for b in compiled[a.top // 2:]]
+    if small:
+        print(f"| {sum(small):.0f} | the other {len(small)} builds ({min(small):.0f}-{max(small):.0f} s each) | |")
+
+
+if __name__ == "__main__":
+    main()
