@@ -148,6 +148,9 @@ add scan-spent src/tokensleuth/drivers/hunts/scan/state.py \
 add unity-relocatable src/tokensleuth/sources/configure.py \
     '"-DCMAKE_UNITY_BUILD_RELOCATABLE=ON",' '"-DCMAKE_UNITY_BUILD_RELOCATABLE=OFF",' \
     tests/sources/test_build_reuse.py::test_the_next_commit_recompiles_only_what_changed
+add scan-spent-thread src/tokensleuth/drivers/hunts/scan/state.py \
+    'if threading.get_ident() == self.thread:' 'if True:' \
+    tests/test_scan.py::test_a_killed_scan_counts_the_builds_and_time_it_spent_before_its_next_verdict
 add split-why src/tokensleuth/drivers/hunts/scan/refine.py \
     '"undecided": "undecided"}.get(' '"undecided": "the same"}.get(' \
     tests/test_scan.py::test_a_split_says_the_same_only_of_an_interval_whose_stored_verdict_is_the_same

@@ -622,6 +622,23 @@ def test_a_killed_scan_counts_the_builds_and_time_it_spent_before_its_next_verdi
                                                       build_s=180.0, cache_hit=True)  # (a cache hit is no build)
         scan.log("  build 3: from the cache")
         got = partial(store, sid)  # killed here: no verdict stored after the builds
+        # a line said from another thread (a fleet lane's, a bisect's judge on a machine of its own)
+        # is said, and keeps nothing through a connection that is not that thread's
+        import threading
+        said: list[str] = []
+        errors: list[BaseException] = []
+        scan.said = said.append
+
+        def other() -> None:
+            try:
+                scan.log("  [w1] r3: good")
+            except BaseException as exc:  # noqa: BLE001 - checked below
+                errors.append(exc)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert said == ["  [w1] r3: good"] and errors == []
     assert got["builds"] == got["builds_all"] == 3 and got["wall_s"] >= 540.0
     assert "Cost: 3 builds, 9.0 min of wall time" in render(got)
 

@@ -50,7 +50,7 @@ def run_lanes(main: Scan, fleet: Fleet) -> None:
                 owner[j] = node.label
             try:
                 with Store(main.store.path) as st:  # (a store connection is its thread's own)
-                    scan = Scan(st, main.sid, main.cands, main.spec, lambda line: main.log(f"[{node.label}] {line}"),
+                    scan = Scan(st, main.sid, main.cands, main.spec, lambda line: main.said(f"[{node.label}] {line}"),
                                 None, fleet=fleet, node=node, lock=main.lock, judges=main.judges)
                     scan.started, scan.spent0 = main.started, main.spent0  # one clock: the scan's wall time
                     scan.engine0, scan.engine_mark, scan.builds0 = main.engine0, main.engine_mark, main.builds0
@@ -60,7 +60,7 @@ def run_lanes(main: Scan, fleet: Fleet) -> None:
                     run_block(scan, *blocks[j])
             except lost_errors as exc:
                 fleet.forget(node)
-                main.log(f"machine {node.label} was lost ({type(exc).__name__}) — its block "
+                main.said(f"machine {node.label} was lost ({type(exc).__name__}) — its block "
                          f"{main.cands[blocks[j][0]].label}..{main.cands[blocks[j][1]].label} goes to another")
                 with main.lock:
                     queue.insert(0, j)

@@ -57,6 +57,7 @@ class Scan:
                  lock: threading.Lock | None = None, judges: list[Judge] | None = None) -> None:
         self.store, self.sid, self.cands, self.spec = store, sid, list(cands), spec
         self.said = log
+        self.thread = threading.get_ident()  # (its store connection is this thread's)
         self.profile = profile
         self.node_label = node.label if node is not None else None  # levels are kept apart by machine
         self.lock = lock or threading.Lock()
@@ -108,9 +109,12 @@ class Scan:
                                                "builds": self.builds_all()})
 
     def log(self, line: str) -> None:
-        """Say ``line``, and keep what the scan took up to it (each build and each bisect step is said)."""
+        """Say ``line``, and keep what the scan took up to it (each build and each bisect step is said).
+        Kept from this Scan's own thread only (its store connection is that thread's): a lane
+        keeps its spending through its own Scan and store."""
         self.said(line)
-        self.keep_spent()  # (a kill after this line loses none of what was spent)
+        if threading.get_ident() == self.thread:
+            self.keep_spent()  # (a kill after this line loses none of what was spent)
 
     def update(self, key: str, default: Any, change: Callable[[Any], Any]) -> Any:
         """Read ``key`` again, change it and store it, under the lock the lanes share (another
