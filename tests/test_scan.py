@@ -10,6 +10,7 @@ import re
 import signal
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -624,7 +625,6 @@ def test_a_killed_scan_counts_the_builds_and_time_it_spent_before_its_next_verdi
         got = partial(store, sid)  # killed here: no verdict stored after the builds
         # a line said from another thread (a fleet lane's, a bisect's judge on a machine of its own)
         # is said, and keeps nothing through a connection that is not that thread's
-        import threading
         said: list[str] = []
         errors: list[BaseException] = []
         scan.said = said.append
