@@ -164,6 +164,19 @@ add trace-cost src/tokensleuth/analysis/traces.py \
 add name-overstrip src/tokensleuth/kernels/__init__.py \
     '[0-9a-f]{8}::")' '[0-9a-f]{8}::[a-z_]*")' \
     tests/kernels/test_tracers.py::test_one_kernel_built_in_two_folders_has_one_name_and_two_kernels_keep_two
+add judge-stored src/tokensleuth/drivers/verdicts/judge.py \
+    'known = self.answered(a, b, models, band, max_pairs, fresh, edge)' 'known = None' \
+    tests/test_judge_stored.py::test_a_finished_comparison_is_read_back_on_a_fresh_cache_without_building
+add judge-stored-open src/tokensleuth/drivers/verdicts/judge.py \
+    'or any(still_open(c, spec) for c in comps):' 'or False:' \
+    tests/test_judge_stored.py::test_a_finished_comparison_is_read_back_on_a_fresh_cache_without_building
+add scan-lazy src/tokensleuth/drivers/hunts/scan/refine.py \
+    'if i in measured:  #' 'if False:  #' \
+    tests/test_scan.py::test_a_finished_scan_resumed_with_a_later_end_measures_only_the_new_part
+add bisect-ends-stored src/tokensleuth/drivers/hunts/bisect/answer.py \
+    'known = bis.answered(0, len(cands) - 1, spec["models"], spec["band"], spec["max_pairs"])' \
+    'known = None' \
+    tests/test_bisect.py::test_bisect_finds_the_planted_moe_regression_and_resumes
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -114,6 +115,9 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
                        timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]
+    # the endpoints' comparison finished before the kill: read back, neither endpoint built for it
+    assert re.search(r"endpoints: \w+ vs \w+\n\s+measured before \(study \w+\): neither endpoint is built",
+                     p.stdout + p.stderr), (p.stdout + p.stderr)[-3000:]
     r = json.loads(out.read_text())
     assert r["first_bad"] == shas["culprit"][:10], (r, p.stderr[-2000:])
     assert rules.verified(r)

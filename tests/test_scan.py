@@ -333,6 +333,11 @@ def test_a_finished_scan_resumed_with_a_later_end_measures_only_the_new_part(
     assert scan("n2")["study"] == first["study"] and compares() == before  # its answer (or more pairs), no new study
     later = scan("n4", from_file=True)
     assert later["study"] == first["study"] and later["last"] == shas["n4"][:10]
+    # the points measured before are not built for the level rounds (a fresh machine builds
+    # only what a comparison will run); the new end is
+    lazy = re.findall(r"build \d+/\d+: (\w+) measured before, not built now", logs[2])
+    assert lazy == sampled, logs[2][-2000:]
+    assert re.search(rf"build \d+/\d+: {shas['n4'][:10]} (?:built in \d+ s|from the cache)", logs[2]), logs[2][-2000:]
     assert later["candidates"] == first["candidates"] + 5  # broken, fix, culprit (MoE-only), n3, n4
     after = _state(cli_env["TOKENSLEUTH_DB"], "scan-intervals")
     assert all(after[k]["study"] == v["study"] for k, v in judged.items())  # nothing judged again

@@ -122,7 +122,7 @@ def test_every_other_program_entry_matches_a_flag() -> None:
 # stored spec (a study keeps the identity it had before arms named a kind), or an option left at
 # its default lets the source's prefix pick the kind.
 DEFAULT_KIND_IDENTITY = {
-    ("drivers/bench.py", "bench_spec"), ("drivers/verdicts/pairs.py", "spec_dump"), ("drivers/verdicts/judge.py", "compare"),
+    ("drivers/bench.py", "bench_spec"), ("drivers/verdicts/pairs.py", "spec_dump"), ("drivers/verdicts/judge.py", "_spec_data"),
     ("commands/common.py", "set_kind"), ("drivers/shared.py", "set_kind"), ("commands/bench.py", "bench"),
     ("drivers/bench.py", "run"),
 }

@@ -140,6 +140,20 @@ class BuildCache:
             return self.compiler.build(src, tree, tree_id, commit, number, cmake_flags, targets, log)
         return self._git_build(src, cmake_flags, targets, log)
 
+    def planned_key(self, source: Source | str, cmake_flags: Sequence[str] = (),
+                    targets: Sequence[str] = DEFAULT_TARGETS) -> str | None:
+        """The key :meth:`get` would give ``source``'s build, without building it: a git source's
+        (its tree id, one ``git rev-parse``) or a pypi: source's (its unpacked tree, fetched once);
+        None for a source that is not built here (bin:, url:, cmd:). What a stored comparison of
+        this build is found by before the build is made (``Judge.answered``)."""
+        src = parse_source(source) if isinstance(source, str) else source
+        flags = (*host_flags(cmake_flags), *cmake_flags)
+        if src.kind == "pypi":
+            return build_key(self.fetcher.pypi_tree(src, None)[1], flags, targets)
+        if src.kind == "git":
+            return self._git_key(src, flags, targets)[0]
+        return None
+
     def llama_tree(self, source: Source | str) -> Path:
         """The llama.cpp source tree of ``source`` (for its tokenizer files)."""
         src = parse_source(source) if isinstance(source, str) else source
@@ -175,16 +189,21 @@ class BuildCache:
         return EngineBuild(str(src), str(src.path), key, commit, number, (), "prebuilt",
                            backends_in(src.path, targets[0]), tuple(t for t in ALL_TARGETS if (src.path / t).exists()), cache_hit=True)
 
-    def _git_build(self, src: Source, flags: Sequence[str], targets: Sequence[str],
-                   log: Log | None) -> EngineBuild:
+    def _git_key(self, src: Source, flags: Sequence[str], targets: Sequence[str]) -> tuple[str, str, str]:
+        """(build key, commit, tree id) of a git source (its host flags already in ``flags``)."""
         assert src.path and src.rev
         sha = self.fetcher.resolve_rev(src.path, src.rev)
         tree_id = subprocess.run(["git", "-C", str(src.path), "rev-parse", f"{sha}^{{tree}}"],
                                  capture_output=True, text=True, check=True).stdout.strip()
+        return build_key(f"git-tree:{tree_id}", flags, targets), sha, tree_id
+
+    def _git_build(self, src: Source, flags: Sequence[str], targets: Sequence[str],
+                   log: Log | None) -> EngineBuild:
+        assert src.path
+        key, sha, tree_id = self._git_key(src, flags, targets)
         number_out = subprocess.run(["git", "-C", str(src.path), "rev-list", "--count", sha],
                                     capture_output=True, text=True)
         number = int(number_out.stdout.strip()) if number_out.returncode == 0 else None
-        key = build_key(f"git-tree:{tree_id}", flags, targets)
         hit = self.compiler.hit(key, str(src), sha, number)
         if hit:
             return hit

@@ -71,6 +71,15 @@ class Reads:
         """Each arm's engine (its build's manifest), decoded, by arm name."""
         return {a.name: a.engine for a in self.arms(study_id)}
 
+    def build(self, key: str) -> dict[str, Any] | None:
+        """The manifest an arm of some stored study ran with, for the build of this key (the
+        latest), or None: what a stored answer is read with before that build is made here."""
+        row = self.db.execute(
+            "SELECT engine_json FROM arms WHERE json_extract(engine_json, '$.key') = ? ORDER BY id DESC LIMIT 1",
+            (key,),
+        ).fetchone()
+        return None if row is None else dict(json.loads(row["engine_json"]))
+
     # -- trials ----------------------------------------------------------------
 
     def planned(self, study_id: str) -> list[sqlite3.Row]:

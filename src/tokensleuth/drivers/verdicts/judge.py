@@ -144,25 +144,16 @@ class Judge:
         ``fresh``: a label that makes this a measurement of its own (in the arms' environment,
         so in the comparison's identity), not the pairs an earlier ask of the same A and B took.
         """
+        known = self.answered(a, b, models, band, max_pairs, fresh, edge)
+        if known is not None:
+            return known
         ba, bb = self.build(a), self.build(b)
         if ba is None or bb is None:
             raise EngineError(f"cannot compare: {a if ba is None else b} does not build")
         for src, build in ((a, ba), (b, bb)):
             self._pin(src, build, models[0])
             self._guard(src, build, models)
-        spec_data: dict[str, Any] = {
-            "arms": [{"name": "A", "source": a, "cmake": self.cmake, "flags": self.arm_flags.get(a, [])},
-                     {"name": "B", "source": b, "cmake": self.cmake, "flags": self.arm_flags.get(b, [])}],
-            "models": list(models), "workloads": self.workloads, "band": band,
-            "max_pairs": max_pairs, "common_flags": self.flags, "timeout_s": self.timeout_s,
-            "edge": edge, "confounders": "wait",  # no automatic decision on pairs a confounder could steer
-        }
-        if fresh:
-            for arm in spec_data["arms"]:
-                arm["env"] = {"TOKENSLEUTH_MEASUREMENT": fresh}
-        if self.kind != DEFAULT_KIND:  # (a default kind is left out: older studies keep their identity)
-            for arm in spec_data["arms"]:
-                arm["kind"] = self.kind
+        spec_data = self._spec_data(a, b, models, band, max_pairs, fresh, edge)
         key = (a, b, tuple(models), fresh)
         add_to = None
         if key not in self._extended:
@@ -182,6 +173,49 @@ class Judge:
                                  add_pairs_to=add_to, executor=self.executor, until=until)
         unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
         return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
+
+    def answered(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
+                 fresh: str = "", edge: float | None = None) -> Judgement | None:
+        """The stored answer of this comparison where asking would measure nothing more, read
+        without building either side (a resumed hunt on a fresh machine builds only what it will
+        run): a finished study of these two builds (their keys as they would be built here, each
+        build's manifest as a stored arm recorded it) with no cell still open under this band and
+        budget. None where it would measure more, either build is not known to the store, or the
+        settings are pinned (what to pin is read from the builds)."""
+        planned = getattr(self.cache, "planned_key", None)  # (a fleet's machines build their own)
+        if planned is None or self.pin_to is not None:
+            return None
+        builds: dict[str, EngineBuild] = {}
+        for name, src in (("A", a), ("B", b)):
+            k = planned(src, self.cmake, self.targets)
+            manifest = self.store.reads.build(k) if k else None
+            if manifest is None:
+                return None
+            builds[name] = manifest_build(manifest)
+        spec = build_compare_spec(self._spec_data(a, b, models, band, max_pairs, fresh, edge), "judge")
+        sid, comps = run_compare(self.store, spec, builds, create=True, measure=False)
+        if not sid or self.store.reads.study(sid)["status"] != "done" or any(still_open(c, spec) for c in comps):
+            return None
+        self._extended.add((a, b, tuple(models), fresh))
+        unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
+        return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
+
+    def _spec_data(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
+                   fresh: str, edge: float | None) -> dict[str, Any]:
+        spec_data: dict[str, Any] = {
+            "arms": [{"name": "A", "source": a, "cmake": self.cmake, "flags": self.arm_flags.get(a, [])},
+                     {"name": "B", "source": b, "cmake": self.cmake, "flags": self.arm_flags.get(b, [])}],
+            "models": list(models), "workloads": self.workloads, "band": band,
+            "max_pairs": max_pairs, "common_flags": self.flags, "timeout_s": self.timeout_s,
+            "edge": edge, "confounders": "wait",  # no automatic decision on pairs a confounder could steer
+        }
+        if fresh:
+            for arm in spec_data["arms"]:
+                arm["env"] = {"TOKENSLEUTH_MEASUREMENT": fresh}
+        if self.kind != DEFAULT_KIND:  # (a default kind is left out: older studies keep their identity)
+            for arm in spec_data["arms"]:
+                arm["kind"] = self.kind
+        return spec_data
 
     def _guard(self, source: str, build: EngineBuild, models: Sequence[str]) -> None:
         """A load that cannot fit in this machine's memory is refused (one line, exit 2) before
@@ -213,6 +247,14 @@ class Judge:
                                       self.timeout_s)
         self.arm_flags[source] = flags
         self.log("  " + params.pin_line(source, self.pin_to, flags, cannot))
+
+
+def manifest_build(manifest: dict[str, Any]) -> EngineBuild:
+    """The build an arm's stored manifest (``arms.engine_json``) describes (what it ran with)."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(EngineBuild)}
+    return EngineBuild.from_json({f: v for f, v in manifest.items() if f in names})
 
 
 def arm_failures(store: Store, study_id: str) -> list[ArmFailure]:

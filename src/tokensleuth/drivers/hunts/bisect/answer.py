@@ -19,6 +19,7 @@ from tokensleuth.drivers.hunts.bisect.verdicts import (
     specific_to_model,
 )
 from tokensleuth.drivers.verdicts.diagnose import Diagnoser
+from tokensleuth.drivers.verdicts.judge import manifest_build
 from tokensleuth.sources.history import Candidate
 from tokensleuth.store import Store
 
@@ -32,7 +33,11 @@ def answer_bisect(bis: Bisector, store: Store, sid: str, cands: Sequence[Candida
                               "first_bad": None, "culprit_range": [], "skipped": [], "crashed": [],
                               "steps": [], "verified": False}
     log(f"endpoints: {good.label} vs {bad.label}")
-    for i in (0, len(cands) - 1):
+    # (endpoints measured before, on a fresh machine: read back, neither built until a step needs it)
+    known = bis.answered(0, len(cands) - 1, spec["models"], spec["band"], spec["max_pairs"])
+    if known is not None:
+        log(f"  measured before (study {known.study}): neither endpoint is built for it")
+    for i in (0, len(cands) - 1) if known is None else ():
         if bis.build(i) is None:
             raise EngineError(f"endpoint {cands[i].label} does not build — choose another endpoint")
     for max_pairs in (spec["max_pairs"], spec["max_pairs"] * 2):  # unresolved: the same pairs go on
@@ -96,7 +101,10 @@ def answer_bisect(bis: Bisector, store: Store, sid: str, cands: Sequence[Candida
     result["verified"] = all(c.verdict == want for c in verify.comparisons if c.workload == worst.workload
                              and c.model == worst.model)
     result["verification"] = [c.to_json() for c in verify.comparisons]
-    result["changes"] = source_changes(cands[parent], fb, bis.builds.get(fb.source))
+    # (the culprit's backends: its build here, else the one its verification ran, as stored)
+    fb_build = bis.builds.get(fb.source) or next(
+        (manifest_build(a.engine) for a in store.reads.arms(verify.study) if a.name == "B"), None)
+    result["changes"] = source_changes(cands[parent], fb, fb_build)
     # llama-bench's own settings that changed at the culprit: the likely cause, not the engine
     result["culprit_param_diffs"] = [d.to_json() for d in verify.param_diffs]
     if spec.get("control_models"):

@@ -126,6 +126,10 @@ class Bisector:
         return self.judge_.compare(self.cands[a].source, self.cands[b].source, models, band, max_pairs,
                                    edge=edge)
 
+    def answered(self, a: int, b: int, models: Sequence[str], band: float, max_pairs: int) -> Judgement | None:
+        """Candidates ``a`` and ``b`` compared before, read back without building (Judge.answered)."""
+        return self.judge_.answered(self.cands[a].source, self.cands[b].source, models, band, max_pairs)
+
     def judge(self, i: int, judge: Judge | None = None, store: Store | None = None) -> str:
         """Judge candidate ``i`` (with ``judge``/``store`` of a thread of :meth:`judge_many`)."""
         judge, store = judge or self.judge_, store or self.store

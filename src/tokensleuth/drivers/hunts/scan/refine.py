@@ -14,7 +14,7 @@ from tokensleuth.drivers.hunts.scan.plan import next_work, remaining
 from tokensleuth.drivers.hunts.scan.progress import builds_left
 from tokensleuth.drivers.hunts.scan.resolve import room_for_step, split_limit
 from tokensleuth.drivers.hunts.scan.settings import locate, settings_moved
-from tokensleuth.drivers.hunts.scan.state import BISECTS, INTERVALS, SKIPPED, Scan, interval_key
+from tokensleuth.drivers.hunts.scan.state import BISECTS, INTERVALS, LEVELS, SKIPPED, Scan, interval_key
 
 
 def run_block(scan: Scan, lo: int, hi: int) -> None:
@@ -22,8 +22,12 @@ def run_block(scan: Scan, lo: int, hi: int) -> None:
     scan.block = (lo, hi)
     pts = scan.block_points()
     took: list[float] = []
+    measured = measured_points(scan, int(scan.spec["rounds"]))
     for n, i in enumerate(pts, 1):
         if scan.over_budget():
+            continue
+        if i in measured:  # (a resumed scan on a fresh machine: built when a comparison needs it)
+            scan.log(f"  build{scan.on()} {n}/{len(pts)}: {scan.cands[i].label} measured before, not built now")
             continue
         t0 = time.monotonic()
         b = scan.build(i)
@@ -31,11 +35,21 @@ def run_block(scan: Scan, lo: int, hi: int) -> None:
             took.append(time.monotonic() - t0)
         how = ("does not build" if b is None else "from the cache" if b.cache_hit
                else f"built in {took[-1]:.0f} s")
-        left = builds_left(took, len(pts) - n)
+        left = builds_left(took, sum(1 for j in pts[n:] if j not in measured))
         scan.log(f"  build{scan.on()} {n}/{len(pts)}: {scan.cands[i].label} {how}{left}")
     measure_levels(scan, int(scan.spec["rounds"]))
     noise = settle_band(scan)
     refine(scan, split_limit(noise))
+
+
+def measured_points(scan: Scan, rounds: int) -> set[int]:
+    """The block's points whose every level round is stored from this lane's machine: the
+    level rounds need no build of them (a comparison that needs one builds it then)."""
+    have = {(x["label"], x["round"], x["model"], x["workload"]) for x in scan.get(LEVELS, [])
+            if x.get("node") == scan.node_label}
+    return {i for i in scan.block_points()
+            if all((scan.cands[i].label, r, m, w) in have for r in range(rounds)
+                   for m in scan.spec["models"] for w in scan.spec["workloads"])}
 
 
 def judge_interval(scan: Scan, p: int, q: int) -> dict[str, Any]:
