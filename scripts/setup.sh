@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up a virtual environment with tokensleuth and the build tools it uses.
-# Idempotent: a second run only checks.
+# Idempotent: a second run only checks. `bash scripts/setup.sh venv`: the build tools and the
+# virtual environment only (the tests' tools, browser, container and peers come with a plain run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # a test dependency that cannot be installed: under CI=true the run stops here, naming it
@@ -23,6 +24,17 @@ if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null; then
         echo "note: install ccache and ninja-build for faster engine builds" >&2
     fi
 fi
+# The main job needs tokensleuth alone; the tests add their tools and Ray (the fleet's tests).
+# .venv/.installed says which was installed: a test run after the demo adds what it lacks.
+if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then extras='[test,fleet]'; has=tests; else extras=''; has=main; fi
+if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ] \
+        || { [ "$has" = tests ] && [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; }; then
+    python3 -m venv .venv
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
+    if [ "$has" = tests ] || [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; then echo "$has" > .venv/.installed; fi
+fi
+# `setup.sh venv`: only the above (scripts/test.sh builds the default engine while the rest installs)
+[ "${1:-}" = venv ] && exit 0
 # podman + runc: the container arms' tests run a real container (runc: crun fails on a
 # hybrid cgroup layout). Only the tests need them.
 if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v podman >/dev/null || ! command -v runc >/dev/null; }; then
@@ -41,15 +53,6 @@ if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v chromium >/dev/null
     else
         need "chromium/chromium-driver (the HTML report tests; apt-get as root installs them)"
     fi
-fi
-# The main job needs tokensleuth alone; the tests add their tools and Ray (the fleet's tests).
-# .venv/.installed says which was installed: a test run after the demo adds what it lacks.
-if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then extras='[test,fleet]'; has=tests; else extras=''; has=main; fi
-if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ] \
-        || { [ "$has" = tests ] && [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; }; then
-    python3 -m venv .venv
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
-    if [ "$has" = tests ] || [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; then echo "$has" > .venv/.installed; fi
 fi
 # AIPerf and llama-benchy, the peers of the server figures (bench/peer_check.py and its test), in an
 # environment of their own as their users install them: their pins (rich 14, psutil 7.0) conflict with

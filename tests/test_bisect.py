@@ -362,6 +362,9 @@ class _History:
     def width(self) -> int:
         return 1
 
+    def answered(self, a: int, b: int, models: object, band: float, max_pairs: int) -> None:
+        return None  # (nothing measured before: the endpoints are compared)
+
     def compare(self, a: int, b: int, models: object, band: float, max_pairs: int):  # type: ignore[no-untyped-def]
         from tokensleuth.analysis import stats
         from tokensleuth.drivers.verdicts.comparisons import Comparison
