@@ -4,6 +4,9 @@ Reads a suite log written with ``--durations=0`` (every test's setup, call and t
 the home directory the run used (its build cache records each build's seconds), and prints:
 
 - the workers' time (the sum of every duration) against the wall time pytest says;
+- where the run was under GNU time (``/usr/bin/time -v bash scripts/test.sh …``): the CPU time of
+  the whole run (setup, lint, types, builds and tests) against its wall time, and the least wall
+  time that CPU work could take on this machine's cores, at full use of every one;
 - each test file's time, largest first (``--dist loadfile`` keeps a file on one worker);
 - the slowest tests;
 - the builds the run made (``build_s`` of each build record: its source, targets, seconds),
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -25,6 +29,20 @@ from pathlib import Path
 
 DURATION = re.compile(r"^([0-9.]+)s (call|setup|teardown)\s+(\S+)")
 SUMMARY = re.compile(r"(\d+) passed.* in ([0-9.]+)s")
+TIME_V = re.compile(r"User time \(seconds\): ([0-9.]+)\s+System time \(seconds\): ([0-9.]+)"
+                    r".*?Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (?:(\d+):)?(\d+):([0-9.]+)", re.S)
+
+
+def cpu_line(log: str, cores: int) -> str | None:
+    """The whole run's CPU seconds against its wall time, from GNU time -v's lines (None without)."""
+    m = TIME_V.search(log)
+    if m is None:
+        return None
+    cpu = float(m.group(1)) + float(m.group(2))
+    wall = int(m.group(3) or 0) * 3600 + int(m.group(4)) * 60 + float(m.group(5))
+    return (f"the whole run under GNU time: {cpu:.0f} CPU seconds (user and system) over {wall:.0f} s of wall time: "
+            f"{cpu / wall:.2f} of {cores} cores busy on average; at full use of all {cores} the same work takes "
+            f"no less than {cpu / cores:.0f} s ({cpu / cores / 60:.1f} min)")
 
 
 def durations(log: str) -> list[tuple[float, str, str]]:
@@ -55,6 +73,7 @@ def main() -> None:
     ap.add_argument("log", type=Path)
     ap.add_argument("home", type=Path)
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="the cores of the machine the run had")
     a = ap.parse_args()
     text = a.log.read_text()
     d = durations(text)
@@ -65,6 +84,8 @@ def main() -> None:
     wall = float(m.group(2)) if m else None
     print(f"workers' time (every duration summed): {total:.0f} s"
           + (f"; pytest's wall {wall:.0f} s ({total / wall:.2f} workers busy on average)" if wall else ""))
+    if (line := cpu_line(text, a.cores)) is not None:
+        print(line)
     per_file: dict[str, float] = defaultdict(float)
     for s, _, test in d:
         per_file[test.split("::")[0]] += s
