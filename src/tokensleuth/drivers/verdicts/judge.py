@@ -187,7 +187,10 @@ class Judge:
             return None
         builds: dict[str, EngineBuild] = {}
         for name, src in (("A", a), ("B", b)):
-            k = planned(src, self.cmake, self.targets)
+            try:
+                k = planned(src, self.cmake, self.targets)
+            except EngineError:  # (a source that cannot be fetched: its build says so, as it always has)
+                return None
             manifest = self.store.reads.build(k) if k else None
             if manifest is None:
                 return None
