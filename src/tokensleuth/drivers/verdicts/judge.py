@@ -179,8 +179,9 @@ class Judge:
         """The stored answer of this comparison where asking would measure nothing more, read
         without building either side (a resumed hunt on a fresh machine builds only what it will
         run): a finished study of these two builds (their keys as they would be built here, each
-        build's manifest as a stored arm recorded it) with no cell still open under this band and
-        budget. None where it would measure more, either build is not known to the store, or the
+        build's manifest as a stored arm recorded it) with no cell still open at this band (an
+        unresolved verdict, or a one-sided question its interval straddles: either would get more
+        pairs). None where it would measure more, either build is not known to the store, or the
         settings are pinned (what to pin is read from the builds)."""
         planned = getattr(self.cache, "planned_key", None)  # (a fleet's machines build their own)
         if planned is None or self.pin_to is not None:
