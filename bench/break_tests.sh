@@ -177,6 +177,9 @@ add bisect-ends-stored src/tokensleuth/drivers/hunts/bisect/answer.py \
     'known = bis.answered(0, len(cands) - 1, spec["models"], spec["band"], spec["max_pairs"])' \
     'known = None' \
     tests/test_bisect.py::test_bisect_finds_the_planted_moe_regression_and_resumes
+add profile-include src/tokensleuth/sources/configure.py \
+    'cfg.append("-UCMAKE_PROJECT_INCLUDE")' 'pass' \
+    tests/sources/test_build_reuse.py::test_the_next_commit_recompiles_only_what_changed
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

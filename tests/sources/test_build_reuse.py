@@ -68,6 +68,14 @@ def test_the_next_commit_recompiles_only_what_changed(engine: EngineBuild, tmp_p
     assert 0 < ninja_steps(second) < 30, second[-20:]  # then: the changed file, its library, the links
     wt = [d for d in (tmp_path / "cache" / "work").glob("wt-*") if d.is_dir()]
     assert len(wt) == 1 and len(list(wt[0].glob(".tokensleuth-build-*"))) == 1  # one, reused, in the tree
+    # that directory configured once with the per-op profiler of a tokensleuth checkout that is
+    # gone (its include kept in the cache): the next build without the profiler still builds
+    cache_txt = next(wt[0].glob(".tokensleuth-build-*")) / "CMakeCache.txt"
+    kept = [ln for ln in cache_txt.read_text().splitlines() if not ln.startswith("CMAKE_PROJECT_INCLUDE:")]
+    gone = tmp_path / "a-removed-checkout" / "profile.cmake"
+    cache_txt.write_text("\n".join([*kept, f"CMAKE_PROJECT_INCLUDE:FILEPATH={gone}", ""]))
+    b4 = cache.get(f"git:{repo}@{shas['n3']}")
+    assert (Path(b4.bin_dir) / "llama-bench").exists()
 
     log = tmp_path / "ccache-stats.log"
     monkeypatch.setenv("CCACHE_STATSLOG", str(log))

@@ -230,4 +230,8 @@ def configure_argv(cmake: str, tree: Path, bdir: Path, commit: str | None, numbe
 
     if profiler.TARGET in targets:  # the per-op profiler, an extra target of this same build
         cfg += profiler.cmake_args(tree)
+    else:  # a build directory the profiler was configured in keeps its include in the cache, which
+        # names that tokensleuth checkout's file: gone (a clone removed, a checkout moved), every
+        # later configure there failed, and the commit was said not to build
+        cfg.append("-UCMAKE_PROJECT_INCLUDE")
     return cfg
