@@ -26,8 +26,13 @@ def test_a_finished_comparison_is_read_back_on_a_fresh_cache_without_building(
     models = [str(moe_model)]
     how = {"workloads": ["tg16"], "flags": ["-r", "2", "-t", "1"], "cmake": [], "timeout_s": 300.0}
     with Store(tmp_path / "s.sqlite") as store:
-        # the planted MoE wait (1 ms a MoE layer against 0.55 ms a token) is decided in a few pairs
-        first = Judge(store, **how).compare(a, b, models, 0.05, 6)  # type: ignore[arg-type]
+        # the planted MoE wait (1 ms a MoE layer against 0.55 ms a token) is decided in a few pairs;
+        # pairs a busy neighbour touched can leave it open (the judge waits on them), and asked
+        # again by a new run it gets more pairs, which a wait this size cannot survive
+        for _ in range(4):
+            first = Judge(store, **how).compare(a, b, models, 0.05, 6)  # type: ignore[arg-type]
+            if [c.verdict for c in first.comparisons] == ["slower"]:
+                break
         assert [c.verdict for c in first.comparisons] == ["slower"], first.comparisons
         assert store.reads.study(first.study)["status"] == "done"
 

@@ -370,7 +370,12 @@ def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
     # halving: base's settings, then the middle (offload: changed), then n1 (not) — n2 never built
     probes = _state(cli_env["TOKENSLEUTH_DB"], "scan-probes")
     assert set(probes) == {shas[k][:10] for k in ("base", "offload", "n1")}, probes
-    assert [x["label"] for x in got["sampled"]] == [shas[k][:10] for k in ("base", "n1", "offload", "n3")]
+    # offload..n3 is split (n2 sampled) only where its verdict was undecided: a busy neighbour's
+    # noise on a 0.6 ms token can do that, and the scan's rule is to split it
+    split = _state(cli_env["TOKENSLEUTH_DB"], "scan-intervals").get(
+        f"{shas['offload'][:10]}..{shas['n3'][:10]}", {}).get("verdict") == "undecided"
+    assert [x["label"] for x in got["sampled"]] == [shas[k][:10] for k in (
+        "base", "n1", "offload", *(["n2"] if split else []), "n3")]
     assert f"settings changed at **{shas['offload'][:10]}** (parent {shas['n1'][:10]})" in p.stdout
     # --pin-params: base's -ngl -1 is no value this llama-bench's -ngl takes, so it cannot be held:
     # that is said, and the change is still named (never hidden behind the pin)

@@ -171,8 +171,7 @@ class Judge:
         spec = build_compare_spec(spec_data, "judge")
         sid, comps = run_compare(self.store, spec, {"A": ba, "B": bb}, resume=True, create=True,
                                  add_pairs_to=add_to, executor=self.executor, until=until)
-        unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
-        return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
+        return self._judgement(sid, comps)
 
     def answered(self, a: str, b: str, models: Sequence[str], band: float, max_pairs: int,
                  fresh: str = "", edge: float | None = None) -> Judgement | None:
@@ -184,8 +183,8 @@ class Judge:
         pairs). None where it would measure more, either build is not known to the store, or the
         settings are pinned (what to pin is read from the builds)."""
         planned = getattr(self.cache, "planned_key", None)  # (a fleet's machines build their own)
-        if planned is None or self.pin_to is not None:
-            return None
+        if planned is None or self.pin_to is not None or (a in self.builds and b in self.builds):
+            return None  # (both built in this run already: asked as always, no key or store read here)
         builds: dict[str, EngineBuild] = {}
         for name, src in (("A", a), ("B", b)):
             try:
@@ -201,6 +200,9 @@ class Judge:
         if not sid or self.store.reads.study(sid)["status"] != "done" or any(still_open(c, spec) for c in comps):
             return None
         self._extended.add((a, b, tuple(models), fresh))
+        return self._judgement(sid, comps)
+
+    def _judgement(self, sid: str, comps: list[Comparison]) -> Judgement:
         unasked = [d for d in (comps[0].param_diffs if comps else []) if not d.requested]
         return Judgement(sid, comps, arm_failures(self.store, sid), unasked)
 

@@ -37,13 +37,15 @@ def answer_bisect(bis: Bisector, store: Store, sid: str, cands: Sequence[Candida
     known = bis.answered(0, len(cands) - 1, spec["models"], spec["band"], spec["max_pairs"])
     if known is not None:
         log(f"  measured before (study {known.study}): neither endpoint is built for it")
-    for i in (0, len(cands) - 1) if known is None else ():
-        if bis.build(i) is None:
-            raise EngineError(f"endpoint {cands[i].label} does not build — choose another endpoint")
-    for max_pairs in (spec["max_pairs"], spec["max_pairs"] * 2):  # unresolved: the same pairs go on
-        ends = bis.compare(0, len(cands) - 1, spec["models"], spec["band"], max_pairs)
-        if "unresolved" not in ends.verdicts() or ends.failed("A") or ends.failed("B"):
-            break
+        ends = known  # (no cell of it is unresolved: no more pairs to ask for)
+    else:
+        for i in (0, len(cands) - 1):
+            if bis.build(i) is None:
+                raise EngineError(f"endpoint {cands[i].label} does not build — choose another endpoint")
+        for max_pairs in (spec["max_pairs"], spec["max_pairs"] * 2):  # unresolved: the same pairs go on
+            ends = bis.compare(0, len(cands) - 1, spec["models"], spec["band"], max_pairs)
+            if "unresolved" not in ends.verdicts() or ends.failed("A") or ends.failed("B"):
+                break
     result["endpoints"] = [c.to_json() for c in ends.comparisons]
     result["param_diffs"] = [d.to_json() for d in ends.param_diffs]
     stop = endpoint_answer(ends, spec["band"], good.label, bad.label)

@@ -29,8 +29,7 @@ def measure_levels(scan: Scan, rounds: int) -> None:
     from tokensleuth.engines.base import ArmRuntime
 
     engine = engine_for(scan.spec.get("kind", DEFAULT_KIND))
-    have = {(x["label"], x["round"], x["model"], x["workload"]) for x in scan.get(LEVELS, [])
-            if x.get("node") == scan.node_label}
+    have = stored_levels(scan)
     for r in range(rounds):
         stored = all((scan.cands[i].label, r, m, w) in have for i in scan.block_points()
                      for m in scan.spec["models"] for w in scan.spec["workloads"])
@@ -65,6 +64,21 @@ def measure_levels(scan: Scan, rounds: int) -> None:
                     have.update((c.label, r, m, w) for w in want)
         scan.log(f"  levels{scan.on()}: round {r + 1}/{rounds} over {len(scan.block_points())} builds"
                  + (" (measured before)" if stored else ""))
+
+
+def stored_levels(scan: Scan) -> set[tuple[str, int, str, str]]:
+    """(label, round, model, workload) of each level stored from this lane's machine."""
+    return {(x["label"], x["round"], x["model"], x["workload"]) for x in scan.get(LEVELS, [])
+            if x.get("node") == scan.node_label}
+
+
+def measured_points(scan: Scan, rounds: int) -> set[int]:
+    """The block's points whose every level round is stored from this lane's machine: the
+    level rounds need no build of them (a comparison that needs one builds it then)."""
+    have = stored_levels(scan)
+    return {i for i in scan.block_points()
+            if all((scan.cands[i].label, r, m, w) in have for r in range(rounds)
+                   for m in scan.spec["models"] for w in scan.spec["workloads"])}
 
 
 def level_trials(scan: Scan) -> list[list[str]]:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from tokensleuth.drivers.hunts.bisect import ANSWERED, run_bisect
-from tokensleuth.drivers.hunts.scan.levels import measure_levels, settle_band, step_fit
+from tokensleuth.drivers.hunts.scan.levels import measure_levels, measured_points, settle_band, step_fit
 from tokensleuth.drivers.hunts.scan.plan import next_work, remaining
 from tokensleuth.drivers.hunts.scan.progress import builds_left
 from tokensleuth.drivers.hunts.scan.resolve import room_for_step, split_limit
 from tokensleuth.drivers.hunts.scan.settings import locate, settings_moved
-from tokensleuth.drivers.hunts.scan.state import BISECTS, INTERVALS, LEVELS, SKIPPED, Scan, interval_key
+from tokensleuth.drivers.hunts.scan.state import BISECTS, INTERVALS, SKIPPED, Scan, interval_key
 
 
 def run_block(scan: Scan, lo: int, hi: int) -> None:
@@ -40,16 +40,6 @@ def run_block(scan: Scan, lo: int, hi: int) -> None:
     measure_levels(scan, int(scan.spec["rounds"]))
     noise = settle_band(scan)
     refine(scan, split_limit(noise))
-
-
-def measured_points(scan: Scan, rounds: int) -> set[int]:
-    """The block's points whose every level round is stored from this lane's machine: the
-    level rounds need no build of them (a comparison that needs one builds it then)."""
-    have = {(x["label"], x["round"], x["model"], x["workload"]) for x in scan.get(LEVELS, [])
-            if x.get("node") == scan.node_label}
-    return {i for i in scan.block_points()
-            if all((scan.cands[i].label, r, m, w) in have for r in range(rounds)
-                   for m in scan.spec["models"] for w in scan.spec["workloads"])}
 
 
 def judge_interval(scan: Scan, p: int, q: int) -> dict[str, Any]:
