@@ -220,3 +220,32 @@ def test_one_stalled_trial_no_longer_moves_the_paired_verdict() -> None:
     # with the plain mean that one trial is 20% slow: the interval balloons past the band
     assert stats.verdict(naive, 0.01) == "unresolved"
     assert naive.hi - naive.lo > 10 * (robust.hi - robust.lo)
+
+
+def test_the_quantiles_are_scipy_stats_own_floats() -> None:
+    """t_quantile, t_cdf and normal_quantile call the special functions scipy.stats calls, so
+    every interval is the same float it was with scipy.stats (the edges included)."""
+    from scipy import stats as sps
+
+    for df in (1, 1.5, 2, 4, 9, 19, 34, 99, 1e6, math.inf):
+        for q in (0.0, 1e-9, 0.005, 0.025, 0.5, 0.95, 0.975, 0.995, 0.9995, 1.0):
+            assert stats.t_quantile(q, df) == float(sps.t.ppf(q, df)), (q, df)
+            x = 6 * q - 3
+            assert stats.t_cdf(x, df) == float(sps.t.cdf(x, df)), (x, df)
+    for q in (0.0, 0.005, 0.5, 0.95, 0.975, 0.995, 1.0):
+        assert stats.normal_quantile(q) == float(sps.norm.ppf(q)), q
+
+
+def test_no_module_imports_scipy_stats_when_loaded() -> None:
+    """scipy.stats's import (0.65 s) was half of every command's start: an error's one line,
+    `--help`, a report. No module of the package imports it when loaded; the few functions that
+    need more than its quantiles (a drift's fit, a scan's t-test) import it where they run."""
+    import subprocess
+    import sys
+
+    code = ("import importlib, pkgutil, sys, tokensleuth\n"
+            "for m in pkgutil.walk_packages(tokensleuth.__path__, 'tokensleuth.'):\n"
+            "    importlib.import_module(m.name)\n"
+            "print(sorted(m for m in sys.modules if m == 'scipy.stats' or m.startswith('scipy.stats.')))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert p.stdout.strip() == "[]", p.stdout

@@ -9,9 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
-from tokensleuth.analysis.stats import STALL_FACTOR
+from tokensleuth.analysis.stats import STALL_FACTOR, t_cdf
 
 COLD_ALPHA = 0.001  # a leading repetition is cold when it is slower than the rest at this significance
 COLD_MIN_EFFECT = 0.01  # ... and by at least 1% (a real but negligible effect is left in)
@@ -67,7 +66,7 @@ def cold_leading(logs: Sequence[Sequence[float]], alpha: float = COLD_ALPHA,
         sd = float(np.std(d, ddof=1))
         if mean >= -min_effect:
             break
-        p_value = 0.0 if sd == 0 else float(sps.t.cdf(mean / (sd / math.sqrt(len(d))), df=len(d) - 1))
+        p_value = 0.0 if sd == 0 else t_cdf(mean / (sd / math.sqrt(len(d))), len(d) - 1)
         if p_value >= alpha:
             break
         effects.append(mean)
@@ -92,7 +91,7 @@ def _leading_block(p: Sequence[float], k: int, min_effect: float) -> tuple[float
         if x >= later.min() or diff >= -min_effect:
             return None
         diffs.append(diff)
-        ps.append(0.0 if scale == 0 else float(sps.t.cdf(diff / scale, df=len(later) - 1)))
+        ps.append(0.0 if scale == 0 else t_cdf(diff / scale, len(later) - 1))
     return float(np.mean(diffs)), max(ps)
 
 

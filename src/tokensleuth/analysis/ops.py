@@ -35,9 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scipy import stats as sps
 
-from tokensleuth.analysis.stats import bootstrap_share, change_verdict, welch
+from tokensleuth.analysis.stats import bootstrap_share, change_verdict, t_quantile, welch
 from tokensleuth.core.records import JSON_SCHEMA_VERSION
 
 CONFIDENCE = 0.99
@@ -48,7 +47,7 @@ def _interval(xs: Sequence[float], confidence: float = CONFIDENCE) -> tuple[floa
     if len(xs) < 2:
         return m, math.nan, math.nan
     sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    h = float(sps.t.ppf(0.5 + confidence / 2, len(xs) - 1)) * sd / math.sqrt(len(xs))
+    h = t_quantile(0.5 + confidence / 2, len(xs) - 1) * sd / math.sqrt(len(xs))
     return m, m - h, m + h
 
 

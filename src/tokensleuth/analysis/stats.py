@@ -40,10 +40,34 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy import stats as sps
 
 # A verdict is one of these four; a misspelt "slower" is a type error (mypy --strict).
 Verdict = Literal["faster", "slower", "same", "unresolved"]
+
+
+# The distributions' quantiles, from the special functions scipy.stats's own calls (t.ppf is
+# stdtrit, t.cdf stdtr, norm.ppf ndtri: the same floats). scipy.special is imported where first
+# asked and scipy.stats not at all: that import (0.65 s) was half of every command's start, an
+# error's one line and `--help` included.
+def t_quantile(q: float, df: float) -> float:
+    """Student's t quantile: ``scipy.stats.t.ppf(q, df)``."""
+    from scipy import special
+
+    return -math.inf if q == 0 else float(special.stdtrit(df, q))
+
+
+def t_cdf(x: float, df: float) -> float:
+    """Student's t distribution function: ``scipy.stats.t.cdf(x, df)``."""
+    from scipy import special
+
+    return float(special.stdtr(df, x))
+
+
+def normal_quantile(q: float) -> float:
+    """The standard normal quantile: ``scipy.stats.norm.ppf(q)``."""
+    from scipy import special
+
+    return float(special.ndtri(q))
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +193,7 @@ def ratio_interval(
         raise ValueError("need at least 2 pairs for an interval")
     mean = float(d.mean())
     se = float(d.std(ddof=1)) / math.sqrt(n)
-    t = float(sps.t.ppf(0.5 + confidence / 2, df=n - 1))
+    t = t_quantile(0.5 + confidence / 2, n - 1)
     return RatioEstimate(n, math.exp(mean), math.exp(mean - t * se), math.exp(mean + t * se), confidence)
 
 
@@ -224,9 +248,9 @@ def _log_halfwidth(est: RatioEstimate) -> float:
 
 def _halfwidth_at(est: RatioEstimate, n: int) -> float:
     """The interval's half-width (log scale) at ``n`` pairs if the spread stays as seen."""
-    t_now = float(sps.t.ppf(0.5 + est.confidence / 2, df=est.pairs - 1))
+    t_now = t_quantile(0.5 + est.confidence / 2, est.pairs - 1)
     sd = _log_halfwidth(est) * math.sqrt(est.pairs) / t_now
-    return float(sps.t.ppf(0.5 + est.confidence / 2, df=n - 1)) * sd / math.sqrt(n)
+    return t_quantile(0.5 + est.confidence / 2, n - 1) * sd / math.sqrt(n)
 
 
 def can_still_decide(est: RatioEstimate | None, band: float, max_pairs: int) -> bool:
@@ -280,7 +304,7 @@ def pairs_needed(log_ratio_sd: float, bands: Sequence[float] = (0.01, 0.02, 0.05
         half = band  # log(1 ± band) ≈ ±band for small bands
         n = 2
         while n <= limit:
-            if sps.t.ppf(0.995, n - 1) * log_ratio_sd / n ** 0.5 < half:
+            if t_quantile(0.995, n - 1) * log_ratio_sd / n ** 0.5 < half:
                 break
             n += 1 if n < 100 else max(1, n // 20)
         out[band] = n if n <= limit else None
@@ -300,7 +324,7 @@ def welch(a: Sequence[float], b: Sequence[float], confidence: float) -> tuple[fl
     if se == 0:
         return d, d, d
     df = (va + vb) ** 2 / ((va ** 2 / (len(a) - 1) if va else 0) + (vb ** 2 / (len(b) - 1) if vb else 0) or 1e-300)
-    h = float(sps.t.ppf(0.5 + confidence / 2, df)) * se
+    h = t_quantile(0.5 + confidence / 2, df) * se
     return d, d - h, d + h
 
 

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
+from tokensleuth.analysis.stats import t_quantile
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.workloads import parse as parse_workload
 from tokensleuth.pages.html import WHY, Part, Section
@@ -58,7 +58,7 @@ def fit_line(depths: Sequence[float], ms_per_token: Sequence[float], confidence:
     resid = y - a @ coef
     s2 = float(resid @ resid) / df if df > 0 else 0.0
     cov = s2 * np.linalg.inv(a.T @ a)
-    t = float(sps.t.ppf(0.5 + confidence / 2, df)) if df > 0 else math.inf
+    t = t_quantile(0.5 + confidence / 2, df) if df > 0 else math.inf
     return Line(float(coef[0]), t * math.sqrt(cov[0, 0]), float(coef[1]) * 1000.0, t * math.sqrt(cov[1, 1]) * 1000.0,
                 len(x), float(cov[0, 0]), float(cov[1, 1]) * 1e6, df)
 
@@ -70,7 +70,7 @@ def _diff(b: Line, c: Line, which: str, confidence: float = 0.99) -> tuple[float
     se2 = vb + vc
     dof_den = (vb ** 2 / b.df if b.df else 0) + (vc ** 2 / c.df if c.df else 0)
     dof = se2 ** 2 / dof_den if dof_den > 0 else max(b.df + c.df, 1)
-    return d, float(sps.t.ppf(0.5 + confidence / 2, dof)) * math.sqrt(se2)
+    return d, t_quantile(0.5 + confidence / 2, dof) * math.sqrt(se2)
 
 
 def depth_section(store: Store, study_id: str, obj: dict[str, Any]) -> tuple[Section, str] | None:

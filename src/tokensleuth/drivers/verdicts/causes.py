@@ -12,7 +12,6 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 DRIFT_R2, DRIFT_P = 0.3, 0.001  # the level against time: explained share and significance
 BUSY_SHARE = 0.2  # a busy neighbour beside at least this share of the processes
@@ -195,6 +194,8 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
     ts, ys = _residuals(groups)
     drifting = False
     if len(ys) >= 6 and float(np.ptp(ts)) > 0 and float(np.ptp(ys)) > 0:
+        from scipy import stats as sps  # (scipy.stats where a drift is fitted, not at every start)
+
         fit = sps.linregress(ts, ys)
         r2 = float(fit.rvalue) ** 2
         if r2 >= DRIFT_R2 and float(fit.pvalue) < DRIFT_P:

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from tokensleuth.analysis import stats
 from tokensleuth.analysis.cold import cold_leading
@@ -284,7 +283,7 @@ def prescribe(d: Diagnosis, band: float, pairs_now: int | None, max_pairs: int, 
         lines.append(f"or keep measuring: {rerun_command(argv, resume=True, max_pairs=pairs_now)}")
     # what the pair budget can decide at this spread: a wider band, when one within reason does
     if d.processes:
-        half = float(sps.t.ppf(0.995, max(max_pairs - 1, 1))) * math.sqrt(2) * now_cv / math.sqrt(max_pairs)
+        half = stats.t_quantile(0.995, max(max_pairs - 1, 1)) * math.sqrt(2) * now_cv / math.sqrt(max_pairs)
         if band < half <= WIDEST_BAND:
             lines.append(f"or accept a wider band: ±{half:.1%} is decidable in {max_pairs} pairs here "
                          f"(differences smaller than that then read as `same`)")

@@ -34,10 +34,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
+
+from tokensleuth.analysis.stats import normal_quantile, t_quantile
 
 CONFIDENCE = 0.99  # the interval verdicts' (analysis/stats.py)
-Z_SAME = float(sps.norm.ppf(0.975))  # a neutral estimate inside ±(band − h) 95% of the time
+Z_SAME_Q = 0.975  # a neutral estimate inside ±(band − h) 95% of the time (its normal quantile)
 
 
 def level_spread(levels: Sequence[Sequence[float]]) -> tuple[float, int] | None:
@@ -55,13 +56,13 @@ def level_spread(levels: Sequence[Sequence[float]]) -> tuple[float, int] | None:
 
 def halfwidth(pair_sd: float, pairs: int) -> float:
     """The 99% interval's half-width (log) of ``pairs`` pairs at this SD of a pair's log ratio."""
-    return float(sps.t.ppf(0.5 + CONFIDENCE / 2, max(pairs, 2) - 1)) * pair_sd / math.sqrt(max(pairs, 2))
+    return t_quantile(0.5 + CONFIDENCE / 2, max(pairs, 2) - 1) * pair_sd / math.sqrt(max(pairs, 2))
 
 
 def resolvable_band(pair_sd: float, pairs: int) -> float:
     """The narrowest band a neutral interval is judged ``same`` in, 95% of the time, in ``pairs``
     pairs at this SD of a pair's log ratio (module docstring)."""
-    return math.expm1(halfwidth(pair_sd, pairs) + Z_SAME * pair_sd / math.sqrt(max(pairs, 2)))
+    return math.expm1(halfwidth(pair_sd, pairs) + normal_quantile(Z_SAME_Q) * pair_sd / math.sqrt(max(pairs, 2)))
 
 
 def pairs_for_band(pair_sd: float, band: float, limit: int = 100_000) -> int | None:
@@ -86,7 +87,7 @@ def pairs_to_decide(cell: Mapping[str, Any], band: float, limit: int = 100_000) 
         return None
     mid, h = abs(math.log(ratio)), (math.log(ci[1]) - math.log(ci[0])) / 2
     target = abs(math.log1p(band) - mid)
-    sd = h * math.sqrt(pairs) / float(sps.t.ppf(0.5 + CONFIDENCE / 2, pairs - 1))
+    sd = h * math.sqrt(pairs) / t_quantile(0.5 + CONFIDENCE / 2, pairs - 1)
     n = 2
     while n <= limit and target > 0:
         if halfwidth(sd, n) <= target:
@@ -107,7 +108,7 @@ def room_for_step(cells: Sequence[Mapping[str, Any]], limit: float, cap: int) ->
             return True
         mid, h = math.log(ratio), (math.log(ci[1]) - math.log(ci[0])) / 2
         if pairs < cap:  # the spread seen, at the cap's pairs
-            sd = h * math.sqrt(pairs) / float(sps.t.ppf(0.5 + CONFIDENCE / 2, pairs - 1))
+            sd = h * math.sqrt(pairs) / t_quantile(0.5 + CONFIDENCE / 2, pairs - 1)
             h = halfwidth(sd, cap)
         if mid - h < lo_edge or mid + h > hi_edge:
             return True

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
+
+from tokensleuth.analysis.stats import normal_quantile, t_quantile
 
 CONFIDENCE = 0.95
 
@@ -52,7 +53,9 @@ def fit_steps(levels: Sequence[Sequence[float]], band: float, alpha: float = 0.0
         if len(a) < 2 or len(b) < 2:
             continue
         se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)) or 1e-12
-        t = float(sps.t.ppf(0.5 + CONFIDENCE / 2, min(len(a), len(b)) - 1))
+        t = t_quantile(0.5 + CONFIDENCE / 2, min(len(a), len(b)) - 1)
+        from scipy import stats as sps  # (scipy.stats where a scan fits its steps, not at every start)
+
         p = float(sps.ttest_ind(b, a, equal_var=False).pvalue) if se > 1e-12 else 0.0
         if p < alpha and abs(math.exp(d) - 1) > band:
             out.append(FitStep(at - 1, math.exp(d), (math.exp(d - t * se), math.exp(d + t * se)), p))
@@ -66,5 +69,5 @@ def smallest_seen(halfwidths: Sequence[float], band: float) -> float | None:
     (h is 2.576 of them); the noisiest interval judged the same sets it."""
     if not halfwidths:
         return None
-    z = float(sps.norm.ppf(0.95) / sps.norm.ppf(0.995))
+    z = normal_quantile(0.95) / normal_quantile(0.995)
     return 1 - (1 - band) * math.exp(-max(halfwidths) * (1 + z))
