@@ -26,15 +26,21 @@ if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null; then
 fi
 # The main job needs tokensleuth alone; the tests add their tools and Ray (the fleet's tests).
 # .venv/.installed says which was installed: a test run after the demo adds what it lacks.
-if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then extras='[test,fleet]'; has=tests; else extras=''; has=main; fi
-if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ] \
-        || { [ "$has" = tests ] && [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; }; then
+if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; then
     python3 -m venv .venv
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".${extras}"
-    if [ "$has" = tests ] || [ "$(cat .venv/.installed 2>/dev/null)" != tests ]; then echo "$has" > .venv/.installed; fi
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+    echo main > .venv/.installed
 fi
 # `setup.sh venv`: only the above (scripts/test.sh builds the default engine while the rest installs)
 [ "${1:-}" = venv ] && exit 0
+# The tests' and the fleet's packages (pyproject.toml's extras), added beside it: tokensleuth itself
+# is not installed again (scripts/test.sh's engine build runs it meanwhile)
+if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && [ "$(cat .venv/.installed)" != tests ]; then
+    .venv/bin/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
+print("\n".join(x["test"] + x["fleet"]))' > .venv/extras.txt
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r .venv/extras.txt
+    echo tests > .venv/.installed
+fi
 # podman + runc: the container arms' tests run a real container (runc: crun fails on a
 # hybrid cgroup layout). Only the tests need them.
 if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && { ! command -v podman >/dev/null || ! command -v runc >/dev/null; }; then

@@ -249,3 +249,21 @@ def test_no_module_imports_scipy_stats_when_loaded() -> None:
             "print(sorted(m for m in sys.modules if m == 'scipy.stats' or m.startswith('scipy.stats.')))\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert p.stdout.strip() == "[]", p.stdout
+
+
+def test_the_line_fit_is_linregress_own() -> None:
+    """line_fit (the drift check's) gives scipy.stats.linregress's slope, r and p: the same floats,
+    on noise, on a real trend, on a perfect line and on a flat one."""
+    from scipy import stats as sps
+
+    rng = np.random.default_rng(7)
+    cases = [(np.arange(n, dtype=float), rng.normal(0, 1, n)) for n in (3, 6, 20, 200)]
+    cases += [(np.sort(rng.uniform(0, 50, 40)), 0.01 * np.arange(40) + rng.normal(0, 0.02, 40)),
+              (np.arange(8.0), 2 * np.arange(8.0) + 1), (np.arange(8.0), -np.arange(8.0)), (np.arange(8.0), np.ones(8))]
+    for x, y in cases:
+        want = sps.linregress(x, y)
+        slope, r, p = stats.line_fit(x, y)
+        # (bit for bit; nan where linregress gives nan: a flat y)
+        np.testing.assert_array_equal([slope, r, p], [float(want.slope), float(want.rvalue), float(want.pvalue)])
+    with pytest.raises(ValueError):
+        stats.line_fit([1.0, 1.0, 1.0], [1.0, 2.0, 3.0])

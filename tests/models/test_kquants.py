@@ -61,8 +61,9 @@ def test_random_blocks_are_valid_and_of_a_weights_size(qtype: T) -> None:
         assert (np.abs(d.astype(np.float32)) >= np.finfo(np.float16).tiny).all()
 
 
-def _types(path: Path) -> dict[str, str]:
-    return {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+def _types(gguf_file: Path | gguf.GGUFReader) -> dict[str, str]:
+    reader = gguf_file if isinstance(gguf_file, gguf.GGUFReader) else gguf.GGUFReader(gguf_file)
+    return {t.name: t.tensor_type.name for t in reader.tensors}
 
 
 def _bench(engine: EngineBuild, model: Path) -> list[dict[str, object]]:
@@ -89,10 +90,10 @@ def test_the_type_mix_is_llama_quantizes(engine: EngineBuild, llama_tree: Path, 
     p = subprocess.run([str(Path(engine.bin_dir) / "llama-quantize"), str(f16_models[shape]), str(ref), quant, "2"],
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    mine, theirs = _types(ours), _types(ref)
+    r_ours, r_ref = gguf.GGUFReader(ours), gguf.GGUFReader(ref)  # (each read once: a reader takes ~1 s)
+    mine, theirs = _types(r_ours), _types(r_ref)
     assert mine == theirs, {k: (mine.get(k), theirs.get(k)) for k in mine.keys() | theirs.keys()
                             if mine.get(k) != theirs.get(k)}
-    r_ours, r_ref = gguf.GGUFReader(ours), gguf.GGUFReader(ref)
     # (llama-quantize writes the tensors in its loader's order, by layer then by name)
     assert {t.name: int(t.n_bytes) for t in r_ours.tensors} == {t.name: int(t.n_bytes) for t in r_ref.tensors}
     for key in ("general.file_type", "general.quantization_version"):

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 # A verdict is one of these four; a misspelt "slower" is a type error (mypy --strict).
 Verdict = Literal["faster", "slower", "same", "unresolved"]
@@ -68,6 +69,26 @@ def normal_quantile(q: float) -> float:
     from scipy import special
 
     return float(special.ndtri(q))
+
+
+
+def line_fit(x: npt.ArrayLike, y: npt.ArrayLike) -> tuple[float, float, float]:
+    """(slope, r, two-sided p of no slope) of the least-squares line through (x, y):
+    ``scipy.stats.linregress``'s own arithmetic, step for step (its floats), without importing
+    scipy.stats. At least three points, x not all equal."""
+    xs, ys = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    n = len(xs)
+    if n < 3 or float(np.amax(xs)) == float(np.amin(xs)):
+        raise ValueError("a line needs three points or more and two x values")
+    ssxm, ssxym, _, ssym = np.cov(xs, ys, bias=True).flat
+    if ssxm == 0.0 or ssym == 0.0:
+        r = math.nan if ssxym == 0 else 0.0
+    else:
+        r = min(1.0, max(-1.0, float(ssxym / np.sqrt(ssxm * ssym))))
+    df = n - 2
+    tiny = 1.0e-20
+    t = r * np.sqrt(df / ((1.0 - r + tiny) * (1.0 + r + tiny)))
+    return float(ssxym / ssxm), r, 2 * t_cdf(-abs(float(t)), df)
 
 
 @dataclass(frozen=True, slots=True)

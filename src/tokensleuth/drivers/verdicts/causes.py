@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from tokensleuth.analysis.stats import line_fit
+
 DRIFT_R2, DRIFT_P = 0.3, 0.001  # the level against time: explained share and significance
 BUSY_SHARE = 0.2  # a busy neighbour beside at least this share of the processes
 
@@ -194,13 +196,11 @@ def classify(procs: Sequence[Proc], cpus: int) -> Diagnosis:
     ts, ys = _residuals(groups)
     drifting = False
     if len(ys) >= 6 and float(np.ptp(ts)) > 0 and float(np.ptp(ys)) > 0:
-        from scipy import stats as sps  # (scipy.stats where a drift is fitted, not at every start)
-
-        fit = sps.linregress(ts, ys)
-        r2 = float(fit.rvalue) ** 2
-        if r2 >= DRIFT_R2 and float(fit.pvalue) < DRIFT_P:
+        slope, r, p_value = line_fit(ts, ys)
+        r2 = r ** 2
+        if r2 >= DRIFT_R2 and p_value < DRIFT_P:
             drifting = True
-            moved = math.expm1(float(fit.slope) * float(np.ptp(ts)))
+            moved = math.expm1(slope * float(np.ptp(ts)))
             found.append(Finding("drift", f"the level moved {moved:+.1%} from the study's first process to its last "
                                           f"(r²={r2:.2f})"))
     if not drifting and len(ys) >= 6:
