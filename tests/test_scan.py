@@ -460,10 +460,19 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
         return {(Path(c["model"]).stem.split("-")[1], c["workload"]): c["verdict"] for c in steps[short[name]]["cells"]
                 if c["verdict"] in ("slower", "faster")}
 
+    def withheld(name: str) -> set[tuple[str, str]]:
+        # a cell whose pairs a busy neighbour confounded (the other test process, on 2 cores) is
+        # withheld: no ratio, no verdict. It is never read as the same; the other model's must move
+        return {(Path(c["model"]).stem.split("-")[1], c["workload"]) for c in steps[short[name]]["cells"]
+                if c["verdict"] == "unresolved" and c["ratio"] is None}
+
+    tg8 = {("qwen3moe", "tg8"), ("llama", "tg8")}
     assert steps[short["spin"]]["direction"] == "slower" and steps[short["spin"]]["cause"] == "engine"
-    assert {k for k, v in moved("spin").items() if v == "slower"} >= {("qwen3moe", "tg8"), ("llama", "tg8")}
+    spun = {k for k, v in moved("spin").items() if v == "slower"}
+    assert spun >= tg8 - withheld("spin") and spun & tg8, steps[short["spin"]]["cells"]
     assert steps[short["unspin"]]["direction"] == "faster"
-    assert {k for k, v in moved("unspin").items() if v == "faster"} >= {("qwen3moe", "tg8"), ("llama", "tg8")}
+    unspun = {k for k, v in moved("unspin").items() if v == "faster"}
+    assert unspun >= tg8 - withheld("unspin") and unspun & tg8, steps[short["unspin"]]["cells"]
     # MoE-only: the dense model did not move
     culprit = steps[short["culprit"]]
     assert culprit["direction"] == "slower" and culprit["cause"] == "engine"
