@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from tokensleuth.analysis.stats import bootstrap_share, change_verdict, t_quantile, welch
 from tokensleuth.core.records import JSON_SCHEMA_VERSION
 

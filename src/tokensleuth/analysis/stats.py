@@ -46,7 +46,7 @@ import numpy.typing as npt
 Verdict = Literal["faster", "slower", "same", "unresolved"]
 
 
-# The distributions' quantiles, from the special functions scipy.stats's own calls (t.ppf is
+# The distributions' quantiles, from the special functions scipy.stats itself calls (t.ppf is
 # stdtrit, t.cdf stdtr, norm.ppf ndtri: the same floats). scipy.special is imported where first
 # asked and scipy.stats not at all: that import (0.65 s) was half of every command's start, an
 # error's one line and `--help` included.
@@ -69,7 +69,6 @@ def normal_quantile(q: float) -> float:
     from scipy import special
 
     return float(special.ndtri(q))
-
 
 
 def line_fit(x: npt.ArrayLike, y: npt.ArrayLike) -> tuple[float, float, float]:
