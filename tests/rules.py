@@ -144,3 +144,28 @@ def verified(bisect: dict[str, Any]) -> bool:
     comparisons.guard), which is a decision waiting, not a wrong one."""
     return bisect["verified"] is True or any((v.get("confounded") or {}).get("steered")
                                              for v in bisect.get("verification") or [])
+
+
+def guarded_verdict(store: Store, study: str, model: str, workload: str, base: str, cand: str,
+                    band: float) -> str:
+    """The band's rule as a judge with ``confounders = "wait"`` applies it (comparisons.guard):
+    where a confounder touched one trial of a pair and not the other, the answer is the rule on
+    the hull of the all-pairs interval and the untouched pairs' one (unresolved below 2 of them)."""
+    from tokensleuth.drivers.verdicts.comparisons import confounded_trials
+
+    pair_of = {int(t["id"]): int(t["pair"]) for t in store.reads.trials(study) if t["status"] == "done"}
+    by_arm: dict[str, dict[int, float]] = {base: {}, cand: {}}
+    for c in load_cells(store, study):
+        if (c.model, c.test) == (model, workload) and c.arm in by_arm:
+            for tid, v in c.trial_means.items():
+                by_arm[c.arm][pair_of[tid]] = v
+    pairs = sorted(set(by_arm[base]) & set(by_arm[cand]))
+    flagged = confounded_trials(store, study)
+    hit = {p for p in pairs if flagged.get((model, workload, base, p), set()) ^ flagged.get((model, workload, cand, p), set())}
+    full = interval([(by_arm[base][p], by_arm[cand][p]) for p in pairs])
+    if not hit or full is None:
+        return band_verdict(full, band)
+    clean = interval([(by_arm[base][p], by_arm[cand][p]) for p in pairs if p not in hit])
+    if clean is None:
+        return "unresolved"
+    return band_verdict(Interval(full.pairs, full.ratio, min(full.lo, clean.lo), max(full.hi, clean.hi)), band)
