@@ -180,6 +180,16 @@ add bisect-ends-stored src/tokensleuth/drivers/hunts/bisect/answer.py \
 add profile-include src/tokensleuth/sources/configure.py \
     'cfg.append("-UCMAKE_PROJECT_INCLUDE")' 'pass' \
     tests/sources/test_build_reuse.py::test_the_next_commit_recompiles_only_what_changed
+# the quantiles and the drift's line from scipy.special: scipy.stats's own floats; no module loads scipy.stats
+add quantile-edge src/tokensleuth/analysis/stats.py \
+    'return -math.inf if q == 0 else float(special.stdtrit(df, q))' 'return float(special.stdtrit(df, q))' \
+    tests/test_stats.py::test_the_quantiles_are_scipy_stats_own_floats
+add line-fit src/tokensleuth/analysis/stats.py \
+    'tiny = 1.0e-20' 'tiny = 1.0e-12' \
+    tests/test_stats.py::test_the_line_fit_is_linregress_own
+add stats-at-load src/tokensleuth/drivers/verdicts/causes.py \
+    'from tokensleuth.analysis.stats import line_fit' 'from tokensleuth.analysis.stats import line_fit; import scipy.stats' \
+    tests/test_stats.py::test_no_module_imports_scipy_stats_when_loaded
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

@@ -38,17 +38,22 @@ class Interval:
     hi: float
 
 
-def paired_rates(store: Store, study: str, model: str, workload: str, base: str,
-                 cand: str) -> list[tuple[float, float]]:
-    """(baseline t/s, candidate t/s) of each pair both of whose trials finished, in pair order."""
+def _rates_by_pair(store: Store, study: str, model: str, workload: str, base: str,
+                   cand: str) -> dict[int, tuple[float, float]]:
+    """pair -> (baseline t/s, candidate t/s), for each pair both of whose trials finished."""
     pair_of = {int(t["id"]): int(t["pair"]) for t in store.reads.trials(study) if t["status"] == "done"}
     by_arm: dict[str, dict[int, float]] = {base: {}, cand: {}}
     for c in load_cells(store, study):
         if (c.model, c.test) == (model, workload) and c.arm in by_arm:
             for tid, v in c.trial_means.items():
                 by_arm[c.arm][pair_of[tid]] = v
-    pairs = sorted(set(by_arm[base]) & set(by_arm[cand]))
-    return [(by_arm[base][p], by_arm[cand][p]) for p in pairs]
+    return {p: (by_arm[base][p], by_arm[cand][p]) for p in sorted(set(by_arm[base]) & set(by_arm[cand]))}
+
+
+def paired_rates(store: Store, study: str, model: str, workload: str, base: str,
+                 cand: str) -> list[tuple[float, float]]:
+    """(baseline t/s, candidate t/s) of each pair both of whose trials finished, in pair order."""
+    return list(_rates_by_pair(store, study, model, workload, base, cand).values())
 
 
 def interval(rates: list[tuple[float, float]]) -> Interval | None:
@@ -153,19 +158,13 @@ def guarded_verdict(store: Store, study: str, model: str, workload: str, base: s
     the hull of the all-pairs interval and the untouched pairs' one (unresolved below 2 of them)."""
     from tokensleuth.drivers.verdicts.comparisons import confounded_trials
 
-    pair_of = {int(t["id"]): int(t["pair"]) for t in store.reads.trials(study) if t["status"] == "done"}
-    by_arm: dict[str, dict[int, float]] = {base: {}, cand: {}}
-    for c in load_cells(store, study):
-        if (c.model, c.test) == (model, workload) and c.arm in by_arm:
-            for tid, v in c.trial_means.items():
-                by_arm[c.arm][pair_of[tid]] = v
-    pairs = sorted(set(by_arm[base]) & set(by_arm[cand]))
+    rates = _rates_by_pair(store, study, model, workload, base, cand)
     flagged = confounded_trials(store, study)
-    hit = {p for p in pairs if flagged.get((model, workload, base, p), set()) ^ flagged.get((model, workload, cand, p), set())}
-    full = interval([(by_arm[base][p], by_arm[cand][p]) for p in pairs])
+    hit = {p for p in rates if flagged.get((model, workload, base, p), set()) ^ flagged.get((model, workload, cand, p), set())}
+    full = interval(list(rates.values()))
     if not hit or full is None:
         return band_verdict(full, band)
-    clean = interval([(by_arm[base][p], by_arm[cand][p]) for p in pairs if p not in hit])
+    clean = interval([r for p, r in rates.items() if p not in hit])
     if clean is None:
         return "unresolved"
     return band_verdict(Interval(full.pairs, full.ratio, min(full.lo, clean.lo), max(full.hi, clean.hi)), band)

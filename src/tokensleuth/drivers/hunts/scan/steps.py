@@ -32,6 +32,7 @@ def fit_steps(levels: Sequence[Sequence[float]], band: float, alpha: float = 0.0
     beyond ``band``. On 30 flat points at 1% noise and 2 rounds it calls a false step in 0.25%
     of sequences and finds 90% of 3% steps (tests/test_scan.py)."""
     import ruptures as rpt
+    from scipy import stats as sps  # (scipy.stats where a scan fits its steps, not at every start)
 
     logs = [np.log(np.asarray(x, dtype=float)) for x in levels]
     if len(logs) < 2 or any(len(x) == 0 for x in logs):
@@ -54,8 +55,6 @@ def fit_steps(levels: Sequence[Sequence[float]], band: float, alpha: float = 0.0
             continue
         se = math.sqrt(a.var(ddof=1) / len(a) + b.var(ddof=1) / len(b)) or 1e-12
         t = t_quantile(0.5 + CONFIDENCE / 2, min(len(a), len(b)) - 1)
-        from scipy import stats as sps  # (scipy.stats where a scan fits its steps, not at every start)
-
         p = float(sps.ttest_ind(b, a, equal_var=False).pvalue) if se > 1e-12 else 0.0
         if p < alpha and abs(math.exp(d) - 1) > band:
             out.append(FitStep(at - 1, math.exp(d), (math.exp(d - t * se), math.exp(d + t * se)), p))
