@@ -28,3 +28,25 @@ def test_processes_opening_a_new_store_together_all_open_it(tmp_path: Path) -> N
                                   text=True) for _ in range(5)]
         errors = [p.communicate(timeout=120)[1] for p in procs]
         assert all(p.returncode == 0 for p in procs), [e[-400:] for e in errors if e]
+
+
+def test_a_store_created_by_another_process_during_the_write_check_is_writable(
+        tmp_path: Path, monkeypatch) -> None:
+    """The race the processes above met now and then: the file did not exist when its write
+    permission was asked (so "no"), and did when its existence was asked, so a new store read as
+    read-only. Here the other process creates the file right after the first permission check."""
+    import os
+    import sqlite3
+
+    from tokensleuth.store import files
+
+    db = tmp_path / "new.db"
+    real_access = os.access
+
+    def access_then_created(p, mode):  # type: ignore[no-untyped-def]
+        answer = real_access(p, mode)
+        sqlite3.connect(db).close()  # the other process: SQLite makes the file, empty, writable
+        return answer
+
+    monkeypatch.setattr(files.os, "access", access_then_created)
+    assert not files.unwritable(db)

@@ -91,11 +91,15 @@ def readable_as_is(path: Path) -> bool:
 
 
 def unwritable(path: Path) -> bool:
-    """A store file that exists but that SQLite may not write beside (its -wal and -shm)."""
+    """A store file that exists but that SQLite may not write beside (its -wal and -shm).
+
+    Whether it exists is asked first: another process may create the file between the checks,
+    and a write check made before it existed says "not writable" of a file that is."""
+    if not path.is_file():
+        return False
     wal = path.with_name(path.name + "-wal")
     no_wal = not wal.exists() or wal.stat().st_size == 0
-    writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
-    return path.is_file() and no_wal and not writable
+    return no_wal and not (os.access(path, os.W_OK) and os.access(path.parent, os.W_OK))
 
 
 # Store files this process has open (device, inode) -> connections. Closing any descriptor
