@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 OPEN = """
 import sys, time
 from pathlib import Path
@@ -31,7 +33,7 @@ def test_processes_opening_a_new_store_together_all_open_it(tmp_path: Path) -> N
 
 
 def test_a_store_created_by_another_process_during_the_write_check_is_writable(
-        tmp_path: Path, monkeypatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The race the processes above met now and then: the file did not exist when its write
     permission was asked (so "no"), and did when its existence was asked, so a new store read as
     read-only. Here the other process creates the file right after the first permission check."""
@@ -43,10 +45,10 @@ def test_a_store_created_by_another_process_during_the_write_check_is_writable(
     db = tmp_path / "new.db"
     real_access = os.access
 
-    def access_then_created(p, mode):  # type: ignore[no-untyped-def]
+    def access_then_created(p: str | Path, mode: int) -> bool:
         answer = real_access(p, mode)
         sqlite3.connect(db).close()  # the other process: SQLite makes the file, empty, writable
         return answer
 
-    monkeypatch.setattr(files.os, "access", access_then_created)
+    monkeypatch.setattr(os, "access", access_then_created)
     assert not files.unwritable(db)
