@@ -17,23 +17,38 @@ import typer
 from typer._click import exceptions as click_exc
 
 from tokensleuth import __version__
-from tokensleuth.commands import COMMANDS, GROUPS
+from tokensleuth.commands import COMMANDS, GROUPS, Command
 from tokensleuth.commands.common import err, out
 from tokensleuth.core.errors import EngineError, Interrupted, UserError
 
-app = typer.Typer(
-    help="Find out where an LLM inference engine's speed went, and prove it.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-groups = {"": app}
-for _name, _help in GROUPS.items():
-    groups[_name] = typer.Typer(help=_help, no_args_is_help=True)
-    app.add_typer(groups[_name], name=_name)
-for _c in COMMANDS:
-    groups[_c.group].command(_c.name, context_settings={"allow_extra_args": True} if _c.engine_flags else None)(_c.run)
+def _named(args: list[str]) -> tuple[Command, ...]:
+    """The commands a command line needs registered: the one it names (``compare``, ``engine
+    build``), or every command of a group or of the app where it names none (help, a typo: its
+    suggestions)."""
+    words = [a for a in args if not a.startswith("-")][:2]
+    if words and words[0] in GROUPS:
+        group = tuple(c for c in COMMANDS if c.group == words[0])
+        return tuple(c for c in group if words[1:] == [c.name]) or group
+    return tuple(c for c in COMMANDS if not c.group and words[:1] == [c.name]) or COMMANDS
+
+
+def build_app(commands: tuple[Command, ...] = COMMANDS) -> typer.Typer:
+    """The app with ``commands`` registered (each imports its module: only those run need it)."""
+    app = typer.Typer(
+        help="Find out where an LLM inference engine's speed went, and prove it.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    app.callback()(_root)
+    groups = {"": app}
+    for name, help_ in GROUPS.items():
+        groups[name] = typer.Typer(help=help_, no_args_is_help=True)
+        app.add_typer(groups[name], name=name)
+    for c in commands:
+        groups[c.group].command(c.name, context_settings={"allow_extra_args": True} if c.engine_flags else None)(c.run)
+    return app
 
 
 def _version(value: bool) -> None:
@@ -42,7 +57,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
@@ -112,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(argv if argv is not None else sys.argv[1:])
     own, tail = split_engine_args(args)
     own = expand_list_options(own)
-    command = typer.main.get_command(app)
+    command = typer.main.get_command(build_app(_named(own)))
     try:
         with signals_raise_interrupted():
             rv = command.main(args=[*own, *(["--", *tail] if "--" in args else [])], prog_name="tokensleuth",

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -19,13 +19,15 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.paths import default_db
 from tokensleuth.core.writes import check_writes, file_path
-from tokensleuth.drivers import shared
-from tokensleuth.drivers.shared import quarter_lines
-from tokensleuth.drivers.shared import (
-    targets_for as targets_for,  # (tests and bench scripts import it here)
-)
-from tokensleuth.sources.build import DEFAULT_TARGETS, EngineBuild
-from tokensleuth.store import Store
+from tokensleuth.sources.configure import DEFAULT_TARGETS
+
+if TYPE_CHECKING:
+    from tokensleuth.sources.build import EngineBuild
+    from tokensleuth.store import Store
+
+# The drivers, the store and the build cache are imported where they are used, not here: every
+# command imports this module, and a command that needs none of them (report, studies, engine list)
+# started in half the time.
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -81,7 +83,17 @@ NoProbeOpt = Annotated[bool, typer.Option("--no-probe", help="When a verdict sta
 
 
 def open_store(db: Path | None) -> Store:
+    from tokensleuth.store import Store
+
     return Store(db or default_db())
+
+
+def targets_for(kinds: Sequence[str], base: tuple[str, ...] = DEFAULT_TARGETS) -> tuple[str, ...]:
+    """Build targets for arms of these engine kinds on one source (drivers.shared.targets_for; tests
+    and bench scripts import it here)."""
+    from tokensleuth.drivers.shared import targets_for as for_kinds
+
+    return for_kinds(kinds, base)
 
 
 class ConsoleSay:
@@ -94,6 +106,8 @@ class ConsoleSay:
     @contextmanager
     def building(self, source: str) -> Iterator[Callable[[str], None]]:
         if not err.is_terminal:
+            from tokensleuth.drivers.shared import quarter_lines
+
             yield quarter_lines(source, self.line)
             return
         with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[step]}"),
@@ -116,6 +130,8 @@ SAY = ConsoleSay()
 
 def get_build(source: str, cmake: list[str], targets: tuple[str, ...] = DEFAULT_TARGETS) -> EngineBuild:
     """Build (or fetch from cache) showing progress from ninja's [n/m] lines; a cache hit prints nothing."""
+    from tokensleuth.drivers import shared
+
     return shared.build(source, cmake, targets, SAY)
 
 
