@@ -225,6 +225,13 @@ def configure_argv(cmake: str, tree: Path, bdir: Path, commit: str | None, numbe
         cfg.append(f"-DLLAMA_BUILD_NUMBER={number}")
     if commit:
         cfg.append(f"-DLLAMA_BUILD_COMMIT={commit[:9]}")
+    # ggml's CMakeLists asks git for the checkout's commit and writes it into a header that ggml.c
+    # includes: every commit of a bisect or scan recompiled ggml.c (2.3 CPU-s of a 4 s rebuild) for
+    # a string (ggml_commit()) that no tool prints; llama-bench's build_commit is LLAMA_BUILD_COMMIT
+    # above. Its git is `true` here: the string reads "unknown", as in a build from an sdist.
+    true = shutil.which("true")
+    if true:
+        cfg.append(f"-DGIT_EXE={true}")
     cfg += list(flags)
     from tokensleuth.sources import profiler
 
