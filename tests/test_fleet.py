@@ -441,11 +441,18 @@ def test_a_scan_whose_machine_is_lost_gives_its_block_to_another(cluster: object
     r = json.loads(out.read_text())
     assert proc.returncode == (1 if r["undecided"] else 0), stderr[-3000:]
     assert "machine w3 was lost" in stderr
-    assert [(s["first_bad"], s["direction"]) for s in r["steps"]] == [(shas["spin"][:10], "slower")], r["steps"]
+    labels = [shas[n][:10] for n in ("base", "n1", "spin", "n2")]
+    # The spin's interval judged on w1 with its only cell withheld (a busy neighbour — the suite's
+    # other process on 2 cores — confounded its pairs: no ratio) is undecided, never the same, and
+    # no step is named anywhere else; otherwise the step is found.
+    withheld = [u for u in r["undecided"] if u["cells"] and all(
+        c["verdict"] == "unresolved" and c["ratio"] is None for c in u["cells"])
+        and labels.index(u["from"]) < labels.index(shas["spin"][:10]) <= labels.index(u["to"])]
+    found = [(s["first_bad"], s["direction"]) for s in r["steps"]]
+    assert found == ([] if withheld else [(shas["spin"][:10], "slower")]), (r["steps"], r["undecided"])
     con = sqlite3.connect(db)
     state = {k: json.loads(v) for k, v in con.execute("SELECT key, value_json FROM state WHERE key LIKE 'scan-%'")}
     assert [b["node"] for b in state["scan-blocks"]] == ["w1", "w1"]
-    labels = [shas[n][:10] for n in ("base", "n1", "spin", "n2")]
     on_w1 = {x["label"] for x in state["scan-levels"] if x.get("node") == "w1"}
     assert on_w1 == set(labels)  # the second block's levels measured again on w1
     assert [x["node"] for x in r["sampled"]] == ["w1"] * 4

@@ -344,6 +344,12 @@ def cases(f: Files) -> list[Case]:
     add("model", "synth bad size", "model", "synth", "--size", "huge", "--out", f.p("x.gguf"), expect="huge")
     add("model", "synth bad quant", "model", "synth", "--quant", "Q1_X", "--out", f.p("x.gguf"), expect="Q1_X")
     add("model", "synth --out a folder", "model", "synth", "--out", f.p("adir"), expect="is a folder")
+    add("model", "synth --vocab-size below the byte tokens", "model", "synth", "--vocab-size", "100", "--out",
+        f.p("x.gguf"), expect="give 259", engine=True)
+    add("model", "synth --vocab-size of a BPE tokenizer", "model", "synth", "--vocab", "qwen2", "--vocab-size", "4096",
+        "--out", f.p("x.gguf"), expect="SentencePiece tokenizers only", engine=True)
+    add("model", "synth --vocab-size with --shape", "model", "synth", "--shape", "qwen3-moe-mini", "--vocab-size",
+        "4096", "--out", f.p("x.gguf"), expect="--vocab-size is for --arch/--size")
 
     # -- --json targets (checked before any engine time) -----------------------------------
     for name, path, expect in (("a folder", f.p("adir"), "is a folder"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ import pytest
 from tokensleuth.core.errors import UserError
 from tokensleuth.models.info import model_info
 from tokensleuth.models.synth import SHAPES, synth
+from tokensleuth.sources.build import EngineBuild
 
 
 def test_moe_info(moe_model: Path) -> None:
@@ -43,6 +46,23 @@ def test_a_synthetic_model_has_its_shapes_tokenizer_unless_another_is_asked_for(
     assert SHAPES[("qwen3moe", "tiny")].vocab == "qwen2"
     assert model_info(synth("llama", "tiny", tmp_path / "l.gguf", "F16", llama_tree, None)).n_vocab == 32000
     assert model_info(synth("llama", "tiny", tmp_path / "b.gguf", "F16", llama_tree, None, vocab="bert-bge")).n_vocab == 30522
+
+
+def test_a_tokenizer_cut_to_its_first_tokens_makes_a_model_the_engine_runs(
+        engine: EngineBuild, llama_tree: Path, tmp_path: Path) -> None:
+    """--vocab-size keeps a SentencePiece tokenizer's first N tokens (specials, the 256 bytes, then
+    the pieces, so byte fallback still spells any text): the model's vocabulary and its embedding
+    and output rows are N, and the engine runs it."""
+    import gguf
+
+    p = synth("llama", "tiny", tmp_path / "cut.gguf", "F16", llama_tree, None, vocab="llama-spm", vocab_size=300)
+    r = gguf.GGUFReader(p)
+    assert len(r.fields["tokenizer.ggml.tokens"].contents()) == len(r.fields["tokenizer.ggml.scores"].contents()) == 300
+    assert {t.name: [int(x) for x in t.shape] for t in r.tensors if t.name in ("token_embd.weight", "output.weight")} == {
+        "token_embd.weight": [256, 300], "output.weight": [256, 300]}
+    run = subprocess.run([str(Path(engine.bin_dir) / "llama-bench"), "-m", str(p), "-p", "16", "-n", "4", "-r", "1",
+                          "-t", "1", "-o", "json"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and json.loads(run.stdout)[0]["n_prompt"] == 16, run.stderr[-2000:]
 
 
 def test_bad_inputs(tmp_path: Path, llama_tree: Path) -> None:

@@ -24,20 +24,23 @@ def model_synth(
     engine: Annotated[str, typer.Option(help="Engine whose tokenizer files and llama-quantize to use.")] = DEFAULT_ENGINE,
     seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Random seed of the weights.")] = 0,
     vocab: Annotated[Optional[str], typer.Option(help="Another of llama.cpp's tokenizers than the shape's own (models/ggml-vocab-NAME.gguf: llama-spm, qwen2, gpt-2 …). A smaller one loads and runs faster.")] = None,
+    vocab_size: Annotated[Optional[int], typer.Option("--vocab-size", help="Keep the tokenizer's first N tokens (a SentencePiece one, e.g. llama-spm: byte fallback still spells any text): a tiny model loads and runs faster.")] = None,
     shape: Annotated[Optional[str], typer.Option("--shape", help="A real model's exact shape, written straight as quantized blocks (Q8_0, Q4_0, F16, Q6_K, Q4_K_M, IQ4_XS; MXFP4 experts): qwen3-30b-a3b, gpt-oss-120b, llama-3.1-8b, qwen3-moe-mini, gpt-oss-mini.")] = None,
     cmake: CmakeOpt = [],  # noqa: B006
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out (by default an existing file is refused).")] = False,
 ) -> None:
     """Write a synthetic GGUF model (random weights, real tokenizer)."""
     from tokensleuth.models.info import model_info
-    from tokensleuth.models.synth import QUANTS, SHAPES, check_vocab, synth
+    from tokensleuth.models.synth import QUANTS, SHAPES, check_vocab, check_vocab_size, synth
 
     # (the store: TOKENSLEUTH_DB or the default; --force replaces a model, never another kind of file)
     guard_writes([("--out", out_path)], new=() if force else ("--out",), replaces={"--out": "a GGUF model"},
                  regular=("--out",))  # (written whole and renamed into place: never a device)
     if shape is not None:
-        if vocab is not None:
-            raise UserError("--vocab is for --arch/--size models; a --shape model has its real model's tokenizer — leave out one of them")
+        if vocab is not None or vocab_size is not None:
+            given = "--vocab" if vocab is not None else "--vocab-size"
+            raise UserError(f"{given} is for --arch/--size models; a --shape model has its real model's tokenizer — "
+                            "leave out one of them")
         import time as _time
 
         from tokensleuth.models.shapes import check_shape, write_shape
@@ -58,8 +61,11 @@ def model_synth(
     tree = BuildCache().llama_tree(parse_source(engine))
     if vocab is not None:
         check_vocab(tree, vocab)  # before the build, which may take minutes
+    if vocab_size is not None:
+        check_vocab_size(tree, vocab or SHAPES[(arch, size)].vocab, vocab_size)
     b = common.get_build(engine, cmake)
-    synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed, vocab=vocab)
+    synth(arch, size, out_path, quant, tree, Path(b.bin_dir) / "llama-quantize", seed=seed, vocab=vocab,
+          vocab_size=vocab_size)
     i = model_info(out_path)
     out.print(f"{out_path}: {i.arch} {i.n_params / 1e6:.1f} M params, {i.file_bytes / (1 << 20):.1f} MiB")
 

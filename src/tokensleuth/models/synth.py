@@ -83,7 +83,27 @@ def check_vocab(llama_tree: Path, name: str) -> None:
         raise UserError(f"no tokenizer {name!r} in this engine's models/ — --vocab one of: {', '.join(have)}")
 
 
-def _copy_tokenizer(w: gguf.GGUFWriter, vocab: Path) -> int:
+def check_vocab_size(llama_tree: Path, name: str, size: int) -> None:
+    """Refuse a ``--vocab-size`` the tokenizer cannot be cut to: only a SentencePiece vocabulary
+    (llama-spm's kind: whole pieces with scores, byte fallback) still tokenizes any text with its
+    first N tokens; a BPE one's merges name tokens past the cut. N must keep the special tokens and
+    the 256 byte tokens, and be below the tokenizer's own size."""
+    r = gguf.GGUFReader(find_vocab(llama_tree, name))
+    model = str(r.fields["tokenizer.ggml.model"].contents())
+    total = len(r.fields["tokenizer.ggml.tokens"].contents())
+    if model != "llama":
+        raise UserError(f"--vocab-size cuts SentencePiece tokenizers only (llama-spm's kind); {name} is "
+                        f"{model!r} — leave --vocab-size out or use --vocab llama-spm")
+    ids = [int(f.contents()) for k, f in r.fields.items() if k.startswith("tokenizer.ggml.") and k.endswith("_token_id")]
+    types = r.fields["tokenizer.ggml.token_type"].contents()
+    least = max([*ids, *(i for i, t in enumerate(types) if t == gguf.TokenType.BYTE)]) + 1
+    if not least <= size <= total:
+        raise UserError(f"--vocab-size {size} is out of range for {name} — give {least} (its special and byte "
+                        f"tokens) to {total}")
+
+
+def _copy_tokenizer(w: gguf.GGUFWriter, vocab: Path, size: int | None = None) -> int:
+    """The tokenizer's keys, its arrays cut to their first ``size`` tokens (check_vocab_size)."""
     r = gguf.GGUFReader(vocab)
     n_vocab = 0
     for key, field in r.fields.items():
@@ -92,6 +112,9 @@ def _copy_tokenizer(w: gguf.GGUFWriter, vocab: Path) -> int:
         types = field.types
         val = field.contents()
         if types[0] == gguf.GGUFValueType.ARRAY:
+            if size is not None and key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores",
+                                            "tokenizer.ggml.token_type"):
+                val = val[:size]
             w.add_key_value(key, val, types[0], sub_type=types[1])
             if key == "tokenizer.ggml.tokens":
                 n_vocab = len(val)
@@ -109,12 +132,16 @@ def synth(
     quantize_bin: Path | None,
     seed: int = 0,
     vocab: str | None = None,
+    vocab_size: int | None = None,
 ) -> Path:
     """Write a synthetic model of ``arch``/``size`` at ``quant`` to ``out``.
 
     ``vocab`` copies another of llama.cpp's tokenizers (``models/ggml-vocab-<vocab>.gguf``) than the
     shape's own: the tiny MoE's qwen2 (151,936 tokens) makes most of its load and token time, which
-    llama-spm's 32,000 do not."""
+    llama-spm's 32,000 do not. ``vocab_size`` keeps its first N tokens (a SentencePiece tokenizer:
+    byte fallback still spells any text): a tiny model's load and output layer are mostly its
+    vocabulary (llama-spm's 32,000: 61 ms of a 101 ms llama-bench run of pp64 and tg8; 4,096: 15 of 43;
+    bench/results/vocab_size_cost.txt)."""
     if (arch, size) not in SHAPES:
         archs = sorted({a for a, _ in SHAPES})
         raise UserError(f"no synthetic shape for {arch}/{size} — archs: {archs}, sizes: tiny|small|medium")
@@ -125,6 +152,8 @@ def synth(
     if vocab is not None:
         check_vocab(llama_tree, vocab)  # refused before anything is written
         s = replace(s, vocab=vocab)
+    if vocab_size is not None:
+        check_vocab_size(llama_tree, s.vocab, vocab_size)
     rng = np.random.default_rng(seed)
 
     def rand(*shape: int) -> np.ndarray:
@@ -154,7 +183,7 @@ def synth(
             w.add_expert_feed_forward_length(s.n_ff_exp)
         else:
             w.add_rope_dimension_count(hd)
-        n_vocab = _copy_tokenizer(w, find_vocab(llama_tree, s.vocab))
+        n_vocab = _copy_tokenizer(w, find_vocab(llama_tree, s.vocab), vocab_size)
         E = s.n_embd
         w.add_tensor("token_embd.weight", rand(n_vocab, E))
         w.add_tensor("output_norm.weight", np.ones(E, dtype=np.float32))
