@@ -25,12 +25,13 @@ if ! command -v ccache >/dev/null || ! command -v ninja >/dev/null; then
     fi
 fi
 # The main job needs tokensleuth alone; the tests add their tools and Ray (the fleet's tests).
-# --no-compile: pip would byte-compile every module of every package (a minute of CPU here, most of
-# it modules never imported); Python compiles each module it imports, once, and keeps it.
 # .venv/.installed says which was installed: a test run after the demo adds what it lacks.
+# (pip byte-compiles what it installs. Without it, under PYTHONDONTWRITEBYTECODE=1 — which this
+# project's machines set — nothing compiled later is kept: every tokensleuth process compiled numpy,
+# typer, rich … again, 1.1 CPU-s a start instead of 0.55.)
 if [ ! -x .venv/bin/tokensleuth ] || [ pyproject.toml -nt .venv/.installed ]; then
     python3 -m venv .venv
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-compile -e .
+    .venv/bin/python -m pip install -q --disable-pip-version-check -e .
     echo main > .venv/.installed
 fi
 # `setup.sh venv`: only the above (scripts/test.sh builds the default engine while the rest installs)
@@ -40,7 +41,7 @@ fi
 if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && [ "$(cat .venv/.installed)" != tests ]; then
     .venv/bin/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
 print("\n".join(x["test"] + x["fleet"]))' > .venv/extras.txt
-    .venv/bin/python -m pip install -q --disable-pip-version-check --no-compile -r .venv/extras.txt
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r .venv/extras.txt
     echo tests > .venv/.installed
 fi
 # podman + runc: the container arms' tests run a real container (runc: crun fails on a
@@ -70,7 +71,7 @@ if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then
     want="$(sha256sum bench/requirements-peer.txt | cut -d' ' -f1)"
     if [ "$(cat "$peer/.installed" 2>/dev/null)" != "$want" ]; then
         { rm -rf "$peer" && python3 -m venv "$peer" \
-            && "$peer/bin/python" -m pip install -q --disable-pip-version-check --no-compile -r bench/requirements-peer.txt \
+            && "$peer/bin/python" -m pip install -q --disable-pip-version-check -r bench/requirements-peer.txt \
             && echo "$want" > "$peer/.installed"; } || need "AIPerf and llama-benchy (bench/requirements-peer.txt: the peer check's test)"
     fi
 fi

@@ -3,6 +3,10 @@
 # cached under the user cache dir.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The suite starts a thousand Python processes (tokensleuth, its helpers, the test processes): each
+# compiled tokensleuth's modules and the tests' from source again where PYTHONDONTWRITEBYTECODE=1 is
+# set (as on this project's machines). The run keeps their bytecode (__pycache__/, ignored by git).
+unset PYTHONDONTWRITEBYTECODE
 bash scripts/setup.sh venv
 # The default engine (every real test's) builds while the tests' tools install and the lint and
 # types run: those are one core's work, the build takes the rest (a fresh machine's 3 minutes of
