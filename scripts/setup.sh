@@ -37,11 +37,12 @@ fi
 # `setup.sh venv`: only the above (scripts/test.sh builds the default engine while the rest installs)
 [ "${1:-}" = venv ] && exit 0
 # The tests' and the fleet's packages (pyproject.toml's extras), added beside it: tokensleuth itself
-# is not installed again (scripts/test.sh's engine build runs it meanwhile)
+# is not installed again (scripts/test.sh's engine build runs it meanwhile). Not byte-compiled here
+# (nor the peers' below): scripts/test.sh lets Python keep what the tests import, a fraction of it.
 if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ] && [ "$(cat .venv/.installed)" != tests ]; then
     .venv/bin/python -c 'import tomllib; x = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
 print("\n".join(x["test"] + x["fleet"]))' > .venv/extras.txt
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r .venv/extras.txt
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-compile -r .venv/extras.txt
     echo tests > .venv/.installed
 fi
 # podman + runc: the container arms' tests run a real container (runc: crun fails on a
@@ -71,7 +72,7 @@ if [ "${TOKENSLEUTH_SETUP_TESTS:-1}" = 1 ]; then
     want="$(sha256sum bench/requirements-peer.txt | cut -d' ' -f1)"
     if [ "$(cat "$peer/.installed" 2>/dev/null)" != "$want" ]; then
         { rm -rf "$peer" && python3 -m venv "$peer" \
-            && "$peer/bin/python" -m pip install -q --disable-pip-version-check -r bench/requirements-peer.txt \
+            && "$peer/bin/python" -m pip install -q --disable-pip-version-check --no-compile -r bench/requirements-peer.txt \
             && echo "$want" > "$peer/.installed"; } || need "AIPerf and llama-benchy (bench/requirements-peer.txt: the peer check's test)"
     fi
 fi
