@@ -19,7 +19,7 @@ FLOOR = 11  # the layers: a module imports its own folder and lower floors (test
 @dataclass(frozen=True)
 class Command:
     """A command, named by where its function is (``module:function`` in this folder): a run
-    imports the one module it runs, not all thirteen (a third of a second at every start)."""
+    imports the one module it runs, not all thirteen (`tokensleuth studies`: 0.54 CPU-s, not 0.66)."""
 
     name: str
     target: str

@@ -26,8 +26,7 @@ if TYPE_CHECKING:
     from tokensleuth.store import Store
 
 # The drivers, the store and the build cache are imported where they are used, not here: every
-# command imports this module, and a command that needs none of them (report, studies, engine list)
-# started in half the time.
+# command imports this module, and each should load only what it uses.
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)

@@ -226,7 +226,7 @@ def configure_argv(cmake: str, tree: Path, bdir: Path, commit: str | None, numbe
     if commit:
         cfg.append(f"-DLLAMA_BUILD_COMMIT={commit[:9]}")
     # ggml's CMakeLists asks git for the checkout's commit and writes it into a header that ggml.c
-    # includes: every commit of a bisect or scan recompiled ggml.c (2.3 CPU-s of a 4 s rebuild) for
+    # includes: every commit of a bisect or scan recompiled ggml.c (2.5 of a rebuild's 3.8 CPU-s) for
     # a string (ggml_commit()) that no tool prints; llama-bench's build_commit is LLAMA_BUILD_COMMIT
     # above. Its git is `true` here: the string reads "unknown", as in a build from an sdist.
     true = shutil.which("true")
