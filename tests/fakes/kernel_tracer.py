@@ -48,12 +48,8 @@ class FakeTracer:
         # a table otherwise, and one kept repetition without records broke it). They start 5% into
         # the gap, not at the stamp: on a loaded machine a repetition's window (llama-bench's own
         # duration) can begin a little after its progress line, and a record on the edge fell out
-        # (Each set sized by the shorter of its gap and the median gap: on a loaded machine one gap
-        # between progress lines was far longer than its repetition, and a k_main of 55% of it was
-        # longer than the longest repetition, a record the driver counts as lost.)
         gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-        usual = sorted(gaps)[len(gaps) // 2] if gaps else 0
-        for a, gap in zip(stamps, [min(g, usual) for g in [*gaps, gaps[-1]]] if gaps else [], strict=False):
+        for a, gap in zip(stamps, [*gaps, gaps[-1]] if gaps else [], strict=False):
             spans = [(0, a + int(0.05 * gap), a + int(0.6 * gap)), (1, a + int(0.6 * gap), a + int(0.7 * gap))]
             if extra:
                 spans.append((2, a + int(0.7 * gap), a + int(0.75 * gap)))
