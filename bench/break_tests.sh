@@ -190,6 +190,16 @@ add line-fit src/tokensleuth/analysis/stats.py \
 add stats-at-load src/tokensleuth/drivers/verdicts/causes.py \
     'from tokensleuth.analysis.stats import line_fit' 'from tokensleuth.analysis.stats import line_fit; import scipy.stats' \
     tests/test_stats.py::test_no_module_imports_scipy_stats_when_loaded
+# a new store's existence asked before its write permission; ggml kept from git; the tokenizer cut
+add store-new-file src/tokensleuth/store/files.py \
+    'if not path.is_file():' 'if False:' \
+    tests/test_store_race.py::test_a_store_created_by_another_process_during_the_write_check_is_writable
+add ggml-git src/tokensleuth/sources/configure.py \
+    'cfg.append(f"-DGIT_EXE={true}")' 'pass' \
+    tests/sources/test_build_reuse.py::test_the_next_commit_recompiles_only_what_changed
+add vocab-cut src/tokensleuth/models/synth.py \
+    'val = val[:size]' 'val = list(val)' \
+    tests/models/test_models.py::test_a_tokenizer_cut_to_its_first_tokens_makes_a_model_the_engine_runs
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }
