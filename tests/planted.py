@@ -263,10 +263,11 @@ def _has(repo: Path, branch: str) -> bool:
 
 def assert_only_the_plant(rows: list[dict[str, Any]]) -> None:
     """The changed ops of the culprit's profile: its custom op appeared, the largest change; no
-    other op appeared, vanished or ran more often. Other ops may come out a little slower: the
-    wait inside the graph leaves caches cold (tests/test_profile.py's spin test), and with another process
-    on the machine that came out beyond the band once (MUL_MAT): bounded, not asserted away."""
+    other op appeared, vanished or ran more often. Other ops may come out slower: the wait inside
+    the graph leaves caches cold (tests/test_profile.py's spin test), and beside the suite's other
+    process the output matrix once grew 1.05 ms/token against the plant's 4.11 (CI, 2 cores). What
+    a break would do is put the wait on another op, at the wait's size: bounded at half of it."""
     assert rows and (rows[0]["op"], rows[0]["verdict"]) == ("MAP_CUSTOM1", "appeared"), rows
     for r in rows[1:]:
         assert r["verdict"] in ("grew", "shrank") and r["delta_nodes_per_token"] == 0, rows
-        assert abs(r["delta_ms_per_token"]) < 0.25 * rows[0]["delta_ms_per_token"], rows
+        assert abs(r["delta_ms_per_token"]) < 0.5 * rows[0]["delta_ms_per_token"], rows

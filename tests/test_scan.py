@@ -243,6 +243,21 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
         KIND.step_study(_result(), 2)
 
 
+def test_an_interval_a_confounder_held_open_says_so_and_no_other_does() -> None:
+    from tokensleuth.drivers.hunts.scan.result import _open_why
+
+    note = "tg32: busy-process in 9 pairs; the other pairs alone give nothing (too few pairs)"
+    cell = {"model": "/m/moe.gguf", "workload": "tg32", "ratio": None, "ci": None, "pairs": 10,
+            "verdict": "unresolved"}
+    held = dict(cell, confounded=note, steered=True)
+    assert _open_why([held]) == f"pairs a confounder touched on one side held it open ({note})"
+    # confounded pairs that did not change the answer (all pairs were open too), or a cell decided
+    # beside the open one: the noise's, not the confounder's
+    assert _open_why([dict(held, steered=False)]) == "the pairs measured could not decide"
+    assert _open_why([dict(held, verdict="same"), cell]) == "the pairs measured could not decide"
+    assert _open_why([]) == "the pairs measured could not decide"
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 

@@ -4,9 +4,10 @@ run left behind, so the kernel driver's own path is the real one end to end.
 
 The wrapper (``prefix``) is a shell that notes it ran, and the FAKE_EXTRA and FAKE_REGS the
 engine was given, in the trace folder, then execs the engine. ``read`` turns every repetition's
-window (its stamped progress lines) into kernels: ``k_main`` over the first 60% of the time
-between two progress lines (from 5% in), ``k_tail`` over 10% after it (FAKE_REGS registers), and, where
-FAKE_EXTRA was set, ``k_extra`` over 5% more: a planted kernel that appears in one build only.
+window (its stamped progress lines) into kernels: ``k_tail`` over the first 10% of the time
+between two progress lines (at most the median such time; FAKE_REGS registers), where FAKE_EXTRA
+was set ``k_extra`` over 5% after it (a planted kernel that appears in one build only), and
+``k_main`` over the next 55%.
 """
 
 from __future__ import annotations
@@ -43,16 +44,22 @@ class FakeTracer:
         stamps = [t for t, line in stderr if _PROGRESS.search(line)]
         names = ["k_main", "k_tail", "k_extra"]
         rows: dict[str, list[object]] = {"name": [], "start": [], "end": [], "registers": [], "grid": [], "block": []}
-        # a set of records after every progress line, the last one's as long as the one before: every
-        # repetition holds one, so records per token are alike in every process (the 1% rule withholds
-        # a table otherwise, and one kept repetition without records broke it). They start 5% into
-        # the gap, not at the stamp: on a loaded machine a repetition's window (llama-bench's own
-        # duration) can begin a little after its progress line, and a record on the edge fell out
+        # A set of records from each progress line on: the tool's window of a repetition opens at
+        # that line's stamp and closes at the next line or, the last, at the JSON line (stdout's
+        # stamp, read by another thread: on a loaded machine the stamps come late by different
+        # amounts, and a window read shorter than its repetition is left out of the kernel figures
+        # by the driver). Every kept window holds exactly one set, all its records starting in the
+        # first 15% of it, so records per token are alike in every process (the 1% rule withholds a
+        # table otherwise: sets that started 5% and 30% into the gap fell past a short last window).
+        # Each set is sized on the shorter of its gap and the median gap: a gap far longer than its
+        # repetition sized a k_main longer than any repetition (counted as lost).
         gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
-        for a, gap in zip(stamps, [*gaps, gaps[-1]] if gaps else [], strict=False):
-            spans = [(0, a + int(0.05 * gap), a + int(0.6 * gap)), (1, a + int(0.6 * gap), a + int(0.7 * gap))]
+        usual = sorted(gaps)[len(gaps) // 2] if gaps else 0
+        for stamp, gap in zip(stamps, [min(g, usual) for g in gaps] + [usual] if gaps else [], strict=False):
+            a = stamp + 1000  # 1 µs in
+            spans = [(1, a, a + int(0.1 * gap)), (0, a + int(0.15 * gap), a + int(0.7 * gap))]
             if extra:
-                spans.append((2, a + int(0.7 * gap), a + int(0.75 * gap)))
+                spans.append((2, a + int(0.1 * gap), a + int(0.15 * gap)))
             for n, s, e in spans:
                 rows["name"].append(n)
                 rows["start"].append(s)

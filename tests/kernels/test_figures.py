@@ -361,6 +361,23 @@ def test_the_records_rule_withholds_at_one_percent_not_at_twenty() -> None:
 
     assert missing_records([proc(1000), proc(1000), proc(995)]) is None  # 0.5%: alike
     assert "records per token differ" in (missing_records([proc(1000), proc(1000), proc(985)]) or "")  # 1.5%
+    # the figures it names tell the two apart (they read "0.1 to 0.1" at one decimal)
+    assert "(98.5 to 100, beyond 1%)" in (missing_records([proc(1000), proc(985)]) or "")
+
+
+def test_a_window_read_short_is_left_out_and_one_read_whole_is_kept() -> None:
+    """A window shorter than its repetition by more than 1% (its first line read late) holds part
+    of the repetition's kernels: left out, said; none whole: all kept, said."""
+    from tokensleuth.analysis.kernels import Window, whole_windows
+
+    whole, edge, short = Window(0, 10_000, 16, 10_000), Window(20_000, 29_901, 16, 10_000), Window(40_000, 43_000, 16, 10_000)
+    assert whole_windows([whole, edge]) == ([whole, edge], None)  # 0.99%: whole
+    kept, note = whole_windows([whole, edge, short])
+    assert kept == [whole, edge] and note == ("1 repetition(s) whose window was read short (its first line read late; "
+                                              "down to 30% of the repetition): left out of the kernel figures")
+    kept, note = whole_windows([short])
+    assert kept == [short] and note is not None and note.startswith("every repetition's window was read short")
+    assert whole_windows([Window(0, 5, 16, None)]) == ([Window(0, 5, 16, None)], None)  # no own duration: kept
 
 
 def test_the_trace_cost_is_said_from_the_traced_and_untraced_ms_per_token_where_the_trace_slowed_the_program(

@@ -362,6 +362,25 @@ COVERAGE = 0.05
 RECORDS = 0.01  # records per token alike within 1% across a side's processes, or the table is withheld
 
 
+def whole_windows(windows: Sequence[Window]) -> tuple[list[Window], str | None]:
+    """The windows that hold their whole repetition, and a note on those left out. A window opens at
+    its progress line's stamp and lasts llama-bench's own duration at most (it closes earlier at
+    the next line): one shorter than that by more than RECORDS had its opening line read late (a
+    loaded host: the reader thread woke late), and the kernels of the repetition's start fell
+    before it. Counted, they read as records missing (the tool said so of a CPU run whose last
+    window was 30% of its repetition). When no window is whole, all are kept, and said so."""
+    short = [w for w in windows if w.bench_ns and (w.end_ns - w.start_ns) < (1 - RECORDS) * w.bench_ns]
+    if not short:
+        return list(windows), None
+    worst = min((w.end_ns - w.start_ns) / w.bench_ns for w in short if w.bench_ns)
+    if len(short) == len(windows):
+        return list(windows), (f"every repetition's window was read short (its first line read late; down to "
+                               f"{worst:.0%} of the repetition): kept, and records of their starts may be missing")
+    return [w for w in windows if w not in short], (
+        f"{len(short)} repetition(s) whose window was read short (its first line read late; down to {worst:.0%} "
+        "of the repetition): left out of the kernel figures")
+
+
 def missing_records(ps: Sequence[ProcessKernels]) -> str | None:
     """Why a side's records cannot be trusted whole, or None: records the tracer knows it lost,
     or a process with fewer records per token than the others (one build's graph runs the same
@@ -371,6 +390,6 @@ def missing_records(ps: Sequence[ProcessKernels]) -> str | None:
         return f"{lost} records were lost by the tracer"
     per = [p.calls_per_token for p in ps if p.traced]
     if len(per) >= 2 and max(per) > 0 and (max(per) - min(per)) / max(per) > RECORDS:
-        return (f"records per token differ across processes ({min(per):.1f} to {max(per):.1f}, beyond "
+        return (f"records per token differ across processes ({min(per):.4g} to {max(per):.4g}, beyond "
                 f"{RECORDS:.0%}): some are missing")
     return None

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tokensleuth.analysis.cold import cold_leading
-from tokensleuth.analysis.kernels import ProcessKernels, Window, one_token, process_kernels
+from tokensleuth.analysis.kernels import ProcessKernels, Window, one_token, process_kernels, whole_windows
 from tokensleuth.analysis.stats import stalled_reps
 from tokensleuth.analysis.traces import analyze
 from tokensleuth.core.errors import EngineError, UserError
@@ -132,7 +132,10 @@ def trace_process(tracer: Tracer, build: EngineBuild, name: str, model: str, wor
     if not windows:
         raise EngineError(f"no timed repetition of {name} on {Path(model).name} {workload} had a window "
                           "(llama-bench printed no progress lines?)")
+    windows, short = whole_windows(windows)
     pk = process_kernels(trace, windows)
+    if short:
+        pk.notes.insert(0, short)
     if pk.traced_tokens == 0:
         raise EngineError(f"no token of {name} on {Path(model).name} {workload} was traced: "
                           f"{'; '.join(pk.notes[-2:]) or 'its sampled launches fell outside the kept repetitions'} — "

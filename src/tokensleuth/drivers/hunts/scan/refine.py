@@ -52,7 +52,9 @@ def judge_interval(scan: Scan, p: int, q: int) -> dict[str, Any]:
     scan.compare_s.append(time.monotonic() - t0)
     cells = [{"model": c.model, "workload": c.workload, "ratio": c.estimate.ratio if c.estimate else None,
               "ci": [c.estimate.lo, c.estimate.hi] if c.estimate else None, "pairs": c.pairs,
-              "verdict": c.verdict} for c in j.comparisons]
+              "verdict": c.verdict,
+              **({"confounded": c.confounder_note(), "steered": c.steered} if c.confounded else {})}
+             for c in j.comparisons]
     verdicts = {c["verdict"] for c in cells}
     if (f := j.failed("B")) is not None or (f := j.failed("A")) is not None:
         return {"verdict": "crash", "cells": cells, "study": j.study, "note": f"{f.status}: {f.message}"[:200],

@@ -66,7 +66,7 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
             b = bisects.get(key)
             why = got.get("note") or (f"a step whose bisect ended {b['status']}: {b.get('reason') or ''}".rstrip(": ")
                                       if got["verdict"] == "step" and b else "a step not bisected yet"
-                                      if got["verdict"] == "step" else "the pairs measured could not decide")
+                                      if got["verdict"] == "step" else _open_why(got["cells"]))
             undecided.append({"from": cands[p].label, "to": cands[q].label, "commits": q - p, "reason": why,
                               "cells": got["cells"], "study": got.get("study"),
                               "pairs_needed": _pairs_needed(got["cells"], band)})
@@ -121,6 +121,15 @@ def finish(scan: Scan, measure: bool = True) -> dict[str, Any]:
             "engine_s": scan.engine_s(),
             "progress": {"points": len(pts), "intervals": len(pts) - 1, "same": len(same), "steps": len(steps),
                          "open": len(undecided)}}
+
+
+def _open_why(cells: list[dict[str, Any]]) -> str:
+    """Why an interval judged neither the same nor a step is open: the confounders that held its
+    open cells (a busy neighbour or a stall beside one trial of a pair: comparisons.guard), or noise."""
+    held = [c["confounded"] for c in cells if c.get("steered") and c["verdict"] == "unresolved"]
+    if held:
+        return "pairs a confounder touched on one side held it open (" + "; ".join(held) + ")"
+    return "the pairs measured could not decide"
 
 
 def _pairs_needed(cells: list[dict[str, Any]], band: float) -> int | None:
