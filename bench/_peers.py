@@ -16,6 +16,7 @@ import http.server
 import json
 import os
 import subprocess
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -153,7 +154,10 @@ def aiperf(url: str, tokenizer: Path, out: Path, isl: int, osl: int, concurrency
            *(a for e in extra for a in ("--extra-inputs", e)),
            "--concurrency", str(concurrency), "--request-count", str(requests),
            "--warmup-request-count", str(concurrency), "--artifact-dir", str(out), "--ui-type", "none"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1"})
+    # its dataset's memory-mapped files (aiperf_mmap_*) go to TMPDIR and outlive the run: a private one
+    with tempfile.TemporaryDirectory(prefix="tokensleuth-aiperf-") as tmp:
+        p = subprocess.run(cmd, capture_output=True, text=True,
+                           env={**os.environ, "HF_HUB_DISABLE_TELEMETRY": "1", "TMPDIR": tmp})
     if p.returncode != 0 or not (out / "profile_export_aiperf.json").exists():
         raise SystemExit(f"aiperf failed ({p.returncode}): {p.stdout[-1500:]}{p.stderr[-1500:]}")
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +46,15 @@ def open_page(page: Path, name: str, width: int = 1000, ids: Sequence[str] = ())
               f"--window-size={width},1200"):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
-    d = webdriver.Chrome(options=opts, service=service)
+    # the profile folders chromedriver makes in TMPDIR (org.chromium.Chromium.*) go in one removed
+    # after the browser quits: 339 were left in /tmp by a day of runs
+    tmp = tempfile.mkdtemp(prefix="tokensleuth-browser-")
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"), env={**os.environ, "TMPDIR": tmp})
+    try:
+        d = webdriver.Chrome(options=opts, service=service)
+    except BaseException:
+        shutil.rmtree(tmp)
+        raise
     try:
         d.get(page.resolve().as_uri())
         errors = [e["message"] for e in d.get_log("browser")  # type: ignore[no-untyped-call]
@@ -79,6 +87,7 @@ def open_page(page: Path, name: str, width: int = 1000, ids: Sequence[str] = ())
         d.save_screenshot(str(shot))
     finally:
         d.quit()
+        shutil.rmtree(tmp)
     return Seen(text, errors, requests, figures, scripts, shot, links, by_id)
 
 
