@@ -74,6 +74,8 @@ def main() -> None:
     ap.add_argument("home", type=Path)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="the cores of the machine the run had")
+    ap.add_argument("--timeline", type=Path, help="the file TOKENSLEUTH_TEST_TIMELINE named for the run "
+                    "(tests/conftest.py): when each test process ended, and what ran alone at the end")
     a = ap.parse_args()
     text = a.log.read_text()
     d = durations(text)
@@ -106,6 +108,32 @@ def main() -> None:
     small = [b.s for b in compiled[a.top // 2:]]
     if small:
         print(f"| {sum(small):.0f} | the other {len(small)} builds ({min(small):.0f}-{max(small):.0f} s each) | |")
+    if a.timeline is not None:
+        print()
+        print(timeline(a.timeline))
+
+
+def timeline(path: Path) -> str:
+    """When each test process took its first test and ended its last, and the tests that ran after
+    the first of them ended (one process left: the other cores idle but for that file's own work)."""
+    rows = []
+    for line in path.read_text().splitlines():
+        t0, t1, worker, test = line.split(" ", 3)
+        rows.append((float(t0), float(t1), worker, test))
+    if not rows:
+        return f"{path}: no test recorded"
+    start = min(r[0] for r in rows)
+    ends = {w: max(r[1] for r in rows if r[2] == w) for w in {r[2] for r in rows}}
+    out = ["| test process | first test at s | last ended at s |", "| --- | ---: | ---: |"]
+    out += [f"| {w} | {min(r[0] for r in rows if r[2] == w) - start:.0f} | {t - start:.0f} |"
+            for w, t in sorted(ends.items())]
+    first_end = min(ends.values())
+    alone = [r for r in rows if r[1] > first_end]
+    out += ["", f"after the first test process ended ({first_end - start:.0f} s in), "
+            f"{max(ends.values()) - first_end:.0f} s ran on one process:", "", "| test | s after |", "| --- | ---: |"]
+    out += [f"| `{t}` | {max(t1, first_end) - max(t0, first_end):.0f} |" for t0, t1, _, t in alone
+            if max(t1, first_end) - max(t0, first_end) >= 1]
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
     items.sort(key=lambda item: -slow[item.path])
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """With TOKENSLEUTH_TEST_TIMELINE=FILE, each test's start and end (wall clock, setup to
+    teardown) and its test process, a line each: what ran alone at a run's end
+    (bench/suite_breakdown.py --timeline)."""
+    path = os.environ.get("TOKENSLEUTH_TEST_TIMELINE")
+    t0 = time.time()
+    yield
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{t0:.3f} {time.time():.3f} {os.environ.get('PYTEST_XDIST_WORKER', 'main')} {item.nodeid}\n")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
