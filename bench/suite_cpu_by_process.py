@@ -8,7 +8,7 @@ aim at. (Ray's and Chromium's processes name themselves after a thread: they are
     touch /tmp/pacct && accton /tmp/pacct     # as root; Debian's acct package
     ... the run (scripts/test.sh) ...
     accton off
-    python3 bench/suite_cpu_by_command.py /tmp/pacct --top 20
+    python3 bench/suite_cpu_by_process.py /tmp/pacct --top 20
 """
 
 from __future__ import annotations
