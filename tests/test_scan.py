@@ -246,7 +246,8 @@ def test_the_report_names_a_default_change_and_never_calls_undecided_the_same() 
 def test_an_interval_a_confounder_held_open_says_so_and_no_other_does() -> None:
     from tokensleuth.drivers.hunts.scan.result import _open_why
 
-    note = "tg32: busy-process in 9 pairs; the other pairs alone give nothing (too few pairs)"
+    note = ("tg32: busy-process in 9 pairs; the other pairs alone give nothing (too few pairs), no answer of their "
+            "own, so no decision is taken on this cell until more pairs settle it")
     cell = {"model": "/m/moe.gguf", "workload": "tg32", "ratio": None, "ci": None, "pairs": 10,
             "verdict": "unresolved"}
     held = dict(cell, confounded=note, steered=True)

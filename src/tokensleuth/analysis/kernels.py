@@ -367,8 +367,9 @@ def whole_windows(windows: Sequence[Window]) -> tuple[list[Window], str | None]:
     its progress line's stamp and lasts llama-bench's own duration at most (it closes earlier at
     the next line): one shorter than that by more than RECORDS had its opening line read late (a
     loaded host: the reader thread woke late), and the kernels of the repetition's start fell
-    before it. Counted, they read as records missing (the tool said so of a CPU run whose last
-    window was 30% of its repetition). When no window is whole, all are kept, and said so."""
+    before it. Counted, they read as records missing (the tool said so of the suite's fake-tracer
+    runs on a loaded 2-core machine, whose last window was once 30% of its repetition). When no
+    window is whole, all are kept, and said so."""
     short = [w for w in windows if w.bench_ns and (w.end_ns - w.start_ns) < (1 - RECORDS) * w.bench_ns]
     if not short:
         return list(windows), None

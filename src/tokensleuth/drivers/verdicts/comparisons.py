@@ -65,6 +65,8 @@ class Comparison:
         clean = (f"{self.clean.ratio:.4f} [{self.clean.lo:.4f}, {self.clean.hi:.4f}]" if self.clean
                  else "nothing (too few pairs)")
         head = f"{self.workload}: {what}; the other pairs alone give {clean}"
+        if self.steered and self.clean is None:  # (withheld: no interval of its own to answer with)
+            return head + ", no answer of their own, so no decision is taken on this cell until more pairs settle it"
         if self.steered:
             return head + " — it answers otherwise, so no decision is taken on this cell until more pairs settle it"
         if self.clean_verdict is None:
