@@ -200,6 +200,16 @@ add ggml-git src/tokensleuth/sources/configure.py \
 add vocab-cut src/tokensleuth/models/synth.py \
     'val = val[:size]' 'val = list(val)' \
     tests/models/test_models.py::test_a_tokenizer_cut_to_its_first_tokens_makes_a_model_the_engine_runs
+# a kernel window read short left out; what held a scan's interval open; a withheld cell's note
+add whole-windows src/tokensleuth/analysis/kernels.py \
+    'if f >= 1 - RECORDS]' 'if True]' \
+    tests/kernels/test_figures.py::test_a_window_read_short_is_left_out_and_one_read_whole_is_kept
+add open-why src/tokensleuth/drivers/hunts/scan/result.py \
+    'if c.get("steered") and c["verdict"] == "unresolved"]' 'if c.get("confounded")]' \
+    tests/test_scan.py::test_an_interval_a_confounder_held_open_says_so_and_no_other_does
+add withheld-note src/tokensleuth/drivers/verdicts/comparisons.py \
+    'if self.steered and self.clean is None:' 'if False:' \
+    tests/test_confounded_decisions.py::test_too_few_clean_pairs_give_no_interval_to_answer_with
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

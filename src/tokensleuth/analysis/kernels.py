@@ -370,16 +370,16 @@ def whole_windows(windows: Sequence[Window]) -> tuple[list[Window], str | None]:
     before it. Counted, they read as records missing (the tool said so of the suite's fake-tracer
     runs on a loaded 2-core machine, whose last window was once 30% of its repetition). When no
     window is whole, all are kept, and said so."""
-    short = [w for w in windows if w.bench_ns and (w.end_ns - w.start_ns) < (1 - RECORDS) * w.bench_ns]
-    if not short:
-        return list(windows), None
-    worst = min((w.end_ns - w.start_ns) / w.bench_ns for w in short if w.bench_ns)
-    if len(short) == len(windows):
+    share = [(w.end_ns - w.start_ns) / w.bench_ns if w.bench_ns else 1.0 for w in windows]
+    whole = [w for w, f in zip(windows, share, strict=True) if f >= 1 - RECORDS]
+    if len(whole) == len(windows):
+        return whole, None
+    worst = min(share)
+    if not whole:
         return list(windows), (f"every repetition's window was read short (its first line read late; down to "
                                f"{worst:.0%} of the repetition): kept, and records of their starts may be missing")
-    return [w for w in windows if w not in short], (
-        f"{len(short)} repetition(s) whose window was read short (its first line read late; down to {worst:.0%} "
-        "of the repetition): left out of the kernel figures")
+    return whole, (f"{len(windows) - len(whole)} repetition(s) whose window was read short (its first line read "
+                   f"late; down to {worst:.0%} of the repetition): left out of the kernel figures")
 
 
 def missing_records(ps: Sequence[ProcessKernels]) -> str | None:
