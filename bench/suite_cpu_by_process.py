@@ -19,15 +19,21 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import NoReturn
 
 HZ = 100  # acct's v3 records count user and system time in ticks of 1/100 s
+
+
+def _refuse(why: str) -> NoReturn:
+    print(f"error: {why}", file=sys.stderr)
+    sys.exit(2)
 
 
 def by_command(pacct: Path) -> dict[str, tuple[int, float]]:
     """command -> (processes, CPU seconds), from ``dump-acct``."""
     dump = shutil.which("dump-acct")
     if dump is None:
-        sys.exit("dump-acct is missing: install Debian's acct package")
+        _refuse("dump-acct is missing: install Debian's acct package")
     out = subprocess.run([dump, str(pacct)], capture_output=True, text=True, check=True).stdout
     calls: dict[str, int] = defaultdict(int)
     cpu: dict[str, float] = defaultdict(float)
@@ -46,7 +52,7 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args()
     if not a.pacct.is_file():
-        sys.exit(f"{a.pacct}: no such accounting file — start it with accton before the run")
+        _refuse(f"{a.pacct}: no such accounting file — start it with accton before the run")
     rows = sorted(by_command(a.pacct).items(), key=lambda kv: -kv[1][1])
     total = sum(c for _, (_, c) in rows)
     print(f"{sum(n for _, (n, _) in rows)} processes, {total:.0f} CPU seconds (user and system)\n")
