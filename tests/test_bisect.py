@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -416,3 +417,25 @@ def test_the_first_bad_is_said_verified_only_where_its_parent_against_it_gives_t
     first = render_bisect(r).splitlines()[0]
     said = "verified against its parent" if confirmed else "NOT confirmed against its parent"
     assert first == f"First bad: {'3' * 40} — commit 3 (Ann, 2026-01-03); {said}."
+
+
+@pytest.mark.parametrize("ratio, first, change", [
+    (0.90, "First bad", "slowdown"), (1.04, "First faster", "speed-up"), (None, "First bad", "change")])
+def test_the_answer_names_the_direction_the_bisect_followed(ratio: float | None, first: str, change: str) -> None:
+    """A bisect follows a speed-up as readily as a slowdown (a scan's step may be either): its
+    culprit and its controls are worded by the endpoints' ratio it chose, never "regression";
+    a result stored without that ratio says "change"."""
+    from tokensleuth.studies.bisect import render_bisect
+
+    r: dict[str, Any] = {"status": "found", "first_bad": "c3", "verified": True, "culprit": {"sha": "3" * 40},
+                         "specific_to_model": True, "control_band": 0.025, "endpoints": [], "steps": [],
+                         "study": "s"}
+    if ratio is not None:
+        r["endpoint_ratio"] = ratio
+    text = render_bisect(r)
+    assert text.splitlines()[0] == f"{first}: {'3' * 40}; verified against its parent."
+    assert (f"Control models did not move at the culprit (within ±2.5%, half the {change}): the {change} is "
+            "specific to the measured model.") in text
+    assert "regression" not in text
+    r["specific_to_model"] = None
+    assert f"too noisy to say whether the {change} is model-specific" in render_bisect(r)

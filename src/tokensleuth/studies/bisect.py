@@ -34,10 +34,18 @@ def outputs_line(o: dict[str, Any], good: str, bad: str) -> str:
             f"{', '.join(o.get('culprit_range') or [])} (commits between did not build).")
 
 
+def bisected_change(r: dict[str, Any]) -> str:
+    """What the bisect followed, from the ratio of the endpoints' cell it chose: "slowdown" or
+    "speed-up"; "change" for a result stored without it."""
+    ratio = r.get("endpoint_ratio")
+    return "change" if ratio is None else "slowdown" if ratio < 1 else "speed-up"
+
+
 def render_bisect(r: dict[str, Any]) -> str:
     """Culprit, evidence table, controls and the step log of a bisect result."""
     out = []
     status = r.get("status") or ("no-regression" if r.get("reason") else None)  # results stored before 0.2
+    change = bisected_change(r)
     if status == "no-regression":
         out.append(f"No bisect: {r['reason']} ({r['good']} vs {r['bad']}).")
     elif status == "crash":
@@ -50,15 +58,16 @@ def render_bisect(r: dict[str, Any]) -> str:
         c = r.get("culprit") or {}
         who = f" — {c.get('subject')} ({c.get('author')}, {c.get('date')})" if c.get("subject") else ""
         ok = "verified against its parent" if r.get("verified") else "NOT confirmed against its parent"
-        out.append(f"First bad: {c.get('sha') or r['first_bad']}{who}; {ok}.")
+        first = "First faster" if change == "speed-up" else "First bad"
+        out.append(f"{first}: {c.get('sha') or r['first_bad']}{who}; {ok}.")
     else:
         out.append(f"Culprit range (skipped or undecided commits border it): {', '.join(r['culprit_range'])}.")
     if "specific_to_model" in r:
-        half = f" (within ±{r['control_band']:.1%}, half the regression)" if r.get("control_band") else ""
-        out.append({True: f"Control models did not move at the culprit{half}: the regression is specific to"
+        half = f" (within ±{r['control_band']:.1%}, half the {change})" if r.get("control_band") else ""
+        out.append({True: f"Control models did not move at the culprit{half}: the {change} is specific to"
                           " the measured model.",
                     False: "Control models moved at the culprit too: not model-specific.",
-                    None: "Control models were too noisy to say whether the regression is model-specific."}
+                    None: f"Control models were too noisy to say whether the {change} is model-specific."}
                    [r["specific_to_model"]])
     for key, where in (("culprit_param_diffs", "at the culprit"), ("param_diffs", "between the endpoints")):
         if r.get(key):

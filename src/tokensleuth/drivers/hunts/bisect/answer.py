@@ -63,6 +63,7 @@ def answer_bisect(bis: Bisector, store: Store, sid: str, cands: Sequence[Candida
     worst = max(regress, key=lambda c: abs(1 - c.estimate.ratio) if c.estimate else 0.0)
     assert worst.estimate is not None
     store.state.put(sid, "endpoint_ratio", worst.estimate.ratio)
+    result["endpoint_ratio"] = worst.estimate.ratio  # (its direction words the answer: slowdown or speed-up)
     store.state.put(sid, "endpoint_cells", [[c.model, c.workload] for c in regress
                                             if c.verdict == worst.verdict])
     if bis.width() > 1:  # k machines: k candidates a round
