@@ -153,14 +153,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     """With TOKENSLEUTH_TEST_TIMELINE=FILE, each test's start and end (wall clock, setup to
-    teardown) and its test process, a line each: what ran alone at a run's end
-    (bench/suite_breakdown.py --timeline)."""
+    teardown) and its test process (worker:pid), a line each: what ran alone at a run's end
+    (bench/suite_breakdown.py --timeline), and which test each process of the run served
+    (bench/suite_cpu_by_test.py)."""
     path = os.environ.get("TOKENSLEUTH_TEST_TIMELINE")
     t0 = time.time()
     yield
     if path:
         with open(path, "a") as f:
-            f.write(f"{t0:.3f} {time.time():.3f} {os.environ.get('PYTEST_XDIST_WORKER', 'main')} {item.nodeid}\n")
+            f.write(f"{t0:.3f} {time.time():.3f} {os.environ.get('PYTEST_XDIST_WORKER', 'main')}:{os.getpid()} "
+                    f"{item.nodeid}\n")
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
