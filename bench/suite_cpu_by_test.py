@@ -41,6 +41,7 @@ class Proc:
     pid: int
     ppid: int
     start: float  # (whole seconds: the record's own resolution)
+    end: float
 
 
 def processes(pacct: Path) -> list[Proc]:
@@ -53,10 +54,11 @@ def processes(pacct: Path) -> list[Proc]:
     procs = []
     for line in out.splitlines():
         f = [x.strip() for x in line.split("|")]
-        if len(f) < 14 or f[1] != "v3":
+        if len(f) < 15 or f[1] != "v3":
             continue
-        start = datetime.strptime(f[13], "%a %b %d %H:%M:%S %Y").timestamp()
-        procs.append(Proc(f[0], (float(f[2]) + float(f[3])) / HZ, int(f[9]), int(f[10]), start))
+        start = datetime.strptime(f[14], "%a %b %d %H:%M:%S %Y").timestamp()
+        procs.append(Proc(f[0], (float(f[2]) + float(f[3])) / HZ, int(f[9]), int(f[10]), start,
+                          start + float(f[4]) / HZ))
     return procs
 
 
@@ -78,15 +80,26 @@ def tests_by_process(timeline: Path) -> dict[int, tuple[list[float], list[tuple[
 def attribute(procs: list[Proc], tests: dict[int, tuple[list[float], list[tuple[float, str]]]]
               ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
     """(test -> command -> CPU s, command -> CPU s outside the tests)."""
-    parent = {p.pid: p.ppid for p in procs}  # (pids reused in one run: the last record wins, rare)
+    by_pid: dict[int, list[Proc]] = defaultdict(list)
+    for p in procs:
+        by_pid[p.pid].append(p)
+
+    def parent_of(pid: int, at: float) -> Proc | None:
+        """The process ``pid`` that was alive at ``at`` (a long run reuses pids: the one whose
+        life held that moment, else the last started before it)."""
+        alive = [q for q in by_pid.get(pid, ()) if q.start - 1 <= at <= q.end + 1]
+        before = [q for q in by_pid.get(pid, ()) if q.start - 1 <= at]
+        return min(alive, key=lambda q: q.end - q.start, default=None) or max(before, key=lambda q: q.start,
+                                                                               default=None)
+
     by_test: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     outside: dict[str, float] = defaultdict(float)
     for p in procs:
         if p.pid in tests:
             continue  # a test process itself
-        a, seen = p.ppid, 0
-        while a not in tests and a in parent and seen < 64:
-            a, seen = parent[a], seen + 1
+        a, at, seen = p.ppid, p.start, 0
+        while a not in tests and seen < 64 and (q := parent_of(a, at)) is not None:
+            a, at, seen = q.ppid, q.start, seen + 1
         if a not in tests:
             outside[p.command] += p.cpu_s
             continue

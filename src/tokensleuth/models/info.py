@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gguf
-
 from tokensleuth.core.errors import UserError, show
 
 
@@ -144,6 +142,8 @@ class GgufHeader:
 def parse_header(buf: mmap.mmap | bytes) -> GgufHeader:
     """A GGUF file's header in one pass: its KVs (arrays by length only: a tokenizer's
     150k strings are skipped, never decoded) and its tensor infos."""
+    import gguf  # (here, not at the top: a command that reads no model starts without it)
+
     endian = "<"
     version = struct.unpack("<I", buf[4:8])[0]
     if version & 0xFFFF == 0:  # a big-endian file reads as a huge little-endian version
@@ -267,6 +267,8 @@ def model_info(path: Path) -> ModelInfo:
 
 
 def _model_info(path: Path, head: GgufHeader) -> ModelInfo:
+    import gguf
+
     kv = head.kv
     try:
         arch = str(kv.get("general.architecture", "unknown"))
