@@ -210,6 +210,13 @@ add open-why src/tokensleuth/drivers/hunts/scan/result.py \
 add withheld-note src/tokensleuth/drivers/verdicts/comparisons.py \
     'if self.steered and self.clean is None:' 'if False:' \
     tests/test_confounded_decisions.py::test_too_few_clean_pairs_give_no_interval_to_answer_with
+# a bisect's answer worded by the direction it followed; an sdist from the index only with its hash
+add bisect-direction src/tokensleuth/studies/bisect.py \
+    'return "change" if ratio is None else "slowdown" if ratio < 1 else "speed-up"' 'return "regression"' \
+    tests/test_bisect.py::test_the_answer_names_the_direction_the_bisect_followed
+add sdist-hash src/tokensleuth/sources/fetch.py \
+    'if want is None or h.hexdigest() != want:' 'if False:' \
+    tests/sources/test_fetch_index.py::test_a_file_list_that_does_not_give_the_sdist_leaves_nothing_and_pip_is_asked
 
 check=0
 [ "${1:-}" = --check ] && { check=1; shift; }

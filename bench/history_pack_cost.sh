@@ -4,7 +4,9 @@
 # same bytes. Usage: bash bench/history_pack_cost.sh OLD_REV [FROM TO]   (default 11382 11434)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-old=${1:?an older revision, e.g. HEAD~1}; from=${2:-11382}; to=${3:-11434}
+old=${1:-}; from=${2:-11382}; to=${3:-11434}
+git rev-parse -q --verify "$old^{commit}" >/dev/null 2>&1 \
+    || { echo "error: give an older revision of this repository, e.g. bash $0 HEAD~1" >&2; exit 2; }
 w=$(mktemp -d); trap 'git worktree remove --force "$w/old" >/dev/null 2>&1 || true; rm -rf "$w"' EXIT
 git worktree add -q --detach "$w/old" "$old"
 for side in new old; do

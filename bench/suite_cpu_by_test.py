@@ -50,7 +50,10 @@ def processes(pacct: Path) -> list[Proc]:
         _refuse("dump-acct is missing: install Debian's acct package")
     if not pacct.is_file():
         _refuse(f"{pacct} is not a file — give the file accton wrote")
-    out = subprocess.run([dump, str(pacct)], capture_output=True, text=True, check=True).stdout
+    run = subprocess.run([dump, str(pacct)], capture_output=True, text=True)
+    if run.returncode != 0:
+        _refuse(f"dump-acct could not read {pacct}: {(run.stderr.strip().splitlines() or ['no message'])[-1]}")
+    out = run.stdout
     procs = []
     for line in out.splitlines():
         f = [x.strip() for x in line.split("|")]
@@ -59,6 +62,8 @@ def processes(pacct: Path) -> list[Proc]:
         start = datetime.strptime(f[14], "%a %b %d %H:%M:%S %Y").timestamp()
         procs.append(Proc(f[0], (float(f[2]) + float(f[3])) / HZ, int(f[9]), int(f[10]), start,
                           start + float(f[4]) / HZ))
+    if not procs:
+        _refuse(f"{pacct} holds no process accounting records (v3) — give the file accton wrote")
     return procs
 
 
@@ -118,10 +123,11 @@ def main() -> None:
     if not a.timeline.is_file():
         _refuse(f"{a.timeline} is not a file — give the file TOKENSLEUTH_TEST_TIMELINE named")
     procs = processes(a.pacct)
-    by_test, outside = attribute(procs, tests_by_process(a.timeline))
+    tests = tests_by_process(a.timeline)
+    by_test, outside = attribute(procs, tests)
     total = sum(p.cpu_s for p in procs)
     in_tests = sum(sum(c.values()) for c in by_test.values())
-    own = sum(p.cpu_s for p in procs if p.pid in tests_by_process(a.timeline))
+    own = sum(p.cpu_s for p in procs if p.pid in tests)
     print(f"{len(procs)} processes, {total:.0f} CPU s: {in_tests:.0f} in processes the tests started, "
           f"{own:.0f} in the test processes themselves, {sum(outside.values()):.0f} outside the tests\n")
     print("| test | CPU s | of it llama-bench | the rest, by program |")

@@ -96,8 +96,9 @@ def sdist_from_index(package: str, version: str, dest: Path) -> Path:
             found = [f for f in files if _sdist_of(f["filename"]) == (name, version) and not f.get("yanked")]
             if not found:
                 raise IndexMiss(f"no sdist of {version} in {url}")
+            out = dest / str(found[0]["filename"])
             want = found[0].get("hashes", {}).get("sha256")
-            part = dest / f"{found[0]['filename']}.part"
+            part = out.with_name(f"{out.name}.part")
             h = hashlib.sha256()
             with client.stream("GET", urljoin(url, found[0]["url"])) as got, open(part, "wb") as fh:
                 got.raise_for_status()
@@ -108,7 +109,6 @@ def sdist_from_index(package: str, version: str, dest: Path) -> Path:
         if part is not None:
             part.unlink(missing_ok=True)
         raise IndexMiss(f"{url}: {type(exc).__name__}: {exc}"[:200]) from exc
-    out = dest / str(found[0]["filename"])
     if want is None or h.hexdigest() != want:
         part.unlink()
         raise IndexMiss(f"{out.name}: sha256 {h.hexdigest()[:12]}, the index says {str(want)[:12]}")

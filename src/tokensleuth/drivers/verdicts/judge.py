@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tokensleuth.core.errors import EngineError, UserError
+from tokensleuth.drivers.shared import quarter_lines
 from tokensleuth.drivers.verdicts.comparisons import Comparison
 from tokensleuth.drivers.verdicts.pairs import run_compare, still_open
 from tokensleuth.engines import engine_for
@@ -91,8 +92,6 @@ class Judge:
         if source not in self.builds:
             if getattr(self.cache, "check_arm", None) is None:  # an unknown flag: refused before this build
                 engine_for(self.kind).check_source_flags(source, self.flags)
-            from tokensleuth.drivers.shared import quarter_lines
-
             try:  # (a build says its progress at each quarter: a hunt's builds are minutes each on a GPU)
                 self.builds[source] = self.cache.get(source, self.cmake, targets=self.targets,
                                                      log=quarter_lines(source, self.log))
