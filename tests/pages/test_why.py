@@ -31,15 +31,17 @@ def run(args: list[str], env: dict[str, str], timeout: float = 1800) -> subproce
 
 @pytest.fixture(scope="module")
 def profiled(tmp_path_factory: pytest.TempPathFactory, engine: EngineBuild, dense_model: Path) -> dict[str, Any]:
-    """compare --profile on two arms of the planted engine's one CPU build, b waiting 2 ms per decode
-    call (outside the graph): the op profile of each arm beside the slower verdict."""
+    """compare --profile on two arms of the planted engine's one CPU build, b waiting 20 ms per decode
+    call (outside the graph): the op profile of each arm beside the slower verdict. The wait is ~40x
+    a tiny token: a busy neighbour's preemptions (a few ms/token over 4 processes a side, as a CI
+    run once gave against a 2 ms wait) cannot take the profiler's interval down to zero."""
     from tests.planted import planted_engine
 
     src, _ = planted_engine()
     d = tmp_path_factory.mktemp("why")
     env = dict(os.environ, TOKENSLEUTH_DB=str(d / "store.sqlite"))
     out = d / "c.json"
-    run(["compare", "--json", str(out), "--arm", f"a={src}", "--arm", f"b={src}", "--env", "b:TOKENSLEUTH_SPIN_US=2000",
+    run(["compare", "--json", str(out), "--arm", f"a={src}", "--arm", f"b={src}", "--env", "b:TOKENSLEUTH_SPIN_US=20000",
          "--model", str(dense_model), "-w", "tg16", "--max-pairs", "5", "--profile", "--", "-r", "3", "-t", "1"], env)
     doc = json.loads(out.read_text())
     (entry,) = doc["profile"]
