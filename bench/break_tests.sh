@@ -259,7 +259,7 @@ tests=()
 for c in "${cases[@]}"; do tests+=("${TEST[$c]}"); done
 if ! (cd "$work/snap" && PYTHONPATH=$work/snap/src:$work/snap "$PY" -m pytest -q --collect-only -p no:cacheprovider \
         -p no:xdist "${tests[@]}" >"$work/log" 2>&1); then
-    grep -E "^ERROR|not found" "$work/log" >&2
+    grep -E "^ERROR|not found" "$work/log" >&2 || tail -5 "$work/log" >&2
     echo "bench/break_tests.sh: a case names a test that is not there (above)" >&2
     exit 2
 fi
@@ -272,7 +272,11 @@ bad=0
 for c in "${cases[@]}"; do
     wt=$work/wt
     rm -rf "$wt"
-    cp -a "$work/snap" "$wt"
+    if [ $check = 1 ]; then  # (only the one file is edited and read: a copy of it, not of the checkout)
+        mkdir -p "$(dirname "$wt/${FILE[$c]}")" && cp -a "$work/snap/${FILE[$c]}" "$wt/${FILE[$c]}"
+    else
+        cp -a "$work/snap" "$wt"
+    fi
     f=$wt/${FILE[$c]}
     sed -i "s/$(sed_pat "${PAT[$c]}")/$(sed_rep "${REP[$c]}")/" "$f"
     where="${FILE[$c]#src/tokensleuth/}:${LINE[$c]}"
