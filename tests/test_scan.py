@@ -376,13 +376,19 @@ def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
                         "--model", str(dense_model), "-w", "tg16", "--band", "50%", "--samples", "1",
                         "--max-pairs", "10", "--no-profile", "--json", str(out), "--", "-r", "3", "-t", "1"],
                        env=cli_env, capture_output=True, text=True, timeout=1800)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode in (0, 1), p.stderr[-3000:]
     got = json.loads(out.read_text())
-    assert got["steps"] == [] and got["undecided"] == [], got
+    # An interval whose pairs a busy neighbour confounded (the suite's other process, on 2 cores) may
+    # be left undecided even at ±50%: said so (exit 1), never the same and never a step
+    assert p.returncode == (1 if got["undecided"] else 0), p.stderr[-3000:]
+    assert got["steps"] == [], got
     (sc,) = got["settings_changes"]
     assert (sc["first_changed"], sc["parent"]) == (shas["offload"][:10], shas["n1"][:10]), sc
     assert [(d["field"], d["baseline"], d["candidate"]) for d in sc["param_diffs"]] == [("n_gpu_layers", -1, 99)]
-    assert sc["verdict"] == "same" and {c["verdict"] for c in sc["cells"]} == {"same"}  # (a 0.6 ms token: the band is wide)
+    # (a 0.6 ms token: the band is wide) the same, or undecided with its cells unresolved
+    cells = {c["verdict"] for c in sc["cells"]}
+    assert (sc["verdict"], cells) == ("same", {"same"}) or (sc["verdict"] == "undecided" and "unresolved" in cells
+                                                            and cells <= {"same", "unresolved"}), sc
     # halving: base's settings, then the middle (offload: changed), then n1 (not) — n2 never built
     probes = _state(cli_env["TOKENSLEUTH_DB"], "scan-probes")
     assert set(probes) == {shas[k][:10] for k in ("base", "offload", "n1")}, probes
@@ -397,8 +403,9 @@ def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
     # that is said, and the change is still named (never hidden behind the pin)
     p = subprocess.run([*p.args[:2], "--pin-params", *p.args[2:]], env=cli_env, capture_output=True, text=True,
                        timeout=1800)
-    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.returncode in (0, 1), p.stderr[-3000:]
     got = json.loads(out.read_text())
+    assert p.returncode == (1 if got["undecided"] else 0), p.stderr[-3000:]
     assert got["pinned"] == {} and [s["first_changed"] for s in got["settings_changes"]] == [shas["offload"][:10]]
     assert "n_gpu_layers=-1 (this version does not accept it)" in p.stderr
 
@@ -492,7 +499,9 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
     # MoE-only: the dense model did not move
     culprit = steps[short["culprit"]]
     assert culprit["direction"] == "slower" and culprit["cause"] == "engine"
-    assert ("qwen3moe", "tg8") in moved("culprit") and not any(m == "llama" for m, _ in moved("culprit"))
+    # (its MoE tg8 cell moved, or was withheld as a confounded one: the step is found either way)
+    assert ("qwen3moe", "tg8") in set(moved("culprit")) | withheld("culprit"), culprit["cells"]
+    assert not any(m == "llama" for m, _ in moved("culprit"))
     assert [f["path"] for f in culprit["files"]] == ["src/llama-graph.cpp"]
     assert "MAP_CUSTOM1" in culprit["profile"]["headline"]
     # the default change: prompts only, named as llama-bench's own. With the culprit given its
