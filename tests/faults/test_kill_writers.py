@@ -15,7 +15,6 @@ import os
 import random
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -95,15 +94,20 @@ def test_history_pack_killed_mid_pack_leaves_no_bundle_and_the_next_run_packs_th
         tmp_path: Path, cli_env: dict[str, str]) -> None:
     rng = random.Random(SEED + 1)
     pack = [tokensleuth_bin(), "history", "pack", f"pypi:{PACKAGE}", "--from", VERSIONS[0], "--to", VERSIONS[1]]
+    # a temporary folder of its own: a pack another test runs meanwhile works in the system's
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    cli_env = dict(cli_env, TMPDIR=str(tmp))
     clean = tmp_path / "clean.bundle"
     p = subprocess.run([*pack, "--out", str(clean)], env=cli_env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr
     heads = subprocess.run(["git", "bundle", "list-heads", str(clean)], capture_output=True, text=True).stdout
     out = tmp_path / "h.bundle"
-    before = set(Path(tempfile.gettempdir()).glob("tokensleuth-pack-*-*"))
 
     def work() -> list[Path]:
-        return [w for w in Path(tempfile.gettempdir()).glob("tokensleuth-pack-*-*") if w not in before]
+        return list(tmp.glob("tokensleuth-pack-*-*"))
+
+    assert work() == [], "a finished pack left its work folder"
 
     seen = _kill_when([*pack, "--out", str(out)], cli_env, lambda: _size(work), rng.randrange(1 << 20, 8 << 20))
     assert seen, "the pack ended before the kill"

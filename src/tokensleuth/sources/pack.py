@@ -56,6 +56,12 @@ class Packed:
     left_out: tuple[str, ...]  # top-level folders left out of the newest tree
 
 
+# git's delta search window for the repack. A file's releases lie side by side in that search, so
+# 20 finds nearly every delta 250 does: 36 releases 11.17 MB against 11.07, in 4.1 CPU s against
+# 32.1 (bench/pack_window_cost.py, bench/results/pack_window_cost.txt).
+REPACK_WINDOW = 20
+
+
 def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str], None] | None = None,
          replace: bool = False) -> Packed:
     """Write ``versions`` (oldest first) of ``package`` as a git bundle at ``out`` (an existing
@@ -63,51 +69,61 @@ def pack(package: str, versions: Sequence[str], out: Path, *, log: Callable[[str
     if out.exists() and not replace:
         raise UserError(f"{out} exists — name a new file for the bundle")
     t0 = time.monotonic()
-    cache = BuildCache()
     _remove_left_behind()
     with tempfile.TemporaryDirectory(prefix=f"tokensleuth-pack-{os.getpid()}-") as tmp:
         git = Path(tmp) / "history.git"
-        _git("init", "-q", "--bare", str(git))
-        proc = subprocess.Popen(["git", "--git-dir", str(git), "fast-import", "--quiet", "--done"],
-                                stdin=subprocess.PIPE)
-        assert proc.stdin is not None
-        left: tuple[str, ...] = ()
-        broke = False
-        try:
-            for i, version in enumerate(versions, 1):
-                sdist = cache.sdist(parse_source(f"pypi:{package}=={version}"), log)
-                if log:
-                    log(f"[{i}/{len(versions)}] {package} {version}")
-                try:
-                    left = _commit(proc.stdin, sdist, package, version, i)
-                except SDIST_ERRORS as exc:
-                    raise damaged_sdist(sdist, exc) from None
-            proc.stdin.write(b"done\n")
-        except BrokenPipeError:  # fast-import ended early: its exit status and message say why
-            broke = True
-        finally:  # (on a failure above too: fast-import then ends without "done", and nothing is written)
-            with contextlib.suppress(BrokenPipeError):
-                proc.stdin.close()
-            rc = proc.wait()
-        if rc != 0 or broke:
-            raise UserError(f"git fast-import failed on {package} (exit {rc}) — see its message above")
+        left = import_releases(git, package, versions, log)
         tags = _git("--git-dir", str(git), "for-each-ref", "--format=%(refname:short) %(objectname)",
                     "refs/tags").splitlines()
         ids = dict(line.split() for line in tags)
         _git("--git-dir", str(git), "symbolic-ref", "HEAD", f"refs/heads/{package}")
-        # fast-import stores each changed file whole; deltas against its other releases make the
-        # bundle about a quarter of that (70 releases: 42 MB -> 11 MB), which is what leaves room
-        # beside it in a device call. The ids do not change. A file's releases lie side by side in
-        # git's delta search, so a window of 20 finds nearly every delta a window of 250 does:
-        # 36 releases 11.17 MB against 11.07, in 4.1 CPU s against 32.1 (bench/pack_window_cost.py).
-        _git("-c", "pack.threads=1", "--git-dir", str(git), "repack", "-adfq", "--window=20",
-             "--depth=250")  # (one thread: the same bytes every time)
+        repack(git)
         out.parent.mkdir(parents=True, exist_ok=True)
         part = out.with_name(out.name + ".part")  # a pack killed while writing leaves no bundle behind
         part.unlink(missing_ok=True)  # (a killed pack's)
         _git("--git-dir", str(git), "bundle", "create", "-q", str(part), "--all")
         part.rename(out)
     return Packed(tuple((v, ids[v]) for v in versions), out, out.stat().st_size, time.monotonic() - t0, left)
+
+
+def import_releases(git: Path, package: str, versions: Sequence[str],
+                    log: Callable[[str], None] | None = None) -> tuple[str, ...]:
+    """A new bare repository at ``git`` holding ``versions`` (oldest first) of ``package``, one
+    commit each, tagged with its version; the top-level folders left out of the newest tree."""
+    cache = BuildCache()
+    _git("init", "-q", "--bare", str(git))
+    proc = subprocess.Popen(["git", "--git-dir", str(git), "fast-import", "--quiet", "--done"],
+                            stdin=subprocess.PIPE)
+    assert proc.stdin is not None
+    left: tuple[str, ...] = ()
+    broke = False
+    try:
+        for i, version in enumerate(versions, 1):
+            sdist = cache.sdist(parse_source(f"pypi:{package}=={version}"), log)
+            if log:
+                log(f"[{i}/{len(versions)}] {package} {version}")
+            try:
+                left = _commit(proc.stdin, sdist, package, version, i)
+            except SDIST_ERRORS as exc:
+                raise damaged_sdist(sdist, exc) from None
+        proc.stdin.write(b"done\n")
+    except BrokenPipeError:  # fast-import ended early: its exit status and message say why
+        broke = True
+    finally:  # (on a failure above too: fast-import then ends without "done", and nothing is written)
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
+        rc = proc.wait()
+    if rc != 0 or broke:
+        raise UserError(f"git fast-import failed on {package} (exit {rc}) — see its message above")
+    return left
+
+
+def repack(git: Path, window: int = REPACK_WINDOW) -> None:
+    """Store ``git``'s objects as deltas against each other. fast-import stores each changed file
+    whole; deltas against its other releases make the bundle about a quarter of that (70 releases:
+    42 MB -> 11 MB), which is what leaves room beside it in a device call. The ids do not change,
+    and one thread gives the same bytes every time."""
+    _git("-c", "pack.threads=1", "--git-dir", str(git), "repack", "-adfq", f"--window={window}", "--depth=250")
 
 
 def _remove_left_behind() -> None:
