@@ -379,7 +379,7 @@ def test_a_default_change_inside_the_band_is_located_and_named_not_dropped(
     assert p.returncode in (0, 1), p.stderr[-3000:]
     got = json.loads(out.read_text())
     # An interval whose pairs a busy neighbour confounded (the suite's other process, on 2 cores) may
-    # be left undecided even at ±50%: said so (exit 1), never the same and never a step
+    # be left undecided even at ±50%: said so (exit 1), never called the same, and never a step
     assert p.returncode == (1 if got["undecided"] else 0), p.stderr[-3000:]
     assert got["steps"] == [], got
     (sc,) = got["settings_changes"]
