@@ -483,24 +483,26 @@ def test_the_scan_names_every_step_of_a_planted_history_and_resumes(
         return {(Path(c["model"]).stem.split("-")[1], c["workload"]): c["verdict"] for c in steps[short[name]]["cells"]
                 if c["verdict"] in ("slower", "faster")}
 
-    def withheld(name: str) -> set[tuple[str, str]]:
-        # a cell whose pairs a busy neighbour confounded (the other test process, on 2 cores) is
-        # withheld: no ratio, no verdict. It is never read as the same; the other model's must move
-        return {(Path(c["model"]).stem.split("-")[1], c["workload"]) for c in steps[short[name]]["cells"]
-                if c["verdict"] == "unresolved" and c["ratio"] is None}
+    def verdicts(name: str) -> dict[tuple[str, str], str]:
+        return {(Path(c["model"]).stem.split("-")[1], c["workload"]): c["verdict"] for c in steps[short[name]]["cells"]}
 
+    # A tg8 cell the plant moved may still be unresolved: its pairs ran out before its interval
+    # cleared the band (a run here: the spin's MoE cell 0.47 [0.27, 0.83] at ±30%), or a busy
+    # neighbour confounded them (withheld: no ratio). Either is never read as the same; a cell
+    # that says the same, or the other direction, fails. At least one tg8 cell must move.
     tg8 = {("qwen3moe", "tg8"), ("llama", "tg8")}
     assert steps[short["spin"]]["direction"] == "slower" and steps[short["spin"]]["cause"] == "engine"
     spun = {k for k, v in moved("spin").items() if v == "slower"}
-    assert spun >= tg8 - withheld("spin") and spun & tg8, steps[short["spin"]]["cells"]
+    assert {verdicts("spin")[k] for k in tg8} <= {"slower", "unresolved"} and spun & tg8, steps[short["spin"]]["cells"]
     assert steps[short["unspin"]]["direction"] == "faster"
     unspun = {k for k, v in moved("unspin").items() if v == "faster"}
-    assert unspun >= tg8 - withheld("unspin") and unspun & tg8, steps[short["unspin"]]["cells"]
+    assert {verdicts("unspin")[k] for k in tg8} <= {"faster", "unresolved"} and unspun & tg8, \
+        steps[short["unspin"]]["cells"]
     # MoE-only: the dense model did not move
     culprit = steps[short["culprit"]]
     assert culprit["direction"] == "slower" and culprit["cause"] == "engine"
-    # (its MoE tg8 cell moved, or was withheld as a confounded one: the step is found either way)
-    assert ("qwen3moe", "tg8") in set(moved("culprit")) | withheld("culprit"), culprit["cells"]
+    assert verdicts("culprit")[("qwen3moe", "tg8")] in ("slower", "unresolved"), culprit["cells"]
+    assert moved("culprit"), culprit["cells"]  # (a step: some cell moved, and none of the dense model's)
     assert not any(m == "llama" for m, _ in moved("culprit"))
     assert [f["path"] for f in culprit["files"]] == ["src/llama-graph.cpp"]
     assert "MAP_CUSTOM1" in culprit["profile"]["headline"]
