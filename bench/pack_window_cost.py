@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,8 +49,10 @@ def main() -> int:
         except UserError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-        print(f"# bench/pack_window_cost.py {a.range[0]} {a.range[1]}: {len(versions)} releases of {PACKAGE}, "
-              f"git repack -adf --depth=250, pack.threads=1, {os.cpu_count()} CPUs")
+        rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                             cwd=Path(__file__).parent).stdout.strip() or "unknown"
+        print(f"# .venv/bin/python bench/pack_window_cost.py {a.range[0]} {a.range[1]} at {rev}: {len(versions)} "
+              f"releases of {PACKAGE}, git repack -adf --depth=250, pack.threads=1, {os.cpu_count()} CPUs")
         print("| window | CPU s | pack MB |\n| ---: | ---: | ---: |")
         for w in windows:
             before = os.times()
