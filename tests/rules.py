@@ -151,6 +151,18 @@ def verified(bisect: dict[str, Any]) -> bool:
                                              for v in bisect.get("verification") or [])
 
 
+def held_open(bisect: dict[str, Any], culprit: str) -> bool:
+    """A bisect left unresolved by the confounder rule alone: the planted culprit is inside its
+    culprit range, and every commit it could not judge was held open by pairs a busy neighbour or a
+    stall touched on one side (comparisons.guard, named in the step's note) — a decision waiting,
+    never a wrong one. Any other unresolved answer is not this."""
+    from tokensleuth.drivers.verdicts.comparisons import CONFOUNDERS
+
+    open_steps = [s for s in bisect.get("steps") or [] if s["outcome"] == "unresolved"]
+    return (bisect["status"] == "unresolved" and culprit in bisect["culprit_range"] and bool(open_steps)
+            and all(any(f"{code} in " in (s.get("note") or "") for code in CONFOUNDERS) for s in open_steps))
+
+
 def guarded_verdict(store: Store, study: str, model: str, workload: str, base: str, cand: str,
                     band: float) -> str:
     """The band's rule as a judge with ``confounders = "wait"`` applies it (comparisons.guard):

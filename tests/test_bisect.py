@@ -115,11 +115,16 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     assert steps() >= 1, proc.communicate()[1][-3000:]
     p = subprocess.run([*args[:2], "--resume", *args[2:]], env=cli_env, capture_output=True, text=True,
                        timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
     # the endpoints' comparison finished before the kill: read back, neither endpoint built for it
     assert re.search(r"endpoints: \w+ vs \w+\n\s+measured before \(study \w+\): neither endpoint is built",
                      p.stdout + p.stderr), (p.stdout + p.stderr)[-3000:]
     r = json.loads(out.read_text())
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1  # resumed, not anew
+    if rules.held_open(r, shas["culprit"][:10]):  # a busy neighbour held a neighbour of the culprit open:
+        assert p.returncode == 1 and "rerun with --resume to add pairs" in r["reason"], r  # said, no answer
+        return
+    assert p.returncode == 0, p.stderr[-3000:]
     assert r["first_bad"] == shas["culprit"][:10], (r, p.stderr[-2000:])
     assert rules.verified(r)
     assert r["skipped"] == [shas["broken"][:10]]
@@ -142,17 +147,15 @@ def test_bisect_finds_the_planted_moe_regression_and_resumes(
     with Store(Path(db)) as store:
         sid = _judged(store, dense_model, parent, shas["culprit"])
         for c in ctrl:
+            # (the judge's confounder guard: a pair a busy neighbour touched on one side widens it)
             iv = rules.interval(rules.paired_rates(store, sid, c["model"], c["workload"], "A", "B"))
-            assert c["verdict"] == rules.band_verdict(iv, band), (c, iv)
+            assert c["verdict"] == rules.guarded_verdict(store, sid, c["model"], c["workload"], "A", "B", band), (c, iv)
     verdicts = [c["verdict"] for c in ctrl]
     moved = "slower" if r["endpoints"][0]["ratio"] < 1 else "faster"
     specific = True if verdicts and set(verdicts) == {"same"} else False if moved in verdicts else None
     assert r["specific_to_model"] is specific, (ctrl, r["specific_to_model"])
     assert {True: "specific to the measured model", False: "not model-specific",
             None: "too noisy to say"}[specific] in p.stdout
-    # one bisect study, resumed, not a second one
-    con = sqlite3.connect(db)
-    assert con.execute("SELECT COUNT(*) FROM studies WHERE kind='bisect'").fetchone()[0] == 1
     assert "First bad:" in p.stdout
     # which op: the culprit's profile against its parent names the plant's custom op, once per MoE layer
     assert "MAP_CUSTOM1 per token" in r["profile"]["headline"], r["profile"]
@@ -302,9 +305,12 @@ def test_check_outputs_finds_the_first_commit_whose_outputs_changed(
             "--model", str(moe_model), "-w", "tg32", "--json", str(out), "--check-outputs", "--no-profile", "--",
             "-r", "5", "-t", "1"]
     p = subprocess.run(args, env=cli_env, capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stderr[-3000:]
     r = json.loads(out.read_text())
-    assert r["first_bad"] == shas["culprit"][:10], r
+    # (the speed answer, unless a busy neighbour held a commit beside the culprit open: said, exit 1;
+    # the outputs' answer does not depend on it)
+    held = rules.held_open(r, shas["culprit"][:10])
+    assert p.returncode == (1 if held else 0), p.stderr[-3000:]
+    assert r["first_bad"] == (None if held else shas["culprit"][:10]), r
     o = r["outputs"]
     assert o["endpoint"]["verdict"] == "changed"
     assert o["first_changed"] == shas["eps"][:10] and o["culprit"]["subject"] == "eps", o

