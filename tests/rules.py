@@ -158,9 +158,20 @@ def held_open(bisect: dict[str, Any], culprit: str) -> bool:
     never a wrong one. Any other unresolved answer is not this."""
     from tokensleuth.drivers.verdicts.comparisons import CONFOUNDERS
 
-    open_steps = [s for s in bisect.get("steps") or [] if s["outcome"] == "unresolved"]
-    return (bisect["status"] == "unresolved" and culprit in bisect["culprit_range"] and bool(open_steps)
-            and all(any(f"{code} in " in (s.get("note") or "") for code in CONFOUNDERS) for s in open_steps))
+    if bisect["status"] != "unresolved" or culprit not in bisect["culprit_range"]:
+        return False
+    inner = set(bisect["culprit_range"][:-1])  # (answer.py: the commits between the last good and the first bad)
+    steps = [s for s in bisect.get("steps") or [] if s["commit"] in inner]
+    open_steps = [s for s in steps if s["outcome"] == "unresolved"]
+
+    def held(note: str) -> bool:  # comparisons.Comparison.confounder_note of a steered cell, nothing else
+        return (not note.startswith("good failed") and "no decision is taken on this cell until more pairs settle it"
+                in note and any(f"{code} in " in note for code in CONFOUNDERS))
+
+    return (bool(open_steps) and not any(s["outcome"] == "crash" for s in steps)
+            and all(held(s.get("note") or "") for s in open_steps)
+            and sorted(s["commit"] for s in open_steps) == sorted(
+                (bisect.get("reason") or "").partition("(")[2].partition(")")[0].split(", ")))
 
 
 def guarded_verdict(store: Store, study: str, model: str, workload: str, base: str, cand: str,

@@ -267,6 +267,7 @@ def test_parallel_bisect_on_two_machines_finds_the_culprit(cluster: object, engi
     # the plant triples a token's time; a 10% band lets the neutral commits be `same` although
     # both "machines" share this machine's 2 cores (one run, no retry)
     p = subprocess.run(args, capture_output=True, text=True, timeout=1500)
+    assert p.returncode in (0, 1), p.stderr[-3000:]
     r = json.loads(out.read_text())
     # found; or (two "machines" on 2 cores) a commit beside the spin held open by pairs the other's
     # engine touched on one side: said, exit 1, the spin inside the range left
